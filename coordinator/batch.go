@@ -1,0 +1,80 @@
+package coordinator
+
+import (
+	"context"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// unit is one job's part of a batched transaction: a nested transaction
+// evaluated on its own compares, so one job losing a race does not fail the
+// others.
+type unit struct {
+	txn kv.Txn
+}
+
+func (u unit) ops() int { return max(len(u.txn.If), len(u.txn.Then), len(u.txn.Else)) }
+
+func (u unit) bytes() int {
+	n := 0
+	for _, op := range u.txn.Then {
+		n += len(op.Key) + len(op.Value) + 16
+	}
+	for _, c := range u.txn.If {
+		n += len(c.Key) + len(c.Bytes) + 16
+	}
+	for _, op := range u.txn.Else {
+		n += len(op.Key) + 16
+	}
+	return n
+}
+
+// requestOverhead is left free under a backend's byte limit.
+const requestOverhead = 8 << 10
+
+// chunk splits units into transactions that fit the store's limits: etcd
+// counts an outer transaction's ops plus any nested one's against one budget.
+func (c *Coordinator) chunk(units []unit) [][]unit {
+	if c.limits.MaxOps == 0 && c.limits.MaxBytes == 0 {
+		return [][]unit{units}
+	}
+	var out [][]unit
+	start, inner, size := 0, 0, 0
+	for i, u := range units {
+		ni, ns := max(inner, u.ops()), size+u.bytes()
+		n := i - start + 1
+		tooMany := c.limits.MaxOps > 0 && n+ni > c.limits.MaxOps
+		tooBig := c.limits.MaxBytes > 0 && ns > c.limits.MaxBytes-requestOverhead
+		if (tooMany || tooBig) && i > start {
+			out = append(out, units[start:i])
+			start, ni, ns = i, u.ops(), u.bytes()
+		}
+		inner, size = ni, ns
+	}
+	return append(out, units[start:])
+}
+
+// runUnits applies units in as few transactions as fit and returns each
+// unit's result, in order.
+func (c *Coordinator) runUnits(ctx context.Context, units []unit) ([]*kv.TxnResult, int64, error) {
+	out := make([]*kv.TxnResult, 0, len(units))
+	var rev int64
+	for _, ch := range c.chunk(units) {
+		ops := make([]kv.Op, len(ch))
+		for i, u := range ch {
+			ops[i] = kv.Nested(u.txn)
+		}
+		res, err := c.store.Txn(ctx, kv.Txn{Then: ops})
+		if err != nil {
+			return out, rev, err
+		}
+		rev = res.Revision
+		for _, r := range res.Results {
+			if r.Txn != nil {
+				r.Txn.Revision = res.Revision // a nested result shares its outer revision
+			}
+			out = append(out, r.Txn)
+		}
+	}
+	return out, rev, nil
+}

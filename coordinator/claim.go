@@ -1,0 +1,158 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/fence"
+)
+
+// ClaimStats says what one Claim call saw, for metrics and back-off.
+type ClaimStats struct {
+	// Candidates is how many available jobs were tried.
+	Candidates int
+	// Conflicts is how many of them someone else took first.
+	Conflicts int
+}
+
+// Claim takes up to n available jobs of queue for sess, highest priority and
+// oldest first. Each job moves from available to running only through a
+// compare-and-set on its record's modification revision; the revision of the
+// claiming transaction is the run's fencing token and the creation revision
+// of its ownership key, which hangs on the session's lease.
+//
+// When several daemons contend for the same head of a queue, spread makes
+// each pick candidates at random from a window larger than n, so that they
+// do not all race for the same jobs.
+func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n int, spread bool) ([]*Run, ClaimStats, error) {
+	var st ClaimStats
+	if n <= 0 {
+		return nil, st, nil
+	}
+	if !sess.Valid() {
+		return nil, st, fmt.Errorf("coordinator: claim: %w", ErrSessionExpired)
+	}
+	window := n
+	if spread {
+		window = min(4*n, 512)
+	}
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.queue(queue), End: kv.PrefixEnd(c.keys.queue(queue)), Limit: window, KeysOnly: true})
+	if err != nil {
+		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
+	}
+	if len(rr.KVs) == 0 {
+		return nil, st, nil
+	}
+	cands := rr.KVs
+	if len(cands) > n {
+		if spread {
+			rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+		}
+		cands = cands[:n]
+	}
+	st.Candidates = len(cands)
+	ids := make([]string, len(cands))
+	jkeys := make([]string, len(cands))
+	for i, kvp := range cands {
+		ids[i] = idFromIndex(kvp.Key)
+		jkeys[i] = c.keys.job(ids[i])
+	}
+	recs, err := c.getMany(ctx, jkeys)
+	if err != nil {
+		return nil, st, fmt.Errorf("coordinator: read candidate jobs: %w", err)
+	}
+
+	now := c.clock.Now().UTC()
+	owner := sess.WorkerID()
+	var units []unit
+	var jobs []*Job
+	for i, rec := range recs {
+		if rec == nil {
+			st.Conflicts++
+			continue
+		}
+		j, err := decodeKV(rec)
+		if err != nil {
+			c.log.Error("skipping corrupt job record", slog.Any("err", err))
+			continue
+		}
+		if j.State != StateAvailable {
+			st.Conflicts++
+			continue
+		}
+		idx := c.keys.index(j)
+		j.State = StateRunning
+		j.Attempt++
+		j.AttemptedAt = &now
+		j.Owner = owner
+		j.Token = 0 // the claim's revision; see decodeKV
+		units = append(units, unit{txn: kv.Txn{
+			If: []kv.Cmp{kv.ModRevisionIs(jkeys[i], kv.Equal, rec.ModRevision)},
+			Then: []kv.Op{
+				kv.Delete(idx),
+				kv.Put(jkeys[i], encodeJob(j), 0),
+				kv.Put(c.keys.owner(j.ID), []byte(owner), sess.lease),
+				kv.Put(c.keys.running(j.ID), []byte(owner), 0),
+			},
+		}})
+		jobs = append(jobs, j)
+	}
+	if len(units) == 0 {
+		return nil, st, nil
+	}
+	results, _, err := c.runUnits(ctx, units)
+	var runs []*Run
+	if err != nil {
+		// The reply may be lost while the claim committed: find out from
+		// the ownership keys, never by claiming again.
+		runs, rerr := c.resolveClaims(context.WithoutCancel(ctx), sess, jobs)
+		if rerr != nil {
+			return nil, st, fmt.Errorf("coordinator: claim: %w (and resolving it: %v)", err, rerr)
+		}
+		if len(runs) > 0 {
+			c.log.Warn("claim reply lost; resolved from ownership keys", slog.Int("claimed", len(runs)), slog.Any("err", err))
+			return runs, st, nil
+		}
+		return nil, st, fmt.Errorf("coordinator: claim: %w", err)
+	}
+	for i, r := range results {
+		if r == nil || !r.Succeeded {
+			st.Conflicts++
+			continue
+		}
+		j := jobs[i]
+		j.Token = fence.Token(r.Revision)
+		runs = append(runs, c.newRun(sess, j))
+	}
+	return runs, st, nil
+}
+
+// resolveClaims learns which of jobs a claim whose reply was lost actually
+// took: those whose ownership key hangs on this session's lease.
+func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*Job) ([]*Run, error) {
+	okeys := make([]string, len(jobs))
+	for i, j := range jobs {
+		okeys[i] = c.keys.owner(j.ID)
+	}
+	kvs, err := c.getMany(ctx, okeys)
+	if err != nil {
+		return nil, err
+	}
+	var runs []*Run
+	for i, o := range kvs {
+		if o == nil || o.Lease != sess.lease || string(o.Value) != sess.WorkerID() {
+			continue
+		}
+		j := jobs[i]
+		j.Token = fence.Token(o.CreateRevision)
+		runs = append(runs, c.newRun(sess, j))
+	}
+	return runs, nil
+}
+
+// errIsLost reports whether err is a refused fenced write.
+func errIsLost(err error) bool { return errors.Is(err, fence.ErrLeaseLost) }

@@ -1,0 +1,196 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/oklog/ulid/v2"
+)
+
+// Clock is the time source; tests inject a fake one.
+type Clock interface {
+	Now() time.Time
+	// After is time.After on this clock.
+	After(d time.Duration) <-chan time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// RealClock is the wall clock.
+var RealClock Clock = realClock{}
+
+// Config configures a Coordinator. The zero value of each field means its
+// default.
+type Config struct {
+	// Clock is the time source. Default: RealClock.
+	Clock Clock
+	// Logger receives structured logs. Default: slog.Default().
+	Logger *slog.Logger
+	// MaxPayloadBytes limits a job's payload. Default: 1 MiB.
+	MaxPayloadBytes int
+	// MaxRescues is how many times a job may lose its run with its daemon
+	// (lease expiry, crash) before it is discarded. Default: 5.
+	MaxRescues int
+	// Namespace isolates queues that share a store. Default: "default".
+	Namespace string
+	// Retention is how long finished jobs are kept. Default: 24h.
+	Retention time.Duration
+	// RetryPolicy computes the next retry time. Default: DefaultRetryPolicy.
+	RetryPolicy RetryPolicy
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxRescues = 5
+	DefaultNamespace  = "default"
+	DefaultRetention  = 24 * time.Hour
+)
+
+// Coordinator is the job state machine over one store. It is safe for
+// concurrent use and holds no goroutines of its own: loops that need one
+// (maintenance, reaping, sessions) are started by their callers.
+type Coordinator struct {
+	store  kv.Store
+	keys   keys
+	cfg    Config
+	log    *slog.Logger
+	clock  Clock
+	limits kv.Limits
+
+	idMu      sync.Mutex
+	idEntropy *ulid.MonotonicEntropy
+}
+
+// New returns a coordinator on store. It validates cfg.
+func New(store kv.Store, cfg Config) (*Coordinator, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	if cfg.MaxRescues == 0 {
+		cfg.MaxRescues = DefaultMaxRescues
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = DefaultNamespace
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.RetryPolicy == nil {
+		cfg.RetryPolicy = DefaultRetryPolicy
+	}
+	if err := validName("namespace", cfg.Namespace); err != nil {
+		return nil, err
+	}
+	if cfg.MaxPayloadBytes < 0 || cfg.MaxRescues < 0 || cfg.Retention < 0 {
+		return nil, fmt.Errorf("%w: negative limit in coordinator config", ErrInvalid)
+	}
+	lim := store.Limits()
+	if lim.MaxBytes > 0 && cfg.MaxPayloadBytes > lim.MaxBytes-16<<10 {
+		return nil, fmt.Errorf("%w: max payload %d bytes does not fit the store's %d-byte request limit", ErrInvalid, cfg.MaxPayloadBytes, lim.MaxBytes)
+	}
+	return &Coordinator{
+		store:     store,
+		keys:      newKeys(cfg.Namespace),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		clock:     cfg.Clock,
+		limits:    lim,
+		idEntropy: ulid.Monotonic(rand.Reader, 0),
+	}, nil
+}
+
+// Store returns the store under the coordinator.
+func (c *Coordinator) Store() kv.Store { return c.store }
+
+// Namespace returns the namespace of the coordinator.
+func (c *Coordinator) Namespace() string { return c.cfg.Namespace }
+
+// Clock returns the coordinator's clock.
+func (c *Coordinator) Clock() Clock { return c.clock }
+
+// Logger returns the coordinator's logger.
+func (c *Coordinator) Logger() *slog.Logger { return c.log }
+
+func (c *Coordinator) newID(now time.Time) string {
+	c.idMu.Lock()
+	defer c.idMu.Unlock()
+	return ulid.MustNew(ulid.Timestamp(now), c.idEntropy).String()
+}
+
+// NewWorkerID returns a unique worker id: host-pid-random. Fencing compares
+// owner ids, so two daemons must never share one, not even across restarts
+// of the same pid.
+func NewWorkerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%08x", host, os.Getpid(), binary.BigEndian.Uint32(b[:]))
+}
+
+// jitter returns a random duration in [0, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	n, err := rand.Int(rand.Reader, big.NewInt(int64(d)))
+	if err != nil {
+		return 0
+	}
+	return time.Duration(n.Int64())
+}
+
+// maxOpsPerTxn returns how many units of opsPerUnit operations fit in one
+// transaction next to fixed outer operations; at most want.
+func (c *Coordinator) unitsPerTxn(opsPerUnit, want int) int {
+	if c.limits.MaxOps == 0 {
+		return want
+	}
+	n := c.limits.MaxOps / opsPerUnit
+	if n < 1 {
+		n = 1
+	}
+	return min(n, want)
+}
+
+// getMany reads keys in as few round trips as the store allows, in order.
+// A missing key yields nil.
+func (c *Coordinator) getMany(ctx context.Context, keys []string) ([]*kv.KeyValue, error) {
+	out := make([]*kv.KeyValue, 0, len(keys))
+	per := c.unitsPerTxn(1, len(keys))
+	for len(keys) > 0 {
+		n := min(per, len(keys))
+		ops := make([]kv.Op, n)
+		for i, k := range keys[:n] {
+			ops[i] = kv.Get(k)
+		}
+		res, err := c.store.Txn(ctx, kv.Txn{Then: ops})
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range res.Results {
+			out = append(out, r.KV)
+		}
+		keys = keys[n:]
+	}
+	return out, nil
+}

@@ -1,0 +1,131 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"golang.org/x/sync/errgroup"
+)
+
+// Enqueue inserts one job and returns once it is durable.
+func (c *Coordinator) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
+	res, err := c.EnqueueBatch(ctx, []EnqueueParams{p})
+	if err != nil {
+		return EnqueueResult{}, err
+	}
+	return res[0], nil
+}
+
+// EnqueueBatch validates every job first, so that bad input writes nothing,
+// then inserts them and returns once they are durable. A job with a unique
+// key that matches a live job returns that job with Existed set. Batches
+// larger than one transaction of the store are applied in several
+// transactions, concurrently; if one fails, the error says how many jobs were
+// not acknowledged and none of them should be assumed inserted.
+func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]EnqueueResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	now := c.clock.Now().UTC()
+	jobs := make([]*Job, len(ps))
+	seen := make(map[string]int)
+	for i := range ps {
+		p := ps[i]
+		if err := p.normalize(c.cfg.MaxPayloadBytes); err != nil {
+			if len(ps) > 1 {
+				return nil, fmt.Errorf("job %d: %w", i, err)
+			}
+			return nil, err
+		}
+		if p.UniqueKey != "" {
+			if j, dup := seen[p.UniqueKey]; dup {
+				return nil, fmt.Errorf("%w: jobs %d and %d have the same unique key %q", ErrInvalid, j, i, p.UniqueKey)
+			}
+			seen[p.UniqueKey] = i
+		}
+		j := &Job{
+			ID:          c.newID(now),
+			Kind:        p.Kind,
+			Queue:       p.Queue,
+			Priority:    p.Priority,
+			State:       StateAvailable,
+			Payload:     p.Payload,
+			MaxAttempts: p.MaxAttempts,
+			Errors:      []AttemptError{},
+			CreatedAt:   now,
+			ScheduledAt: now,
+			TimeoutMS:   p.Timeout.Milliseconds(),
+			UniqueKey:   p.UniqueKey,
+		}
+		if p.ScheduledAt.After(now) {
+			j.State = StateScheduled
+			j.ScheduledAt = p.ScheduledAt.UTC()
+		}
+		jobs[i] = j
+	}
+
+	units := make([]unit, len(jobs))
+	for i, j := range jobs {
+		t := kv.Txn{Then: []kv.Op{
+			kv.Put(c.keys.job(j.ID), encodeJob(j), 0),
+			kv.Put(c.keys.index(j), indexValue(j), 0),
+		}}
+		if j.UniqueKey != "" {
+			uk := c.keys.unique(j.UniqueKey)
+			t.If = []kv.Cmp{kv.Missing(uk)}
+			t.Then = append(t.Then, kv.Put(uk, []byte(j.ID), 0))
+			t.Else = []kv.Op{kv.Get(uk)}
+		}
+		units[i] = unit{txn: t}
+	}
+
+	// Chunks are independent: apply them concurrently so a large batch on
+	// etcd is not a chain of round trips.
+	chunks := c.chunk(units)
+	results := make([][]*kv.TxnResult, len(chunks))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, ch := range chunks {
+		g.Go(func() error {
+			r, _, err := c.runUnits(gctx, ch)
+			results[i] = r
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("coordinator: enqueue %d jobs: %w", len(jobs), err)
+	}
+
+	out := make([]EnqueueResult, 0, len(jobs))
+	var existing []string
+	for _, rs := range results {
+		for _, r := range rs {
+			j := jobs[len(out)]
+			if r.Succeeded {
+				out = append(out, EnqueueResult{Job: j})
+				continue
+			}
+			out = append(out, EnqueueResult{Existed: true})
+			existing = append(existing, string(r.Results[0].KV.Value))
+		}
+	}
+	if len(existing) == 0 {
+		return out, nil
+	}
+	// Unique hits: return the live job. It can finish (and release its key)
+	// between the insert and this read; then report it as it is now.
+	k := 0
+	for i := range out {
+		if !out[i].Existed {
+			continue
+		}
+		j, err := c.Get(ctx, existing[k])
+		k++
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: read existing job for unique key %q: %w", jobs[i].UniqueKey, err)
+		}
+		out[i].Job = j
+	}
+	return out, nil
+}

@@ -1,0 +1,26 @@
+package coordinator
+
+import "errors"
+
+// Sentinel errors. Callers test them with errors.Is.
+var (
+	// ErrInvalid wraps every rejection of bad input (a malformed payload,
+	// an unknown state, a bad id, an oversized job). Nothing was written.
+	ErrInvalid = errors.New("coordinator: invalid request")
+	// ErrNotFound is returned for a job id that does not exist.
+	ErrNotFound = errors.New("coordinator: job not found")
+	// ErrWrongState is returned for an operation that makes no sense in
+	// the job's current state (cancelling a completed job, say).
+	ErrWrongState = errors.New("coordinator: job is in the wrong state")
+	// ErrCorrupt is returned when a stored record cannot be decoded; the
+	// error names the key.
+	ErrCorrupt = errors.New("coordinator: corrupt record")
+	// ErrSessionExpired is the cause of a session's context when its lease
+	// was lost or could not be renewed before its validity deadline.
+	ErrSessionExpired = errors.New("coordinator: session expired")
+	// ErrSessionClosed is the cause of a session's context after Close.
+	ErrSessionClosed = errors.New("coordinator: session closed")
+	// ErrConflict is returned when an operation kept losing races with
+	// concurrent writers; it is safe to retry.
+	ErrConflict = errors.New("coordinator: too many concurrent changes, try again")
+)

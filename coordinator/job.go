@@ -1,0 +1,210 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/leasehold/leasehold/fence"
+	"github.com/oklog/ulid/v2"
+)
+
+// State is where a job stands. The names are River's.
+type State string
+
+// The job states.
+const (
+	StateScheduled State = "scheduled"
+	StateAvailable State = "available"
+	StateRunning   State = "running"
+	StateRetryable State = "retryable"
+	StateCompleted State = "completed"
+	StateDiscarded State = "discarded"
+	StateCancelled State = "cancelled"
+)
+
+// States lists every state in lifecycle order.
+var States = []State{StateScheduled, StateAvailable, StateRunning, StateRetryable, StateCompleted, StateDiscarded, StateCancelled}
+
+// Final reports whether no further transition leaves s (except deletion by
+// retention or an operator's retry).
+func (s State) Final() bool {
+	return s == StateCompleted || s == StateDiscarded || s == StateCancelled
+}
+
+// ParseState validates a state name.
+func ParseState(s string) (State, error) {
+	for _, st := range States {
+		if string(st) == s {
+			return st, nil
+		}
+	}
+	return "", fmt.Errorf("%w: unknown state %q (want one of scheduled, available, running, retryable, completed, discarded, cancelled)", ErrInvalid, s)
+}
+
+// AttemptError records why one attempt did not succeed.
+type AttemptError struct {
+	At      time.Time `json:"at"`
+	Attempt int       `json:"attempt"`
+	Error   string    `json:"error"`
+	// Trace is the stack of a recovered panic, if the attempt panicked.
+	Trace string `json:"trace,omitempty"`
+}
+
+// Job is a job's record: what is stored, and what the API returns.
+type Job struct {
+	ID          string          `json:"id"`
+	Kind        string          `json:"kind"`
+	Queue       string          `json:"queue"`
+	Priority    int             `json:"priority"`
+	State       State           `json:"state"`
+	Payload     json.RawMessage `json:"payload"`
+	Attempt     int             `json:"attempt"`
+	MaxAttempts int             `json:"max_attempts"`
+	Errors      []AttemptError  `json:"errors"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ScheduledAt time.Time       `json:"scheduled_at"`
+	AttemptedAt *time.Time      `json:"attempted_at"`
+	FinalizedAt *time.Time      `json:"finalized_at"`
+	// Owner and Token name the run that holds the job (running) or that
+	// finished it (final states).
+	Owner      string          `json:"owner"`
+	Token      fence.Token     `json:"token"`
+	Checkpoint json.RawMessage `json:"checkpoint"`
+	Result     json.RawMessage `json:"result"`
+
+	// TimeoutMS bounds one attempt; 0 means the worker's default.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// UniqueKey, if set, made the enqueue idempotent while the job lives.
+	UniqueKey string `json:"unique_key,omitempty"`
+	// Rescues counts runs lost with their daemon (lease expiry, crash);
+	// they do not use up attempts.
+	Rescues int `json:"rescues,omitempty"`
+	// CancelRequested is true while a cancel request waits for the
+	// running owner. It is read from its own key, never stored here.
+	CancelRequested bool `json:"cancel_requested,omitempty"`
+}
+
+// Timeout returns the per-attempt timeout, zero if unset.
+func (j *Job) Timeout() time.Duration { return time.Duration(j.TimeoutMS) * time.Millisecond }
+
+// IdempotencyKey is stable across retries of the same attempt number and
+// distinct between attempts: job id and attempt. Handlers use it to make
+// side effects replay-safe.
+func (j *Job) IdempotencyKey() string { return fmt.Sprintf("%s-%d", j.ID, j.Attempt) }
+
+// Defaults and limits of an enqueue.
+const (
+	DefaultQueue       = "default"
+	DefaultPriority    = 1
+	DefaultMaxAttempts = 25
+	// DefaultMaxPayloadBytes is the default limit on a job's payload.
+	DefaultMaxPayloadBytes = 1 << 20
+	maxNameLen             = 128
+	maxUniqueKeyLen        = 256
+)
+
+// EnqueueParams describe one job to insert.
+type EnqueueParams struct {
+	Kind    string
+	Payload json.RawMessage // default {}
+	// Queue defaults to DefaultQueue.
+	Queue string
+	// Priority is 1 (first) to 4 (last); 0 means DefaultPriority.
+	Priority int
+	// ScheduledAt, if in the future, makes the job scheduled until then.
+	ScheduledAt time.Time
+	// MaxAttempts defaults to DefaultMaxAttempts.
+	MaxAttempts int
+	// Timeout bounds each attempt; 0 means the worker's default.
+	Timeout time.Duration
+	// UniqueKey, if set, returns the live job with that key instead of
+	// inserting a second one.
+	UniqueKey string
+}
+
+// EnqueueResult is the outcome of one EnqueueParams.
+type EnqueueResult struct {
+	Job *Job
+	// Existed is true when a live job with the same unique key was
+	// returned instead of inserting a new one.
+	Existed bool
+}
+
+var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
+
+func validName(what, s string) error {
+	if s == "" {
+		return fmt.Errorf("%w: %s is empty", ErrInvalid, what)
+	}
+	if len(s) > maxNameLen || !nameRE.MatchString(s) {
+		return fmt.Errorf("%w: %s %q must be 1-%d characters of letters, digits and _ . : -", ErrInvalid, what, truncate(s, 40), maxNameLen)
+	}
+	return nil
+}
+
+// ValidateID checks that id is a job id (a ULID).
+func ValidateID(id string) error {
+	if len(id) != ulid.EncodedSize {
+		return fmt.Errorf("%w: bad job id %q: want a 26-character ULID", ErrInvalid, truncate(id, 40))
+	}
+	if _, err := ulid.ParseStrict(id); err != nil {
+		return fmt.Errorf("%w: bad job id %q: want a 26-character ULID", ErrInvalid, truncate(id, 40))
+	}
+	return nil
+}
+
+// ValidateQueue checks a queue name.
+func ValidateQueue(q string) error { return validName("queue", q) }
+
+// ValidateKind checks a kind name.
+func ValidateKind(k string) error { return validName("kind", k) }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+// normalize validates p and fills defaults. It never writes.
+func (p *EnqueueParams) normalize(maxPayload int) error {
+	if err := ValidateKind(p.Kind); err != nil {
+		return err
+	}
+	if p.Queue == "" {
+		p.Queue = DefaultQueue
+	}
+	if err := ValidateQueue(p.Queue); err != nil {
+		return err
+	}
+	if p.Priority == 0 {
+		p.Priority = DefaultPriority
+	}
+	if p.Priority < 1 || p.Priority > 4 {
+		return fmt.Errorf("%w: priority %d out of range: want 1 (first) to 4 (last)", ErrInvalid, p.Priority)
+	}
+	if p.MaxAttempts == 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.MaxAttempts < 1 {
+		return fmt.Errorf("%w: max attempts %d: want at least 1", ErrInvalid, p.MaxAttempts)
+	}
+	if p.Timeout < 0 {
+		return fmt.Errorf("%w: timeout %s is negative", ErrInvalid, p.Timeout)
+	}
+	if len(p.Payload) == 0 {
+		p.Payload = json.RawMessage("{}")
+	}
+	if len(p.Payload) > maxPayload {
+		return fmt.Errorf("%w: payload is %d bytes, over the %d-byte limit", ErrInvalid, len(p.Payload), maxPayload)
+	}
+	if !json.Valid(p.Payload) {
+		return fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
+	}
+	if len(p.UniqueKey) > maxUniqueKeyLen {
+		return fmt.Errorf("%w: unique key is %d bytes, over the %d-byte limit", ErrInvalid, len(p.UniqueKey), maxUniqueKeyLen)
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// maintainBatch bounds the jobs one maintenance transaction moves.
+const maintainBatch = 1000
+
+// PromoteDue makes scheduled and retryable jobs whose time has come
+// available. Each move is conditional on the record being unchanged, so it
+// is safe when two maintainers briefly overlap.
+func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
+	total := 0
+	for {
+		now := c.clock.Now().UTC()
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.timers(), End: c.keys.timers() + tsKey(now) + "\xff", Limit: maintainBatch, KeysOnly: true})
+		if err != nil {
+			return total, fmt.Errorf("coordinator: list due jobs: %w", err)
+		}
+		if len(rr.KVs) == 0 {
+			return total, nil
+		}
+		jkeys := make([]string, len(rr.KVs))
+		for i, x := range rr.KVs {
+			jkeys[i] = c.keys.job(idFromIndex(x.Key))
+		}
+		recs, err := c.getMany(ctx, jkeys)
+		if err != nil {
+			return total, fmt.Errorf("coordinator: read due jobs: %w", err)
+		}
+		var units []unit
+		for i, rec := range recs {
+			if rec == nil {
+				continue
+			}
+			j, err := decodeKV(rec)
+			if err != nil {
+				c.log.Error("promote: skipping corrupt job record", slog.Any("err", err))
+				continue
+			}
+			if j.State != StateScheduled && j.State != StateRetryable {
+				continue
+			}
+			old := rr.KVs[i].Key
+			j.State = StateAvailable
+			units = append(units, unit{txn: kv.Txn{
+				If:   []kv.Cmp{kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)},
+				Then: []kv.Op{kv.Delete(old), kv.Put(c.keys.index(j), indexValue(j), 0), kv.Put(rec.Key, encodeJob(j), 0)},
+			}})
+		}
+		res, _, err := c.runUnits(ctx, units)
+		if err != nil {
+			return total, fmt.Errorf("coordinator: promote %d due jobs: %w", len(units), err)
+		}
+		for _, r := range res {
+			if r != nil && r.Succeeded {
+				total++
+			}
+		}
+		if !rr.More {
+			return total, nil
+		}
+	}
+}
+
+// PurgeFinished deletes finished jobs older than the retention period.
+func (c *Coordinator) PurgeFinished(ctx context.Context) (int, error) {
+	total := 0
+	cutoff := c.clock.Now().Add(-c.cfg.Retention)
+	for {
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.finished(), End: c.keys.finished() + tsKey(cutoff), Limit: maintainBatch, KeysOnly: true})
+		if err != nil {
+			return total, fmt.Errorf("coordinator: list expired jobs: %w", err)
+		}
+		if len(rr.KVs) == 0 {
+			return total, nil
+		}
+		units := make([]unit, len(rr.KVs))
+		for i, x := range rr.KVs {
+			units[i] = unit{txn: kv.Txn{
+				If:   []kv.Cmp{kv.Exists(x.Key)},
+				Then: []kv.Op{kv.Delete(x.Key), kv.Delete(c.keys.job(idFromIndex(x.Key)))},
+			}}
+		}
+		res, _, err := c.runUnits(ctx, units)
+		if err != nil {
+			return total, fmt.Errorf("coordinator: purge %d finished jobs: %w", len(units), err)
+		}
+		for _, r := range res {
+			if r != nil && r.Succeeded {
+				total++
+			}
+		}
+		if !rr.More {
+			return total, nil
+		}
+	}
+}
+
+// MaintainConfig tunes RunMaintenance.
+type MaintainConfig struct {
+	// MaxWait bounds the sleep between promotion passes. Default: 1s.
+	MaxWait time.Duration
+	// PurgeEvery is how often finished jobs past retention are deleted.
+	// Default: 1m.
+	PurgeEvery time.Duration
+}
+
+// RunMaintenance promotes due jobs and purges expired ones until ctx ends.
+// It sleeps until the next due job, waking early when a new timer is
+// written (a watch on the timer index), so delayed jobs start on time. Run it
+// on one daemon at a time (embedded: the daemon; shared: the elected
+// leader); two overlapping briefly is safe. It returns ctx's error.
+func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) error {
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = time.Second
+	}
+	if cfg.PurgeEvery <= 0 {
+		cfg.PurgeEvery = time.Minute
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var watch <-chan kv.WatchResponse
+	lastPurge := time.Time{}
+	for {
+		if watch == nil {
+			watch = c.store.Watch(wctx, c.keys.timers(), 0)
+		}
+		if n, err := c.PromoteDue(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("promoting due jobs failed", slog.Any("err", err))
+		} else if n > 0 {
+			c.log.Debug("promoted due jobs", slog.Int("jobs", n))
+		}
+		if now := c.clock.Now(); now.Sub(lastPurge) >= cfg.PurgeEvery {
+			lastPurge = now
+			if n, err := c.PurgeFinished(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("purging finished jobs failed", slog.Any("err", err))
+			} else if n > 0 {
+				c.log.Info("purged finished jobs past retention", slog.Int("jobs", n), slog.Duration("retention", c.cfg.Retention))
+			}
+		}
+		wait := cfg.MaxWait
+		if next, err := c.NextDue(ctx); err == nil && !next.IsZero() {
+			wait = min(wait, max(next.Sub(c.clock.Now()), time.Millisecond))
+		}
+		timer := c.clock.After(wait)
+	sleep:
+		for {
+			select {
+			case <-ctx.Done():
+				cancel()
+				for range watch {
+				}
+				return ctx.Err()
+			case <-timer:
+				break sleep
+			case resp, ok := <-watch:
+				if !ok || resp.Err != nil {
+					watch = nil // re-watch from now after the next pass
+					break sleep
+				}
+				if hasPut(resp) {
+					break sleep
+				}
+			}
+		}
+	}
+}
+
+func hasPut(resp kv.WatchResponse) bool {
+	for _, ev := range resp.Events {
+		if ev.Type == kv.EventPut {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,366 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// Get reads one job, with its pending cancel request if any.
+func (c *Coordinator) Get(ctx context.Context, id string) (*Job, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	res, err := c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(c.keys.job(id)), kv.Get(c.keys.cancel(id))}})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: get job %s: %w", id, err)
+	}
+	rec := res.Results[0].KV
+	if rec == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	j, err := decodeKV(rec)
+	if err != nil {
+		return nil, err
+	}
+	j.CancelRequested = res.Results[1].KV != nil && j.State == StateRunning
+	return j, nil
+}
+
+// ListParams filter and page a listing.
+type ListParams struct {
+	// State, Kind and Queue filter when set.
+	State State
+	Kind  string
+	Queue string
+	// Limit bounds the page; 0 means 100. At most 10000.
+	Limit int
+	// After is the Next cursor of the previous page.
+	After string
+}
+
+// ListPage is one page of a listing.
+type ListPage struct {
+	Jobs []*Job `json:"jobs"`
+	// Next is the cursor of the following page; empty on the last one.
+	Next string `json:"next,omitempty"`
+}
+
+// MaxListLimit bounds ListParams.Limit.
+const MaxListLimit = 10000
+
+// List returns jobs matching p. Without a state filter jobs come in id order
+// (which is creation order); with one, in the order of that state's index
+// (queue and priority for available jobs, due time for scheduled and
+// retryable ones, finishing time for final ones).
+func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) {
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if p.Limit < 0 || p.Limit > MaxListLimit {
+		return ListPage{}, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, p.Limit, MaxListLimit)
+	}
+	if p.State != "" {
+		if _, err := ParseState(string(p.State)); err != nil {
+			return ListPage{}, err
+		}
+	}
+	if p.Queue != "" {
+		if err := ValidateQueue(p.Queue); err != nil {
+			return ListPage{}, err
+		}
+	}
+	prefix, byIndex := c.keys.jobs(), false
+	switch p.State {
+	case StateAvailable:
+		prefix, byIndex = c.keys.available(), true
+		if p.Queue != "" {
+			prefix = c.keys.queue(p.Queue)
+		}
+	case StateScheduled, StateRetryable:
+		prefix, byIndex = c.keys.timers(), true
+	case StateRunning:
+		prefix, byIndex = c.keys.runningAll(), true
+	case StateCompleted, StateDiscarded, StateCancelled:
+		prefix, byIndex = c.keys.finished(), true
+	}
+	start := prefix
+	if p.After != "" {
+		if strings.ContainsAny(p.After, "\x00") {
+			return ListPage{}, fmt.Errorf("%w: bad cursor", ErrInvalid)
+		}
+		start = prefix + p.After + "\x00"
+	}
+	var page ListPage
+	end := kv.PrefixEnd(prefix)
+	for len(page.Jobs) < p.Limit {
+		want := p.Limit - len(page.Jobs)
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: want, KeysOnly: byIndex})
+		if err != nil {
+			return ListPage{}, fmt.Errorf("coordinator: list jobs: %w", err)
+		}
+		if len(rr.KVs) == 0 {
+			page.Next = ""
+			break
+		}
+		recs := rr.KVs
+		if byIndex {
+			jkeys := make([]string, len(rr.KVs))
+			for i, x := range rr.KVs {
+				jkeys[i] = c.keys.job(idFromIndex(x.Key))
+			}
+			got, err := c.getMany(ctx, jkeys)
+			if err != nil {
+				return ListPage{}, fmt.Errorf("coordinator: list jobs: %w", err)
+			}
+			recs = recs[:0:0]
+			for _, g := range got {
+				if g != nil { // finished and purged between the reads
+					recs = append(recs, *g)
+				}
+			}
+		}
+		for i := range recs {
+			j, err := decodeKV(&recs[i])
+			if err != nil {
+				c.log.Error("skipping corrupt job record in listing", slog.Any("err", err))
+				continue
+			}
+			if (p.State != "" && j.State != p.State) || (p.Kind != "" && j.Kind != p.Kind) || (p.Queue != "" && j.Queue != p.Queue) {
+				continue
+			}
+			page.Jobs = append(page.Jobs, j)
+		}
+		last := rr.KVs[len(rr.KVs)-1].Key
+		page.Next = strings.TrimPrefix(last, prefix)
+		start = last + "\x00"
+		if !rr.More {
+			page.Next = ""
+			break
+		}
+	}
+	if page.Jobs == nil {
+		page.Jobs = []*Job{}
+	}
+	return page, nil
+}
+
+// Counts returns the number of jobs in each state, read from the state
+// indexes (no record reads).
+func (c *Coordinator) Counts(ctx context.Context) (map[State]int, error) {
+	out := make(map[State]int, len(States))
+	for _, st := range States {
+		out[st] = 0
+	}
+	for _, prefix := range []string{c.keys.available(), c.keys.timers(), c.keys.runningAll(), c.keys.finished()} {
+		if err := c.scan(ctx, prefix, false, func(x kv.KeyValue) error {
+			if prefix == c.keys.runningAll() {
+				out[StateRunning]++
+			} else {
+				out[State(x.Value)]++
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("coordinator: count jobs: %w", err)
+		}
+	}
+	return out, nil
+}
+
+// scan visits every key with prefix in pages.
+func (c *Coordinator) scan(ctx context.Context, prefix string, keysOnly bool, visit func(kv.KeyValue) error) error {
+	start, end := prefix, kv.PrefixEnd(prefix)
+	for {
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: 1000, KeysOnly: keysOnly})
+		if err != nil {
+			return err
+		}
+		for _, x := range rr.KVs {
+			if err := visit(x); err != nil {
+				return err
+			}
+		}
+		if !rr.More || len(rr.KVs) == 0 {
+			return nil
+		}
+		start = rr.KVs[len(rr.KVs)-1].Key + "\x00"
+	}
+}
+
+// Cancel cancels a job. An available, scheduled or retryable job is
+// cancelled at once. For a running job a cancel request is written under its
+// own key, where the owner's writes cannot overwrite it; the owner's daemon
+// cancels the handler's context and records the job cancelled. Cancelling a
+// finished job is ErrWrongState. The returned job is the state after the call.
+func (c *Coordinator) Cancel(ctx context.Context, id string) (*Job, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	for range 16 {
+		res, err := c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(c.keys.job(id))}})
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: cancel job %s: %w", id, err)
+		}
+		rec := res.Results[0].KV
+		if rec == nil {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		j, err := decodeKV(rec)
+		if err != nil {
+			return nil, err
+		}
+		guard := []kv.Cmp{kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)}
+		switch {
+		case j.State.Final():
+			return j, fmt.Errorf("%w: job %s is already %s", ErrWrongState, id, j.State)
+		case j.State == StateRunning:
+			req, _ := json.Marshal(map[string]any{"requested_at": c.clock.Now().UTC()})
+			res, err := c.store.Txn(ctx, kv.Txn{If: guard, Then: []kv.Op{kv.Put(c.keys.cancel(id), req, 0)}})
+			if err != nil {
+				return nil, fmt.Errorf("coordinator: request cancel of job %s: %w", id, err)
+			}
+			if res.Succeeded {
+				j.CancelRequested = true
+				return j, nil
+			}
+		default:
+			old := c.keys.index(j)
+			now := c.clock.Now().UTC()
+			j.State, j.FinalizedAt = StateCancelled, &now
+			then := []kv.Op{kv.Delete(old), kv.Put(c.keys.index(j), indexValue(j), 0), kv.Put(rec.Key, encodeJob(j), 0)}
+			if j.UniqueKey != "" {
+				then = append(then, kv.Delete(c.keys.unique(j.UniqueKey)))
+			}
+			res, err := c.store.Txn(ctx, kv.Txn{If: guard, Then: then})
+			if err != nil {
+				return nil, fmt.Errorf("coordinator: cancel job %s: %w", id, err)
+			}
+			if res.Succeeded {
+				return j, nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("coordinator: cancel job %s: %w", id, ErrConflict)
+}
+
+// Wait blocks until job id is in a final state and returns it, or until ctx
+// ends. It watches the record; it does not poll.
+func (c *Coordinator) Wait(ctx context.Context, id string) (*Job, error) {
+	if err := ValidateID(id); err != nil {
+		return nil, err
+	}
+	key := c.keys.job(id)
+	for {
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: key})
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: wait for job %s: %w", id, err)
+		}
+		if len(rr.KVs) == 0 {
+			return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		}
+		j, err := decodeKV(&rr.KVs[0])
+		if err != nil {
+			return nil, err
+		}
+		if j.State.Final() {
+			return j, nil
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		ch := c.store.Watch(wctx, key, rr.Revision+1)
+		j, err = c.waitEvents(ch, key)
+		cancel()
+		for range ch { // drain so the watcher can exit
+		}
+		if j != nil || err != nil {
+			return j, err
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// The watch ended (compaction, reconnect): read again.
+	}
+}
+
+func (c *Coordinator) waitEvents(ch <-chan kv.WatchResponse, key string) (*Job, error) {
+	for resp := range ch {
+		if resp.Err != nil {
+			return nil, nil
+		}
+		for _, ev := range resp.Events {
+			if ev.KV.Key != key {
+				continue
+			}
+			if ev.Type == kv.EventDelete {
+				return nil, fmt.Errorf("%w: %s was deleted", ErrNotFound, idFromIndex(key))
+			}
+			j, err := decodeKV(&ev.KV)
+			if err != nil {
+				return nil, err
+			}
+			if j.State.Final() {
+				return j, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// Workers lists the live daemons (those whose session lease is alive) with
+// the number of jobs each holds.
+func (c *Coordinator) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	var out []WorkerInfo
+	if err := c.scan(ctx, c.keys.workers(), false, func(x kv.KeyValue) error {
+		var w WorkerInfo
+		if err := json.Unmarshal(x.Value, &w); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrCorrupt, x.Key, err)
+		}
+		out = append(out, w)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: list workers: %w", err)
+	}
+	running := map[string]int{}
+	if err := c.scan(ctx, c.keys.owners(), false, func(x kv.KeyValue) error {
+		running[string(x.Value)]++
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: count running jobs: %w", err)
+	}
+	for i := range out {
+		out[i].Running = running[out[i].ID]
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	if out == nil {
+		out = []WorkerInfo{}
+	}
+	return out, nil
+}
+
+// NextDue returns the due time of the earliest scheduled or retryable job,
+// or the zero time if there is none.
+func (c *Coordinator) NextDue(ctx context.Context) (time.Time, error) {
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.timers(), End: kv.PrefixEnd(c.keys.timers()), Limit: 1, KeysOnly: true})
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(rr.KVs) == 0 {
+		return time.Time{}, nil
+	}
+	return parseTimerDue(c.keys, rr.KVs[0].Key)
+}
+
+func parseTimerDue(k keys, key string) (time.Time, error) {
+	rest := strings.TrimPrefix(key, k.timers())
+	var ns int64
+	if _, err := fmt.Sscanf(rest[:min(20, len(rest))], "%d", &ns); err != nil {
+		return time.Time{}, fmt.Errorf("%w: timer key %s", ErrCorrupt, key)
+	}
+	return time.Unix(0, ns), nil
+}
+

@@ -1,0 +1,174 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// Reap re-queues running jobs whose ownership key is gone: their daemon's
+// lease expired or was revoked, or (embedded mode) their daemon's process
+// ended. Each is moved by a transaction that re-checks both that the
+// ownership key is still missing and that the record is unchanged, so a job
+// that was finished or claimed again meanwhile is left alone. A job with a
+// pending cancel request becomes cancelled; one that has lost its run more
+// than MaxRescues times is discarded. Lost runs do not use up attempts.
+//
+// ids limits the pass to those jobs; nil scans every running job. Jobs
+// held by self (a live session of the caller) are never reaped. All moves
+// of one pass are applied in as few transactions as the store allows: one,
+// on the embedded store.
+func (c *Coordinator) Reap(ctx context.Context, ids []string, self *Session) (int, error) {
+	if ids == nil {
+		if err := c.scan(ctx, c.keys.runningAll(), true, func(x kv.KeyValue) error {
+			ids = append(ids, idFromIndex(x.Key))
+			return nil
+		}); err != nil {
+			return 0, fmt.Errorf("coordinator: reap: list running jobs: %w", err)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	keys := make([]string, 0, 3*len(ids))
+	for _, id := range ids {
+		keys = append(keys, c.keys.owner(id), c.keys.job(id), c.keys.cancel(id))
+	}
+	got, err := c.getMany(ctx, keys)
+	if err != nil {
+		return 0, fmt.Errorf("coordinator: reap: read running jobs: %w", err)
+	}
+	now := c.clock.Now().UTC()
+	var units []unit
+	var reaped []*Job
+	for i := range ids {
+		o, rec, cr := got[3*i], got[3*i+1], got[3*i+2]
+		if o != nil || rec == nil {
+			continue
+		}
+		j, err := decodeKV(rec)
+		if err != nil {
+			c.log.Error("reap: skipping corrupt job record", slog.Any("err", err))
+			continue
+		}
+		if j.State != StateRunning {
+			continue
+		}
+		if self != nil && j.Owner == self.WorkerID() && self.Valid() {
+			continue
+		}
+		lostOwner, lostToken := j.Owner, j.Token
+		j.Rescues++
+		j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt,
+			Error: fmt.Sprintf("run lost: owner %s (token %d) lost its lease", lostOwner, lostToken)})
+		then := []kv.Op{kv.Delete(c.keys.running(j.ID)), kv.Delete(c.keys.cancel(j.ID))}
+		switch {
+		case cr != nil:
+			j.State, j.FinalizedAt = StateCancelled, &now
+		case j.Rescues > c.cfg.MaxRescues:
+			j.State, j.FinalizedAt = StateDiscarded, &now
+			j.Errors[len(j.Errors)-1].Error += fmt.Sprintf("; discarded after %d lost runs", j.Rescues)
+		default:
+			j.State, j.ScheduledAt = StateAvailable, now
+			j.Attempt-- // a lost run does not use up an attempt
+			j.Owner, j.Token = "", 0
+		}
+		if j.State.Final() && j.UniqueKey != "" {
+			then = append(then, kv.Delete(c.keys.unique(j.UniqueKey)))
+		}
+		then = append(then, kv.Put(c.keys.index(j), indexValue(j), 0), kv.Put(rec.Key, encodeJob(j), 0))
+		units = append(units, unit{txn: kv.Txn{
+			If:   []kv.Cmp{kv.Missing(c.keys.owner(j.ID)), kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)},
+			Then: then,
+		}})
+		reaped = append(reaped, j)
+	}
+	if len(units) == 0 {
+		return 0, nil
+	}
+	res, _, err := c.runUnits(ctx, units)
+	if err != nil {
+		return 0, fmt.Errorf("coordinator: reap %d jobs: %w", len(units), err)
+	}
+	n := 0
+	for i, r := range res {
+		if r != nil && r.Succeeded {
+			n++
+			j := reaped[i]
+			c.log.Info("reaped job after its owner's lease was lost", slog.String("job", j.ID), slog.String("kind", j.Kind),
+				slog.String("state", string(j.State)), slog.Int("rescues", j.Rescues))
+		}
+	}
+	return n, nil
+}
+
+// RunReaper reaps until ctx ends: at once, then whenever a daemon's
+// registration vanishes (its lease expired or was revoked: the same
+// revision deleted its ownership keys), and every interval as a backstop for
+// what a watch can miss (compaction, reconnects). self's own jobs are never
+// reaped. It returns ctx's error.
+func (c *Coordinator) RunReaper(ctx context.Context, self *Session, interval time.Duration) error {
+	for {
+		if _, err := c.Reap(ctx, nil, self); err != nil && ctx.Err() == nil {
+			c.log.Warn("reap pass failed", slog.Any("err", err))
+		}
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.workers(), End: kv.PrefixEnd(c.keys.workers()), Limit: 1, KeysOnly: true})
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c.log.Warn("reaper: read workers", slog.Any("err", err))
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-c.clock.After(time.Second):
+			}
+			continue
+		}
+		if err := c.reapOnDeaths(ctx, self, rr.Revision+1, interval); err != nil {
+			return err
+		}
+	}
+}
+
+// reapOnDeaths watches worker registrations from rev and reaps when one is
+// deleted. It returns nil to have the caller rescan (interval passed, or the
+// watch ended), or ctx's error.
+func (c *Coordinator) reapOnDeaths(ctx context.Context, self *Session, rev int64, interval time.Duration) error {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch := c.store.Watch(wctx, c.keys.workers(), rev)
+	defer func() {
+		cancel()
+		for range ch {
+		}
+	}()
+	tick := c.clock.After(interval)
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick:
+			return nil
+		case resp, ok := <-ch:
+			if !ok || resp.Err != nil {
+				return nil
+			}
+			for _, ev := range resp.Events {
+				if ev.Type != kv.EventDelete {
+					continue
+				}
+				// The daemon's ownership keys went in the same revision.
+				n, err := c.Reap(ctx, nil, self)
+				if err != nil && ctx.Err() == nil {
+					c.log.Warn("reap after daemon loss failed", slog.Any("err", err))
+				}
+				c.log.Info("daemon session ended; reaped its jobs", slog.String("daemon", idFromIndex(ev.KV.Key)), slog.Int("reaped", n))
+				break
+			}
+		}
+	}
+}

@@ -1,0 +1,20 @@
+package coordinator
+
+import (
+	"math"
+	"time"
+)
+
+// RetryPolicy returns how long to wait before the next attempt, after
+// attempt (1-based) failed.
+type RetryPolicy func(attempt int, j *Job) time.Duration
+
+// MaxRetryDelay caps DefaultRetryPolicy.
+const MaxRetryDelay = 24 * time.Hour
+
+// DefaultRetryPolicy is River's: attempt^4 seconds, plus up to 10% jitter,
+// capped at MaxRetryDelay (1s, 16s, 81s, 4m16s, 10m25s, ...).
+func DefaultRetryPolicy(attempt int, _ *Job) time.Duration {
+	d := time.Duration(math.Min(math.Pow(float64(max(attempt, 1)), 4), MaxRetryDelay.Seconds())) * time.Second
+	return d + jitter(d/10)
+}

@@ -1,0 +1,208 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/fence"
+)
+
+// Run is one claimed run of a job. Its writes are fenced: each is a
+// transaction conditional on the job's ownership key still having the run's
+// token as its creation revision. A refused write returns an error wrapping
+// fence.ErrLeaseLost, records nothing, and ends the run: every later write
+// is refused too. A Run is safe for concurrent use; its writes are applied
+// in order.
+type Run struct {
+	c    *Coordinator
+	sess *Session
+	pred fence.Predicate
+
+	mu   sync.Mutex
+	job  *Job // the stored record as this run last wrote it
+	done bool // a final write was accepted, or the run was lost
+	lost error
+}
+
+func (c *Coordinator) newRun(sess *Session, j *Job) *Run {
+	return &Run{c: c, sess: sess, job: j, pred: fence.Predicate{Key: c.keys.owner(j.ID), Token: j.Token}}
+}
+
+// Job returns a copy of the job as this run holds it.
+func (r *Run) Job() Job {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return *r.job
+}
+
+// Token returns the run's fencing token.
+func (r *Run) Token() fence.Token { return r.pred.Token }
+
+// Session returns the session the run was claimed under.
+func (r *Run) Session() *Session { return r.sess }
+
+// Checkpoint records handler state (any JSON) under the run's fence. A
+// retried attempt sees the last accepted checkpoint.
+func (r *Run) Checkpoint(ctx context.Context, data json.RawMessage) error {
+	if !json.Valid(data) {
+		return fmt.Errorf("%w: checkpoint is not valid JSON", ErrInvalid)
+	}
+	return r.write(ctx, "checkpoint", false, func(j *Job) { j.Checkpoint = data })
+}
+
+// Complete records success and the handler's result (any JSON, or nil).
+func (r *Run) Complete(ctx context.Context, result json.RawMessage) error {
+	if len(result) > 0 && !json.Valid(result) {
+		return fmt.Errorf("%w: result is not valid JSON", ErrInvalid)
+	}
+	return r.write(ctx, "complete", true, func(j *Job) {
+		j.State = StateCompleted
+		j.Result = result
+	})
+}
+
+// FailOpts refine Fail.
+type FailOpts struct {
+	// Trace is a stack trace (of a recovered panic, say).
+	Trace string
+	// RetryAt overrides the retry policy's next attempt time.
+	RetryAt time.Time
+	// Discard ends the job now, whatever attempts remain.
+	Discard bool
+}
+
+// Fail records a failed attempt. The job becomes retryable at the time the
+// retry policy gives, or discarded once it has used MaxAttempts.
+func (r *Run) Fail(ctx context.Context, cause error, o FailOpts) error {
+	now := r.c.clock.Now().UTC()
+	return r.write(ctx, "fail", true, func(j *Job) {
+		j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt, Error: cause.Error(), Trace: o.Trace})
+		if o.Discard || j.Attempt >= j.MaxAttempts {
+			j.State = StateDiscarded
+			return
+		}
+		j.State = StateRetryable
+		j.ScheduledAt = o.RetryAt.UTC()
+		if o.RetryAt.IsZero() {
+			j.ScheduledAt = now.Add(r.c.cfg.RetryPolicy(j.Attempt, j))
+		}
+	})
+}
+
+// Snooze puts the job back to run again after d without using an attempt.
+func (r *Run) Snooze(ctx context.Context, d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: negative snooze %s", ErrInvalid, d)
+	}
+	at := r.c.clock.Now().UTC().Add(d)
+	return r.write(ctx, "snooze", true, func(j *Job) {
+		j.Attempt--
+		j.State = StateScheduled
+		j.ScheduledAt = at
+		if d == 0 {
+			j.State = StateAvailable
+		}
+	})
+}
+
+// Cancel ends the job as cancelled (a cancel request was honoured, or the
+// handler asked for no more attempts); cause, if not nil, is recorded.
+func (r *Run) Cancel(ctx context.Context, cause error) error {
+	now := r.c.clock.Now().UTC()
+	return r.write(ctx, "cancel", true, func(j *Job) {
+		if cause != nil {
+			j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt, Error: cause.Error()})
+		}
+		j.State = StateCancelled
+	})
+}
+
+// Release gives the job back, available at once, without using an attempt:
+// for a daemon that stops before the handler finished.
+func (r *Run) Release(ctx context.Context) error {
+	now := r.c.clock.Now().UTC()
+	return r.write(ctx, "release", true, func(j *Job) {
+		j.Attempt--
+		j.State = StateAvailable
+		j.ScheduledAt = now
+	})
+}
+
+// Lost returns the error that ended the run through a refused write, or nil.
+func (r *Run) Lost() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lost
+}
+
+// write applies mutate to a copy of the record and writes it under the
+// run's fence. final writes move the job out of running.
+func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lost != nil {
+		return r.lost
+	}
+	if r.done {
+		return fmt.Errorf("%w: %s of job %s after its run ended", ErrWrongState, op, r.job.ID)
+	}
+	// A session past its deadline stops writing: the store would refuse
+	// (or, worse, race the lease's expiry), and the caller must abandon.
+	if !r.sess.Valid() {
+		return r.loseLocked(&fence.LostError{JobID: r.job.ID, Token: r.pred.Token, Op: op}, "session no longer valid")
+	}
+	j := *r.job
+	j.Errors = append([]AttemptError(nil), r.job.Errors...)
+	mutate(&j)
+	j.Token = r.pred.Token
+	k := r.c.keys
+	then := []kv.Op{}
+	if final {
+		now := r.c.clock.Now().UTC()
+		if j.State.Final() {
+			j.FinalizedAt = &now
+		} else {
+			j.Owner, j.Token = "", 0
+		}
+		then = append(then,
+			kv.Delete(k.running(j.ID)),
+			kv.Delete(k.owner(j.ID)),
+			kv.Delete(k.cancel(j.ID)),
+			kv.Put(k.index(&j), indexValue(&j), 0),
+		)
+		if j.State.Final() && j.UniqueKey != "" {
+			then = append(then, kv.Delete(k.unique(j.UniqueKey)))
+		}
+	}
+	then = append(then, kv.Put(k.job(j.ID), encodeJob(&j), 0))
+	res, err := r.c.store.Txn(ctx, kv.Txn{
+		If:   []kv.Cmp{kv.CreateRevisionIs(r.pred.Key, kv.Equal, int64(r.pred.Token))},
+		Then: then,
+		Else: []kv.Op{kv.Get(r.pred.Key)},
+	})
+	if err != nil {
+		return fmt.Errorf("coordinator: %s job %s: %w", op, j.ID, err)
+	}
+	if !res.Succeeded {
+		var cur int64
+		if o := res.Results[0].KV; o != nil {
+			cur = o.CreateRevision
+		}
+		return r.loseLocked(&fence.LostError{JobID: j.ID, Token: r.pred.Token, Current: cur, Op: op}, "refused by the store")
+	}
+	r.job = &j
+	r.done = final
+	return nil
+}
+
+func (r *Run) loseLocked(err *fence.LostError, why string) error {
+	r.lost = err
+	r.c.log.Warn("fenced write refused: abandoning run", slog.String("job", err.JobID), slog.String("op", err.Op),
+		slog.Int64("token", int64(err.Token)), slog.Int64("current", err.Current), slog.String("why", why))
+	return err
+}

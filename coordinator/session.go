@@ -1,0 +1,229 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// SessionConfig configures a daemon session.
+type SessionConfig struct {
+	// Margin is subtracted from the validity deadline to absorb clock-rate
+	// error and the time it takes handlers to stop. Default: TTL/5.
+	Margin time.Duration
+	// TTL of the session lease. Default: 30s; at least 2s.
+	TTL time.Duration
+	// Worker describes the daemon in `workers list`. Its ID must be set
+	// (see NewWorkerID).
+	Worker WorkerInfo
+}
+
+// Defaults of SessionConfig.
+const (
+	DefaultLeaseTTL = 30 * time.Second
+	MinLeaseTTL     = 2 * time.Second
+)
+
+// RenewInterval is how often a session renews: a third of its TTL.
+func (cfg SessionConfig) RenewInterval() time.Duration { return cfg.TTL / 3 }
+
+// withDefaults fills defaults and checks the timing relationships:
+// TTL > TTL - Margin > renew interval, so a session renews at least once
+// before its deadline, with time to spare.
+func (cfg SessionConfig) withDefaults() (SessionConfig, error) {
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultLeaseTTL
+	}
+	if cfg.TTL < MinLeaseTTL {
+		return cfg, fmt.Errorf("%w: lease TTL %s is below the minimum of %s", ErrInvalid, cfg.TTL, MinLeaseTTL)
+	}
+	if cfg.TTL%time.Second != 0 {
+		return cfg, fmt.Errorf("%w: lease TTL %s: etcd grants whole seconds", ErrInvalid, cfg.TTL)
+	}
+	if cfg.Margin == 0 {
+		cfg.Margin = cfg.TTL / 5
+	}
+	if cfg.Margin < 0 || cfg.TTL-cfg.Margin <= cfg.RenewInterval()*3/2 {
+		return cfg, fmt.Errorf("%w: lease margin %s leaves too little of TTL %s beyond one renewal every %s", ErrInvalid, cfg.Margin, cfg.TTL, cfg.RenewInterval())
+	}
+	if cfg.Worker.ID == "" {
+		return cfg, fmt.Errorf("%w: session without a worker id", ErrInvalid)
+	}
+	return cfg, nil
+}
+
+// WorkerInfo is what a daemon registers about itself under its lease.
+type WorkerInfo struct {
+	ID          string    `json:"id"`
+	Host        string    `json:"host"`
+	PID         int       `json:"pid"`
+	StartedAt   time.Time `json:"started_at"`
+	Queues      []string  `json:"queues"`
+	Kinds       []string  `json:"kinds"`
+	Concurrency int       `json:"concurrency"`
+	LeaseTTLMS  int64     `json:"lease_ttl_ms"`
+	// Running is filled in by Workers from the ownership keys.
+	Running int `json:"running"`
+	// Lease is the worker's current session lease.
+	Lease int64 `json:"lease"`
+}
+
+// Session is one lease of a daemon, renewed every third of its TTL. Every
+// job the daemon claims under it hangs on that lease, so the heartbeat costs
+// one request per renewal whatever the number of running jobs.
+//
+// The session keeps a conservative validity deadline: the send time of the
+// last acknowledged renewal plus the TTL minus a margin. The server cannot
+// expire the lease before that (it starts its TTL on receipt, after the
+// send). When the deadline passes without a renewal, or a renewal finds the
+// lease gone, the session ends: Ctx is cancelled with cause
+// ErrSessionExpired, and every fenced write through it is refused locally.
+type Session struct {
+	c     *Coordinator
+	cfg   SessionConfig
+	lease kv.LeaseID
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the heartbeat goroutine has exited
+
+	validUntil atomic.Int64 // unix nanos
+	renewals   atomic.Int64
+	closeOnce  sync.Once
+}
+
+// NewSession grants a lease, registers the worker under it and starts the
+// heartbeat. The session ends when parent ends, when its lease is lost, or on
+// Close.
+func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Session, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	sent := c.clock.Now()
+	lease, err := c.store.Grant(parent, cfg.TTL)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: grant session lease: %w", err)
+	}
+	s := &Session{c: c, cfg: cfg, lease: lease, done: make(chan struct{})}
+	s.validUntil.Store(sent.Add(cfg.TTL - cfg.Margin).UnixNano())
+	info := cfg.Worker
+	info.Lease = int64(lease)
+	info.LeaseTTLMS = cfg.TTL.Milliseconds()
+	b, _ := json.Marshal(info)
+	if _, err := c.store.Txn(parent, kv.Txn{Then: []kv.Op{kv.Put(c.keys.worker(info.ID), b, lease)}}); err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(parent), time.Second)
+		defer cancel()
+		_ = c.store.Revoke(rctx, lease)
+		return nil, fmt.Errorf("coordinator: register worker %s: %w", info.ID, err)
+	}
+	s.ctx, s.cancel = context.WithCancelCause(parent)
+	go s.heartbeat()
+	c.log.Info("session started", slog.String("worker", info.ID), slog.Int64("lease", int64(lease)), slog.Duration("ttl", cfg.TTL))
+	return s, nil
+}
+
+// Ctx is cancelled when the session ends; context.Cause says why
+// (ErrSessionExpired, ErrSessionClosed, or the parent's cause).
+func (s *Session) Ctx() context.Context { return s.ctx }
+
+// Done is closed once the session has ended and its heartbeat stopped.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Lease returns the session's lease.
+func (s *Session) Lease() kv.LeaseID { return s.lease }
+
+// WorkerID returns the id of the daemon the session belongs to.
+func (s *Session) WorkerID() string { return s.cfg.Worker.ID }
+
+// Config returns the session's configuration with defaults filled.
+func (s *Session) Config() SessionConfig { return s.cfg }
+
+// ValidUntil is the conservative deadline before which the lease is known
+// to be alive.
+func (s *Session) ValidUntil() time.Time { return time.Unix(0, s.validUntil.Load()) }
+
+// Valid reports whether the session has not ended and its deadline has not
+// passed. Fenced writes are not attempted when it is false.
+func (s *Session) Valid() bool {
+	return s.ctx.Err() == nil && s.c.clock.Now().Before(s.ValidUntil())
+}
+
+// Renewals counts acknowledged renewals (for tests and metrics).
+func (s *Session) Renewals() int64 { return s.renewals.Load() }
+
+func (s *Session) end(cause error) {
+	s.cancel(cause)
+}
+
+// heartbeat renews the lease every RenewInterval. A renewal is a single
+// KeepAliveOnce with a deadline no later than the validity deadline; its send
+// time becomes the new base of that deadline once acknowledged. Failures are
+// retried quickly until the deadline, at which point the session ends.
+func (s *Session) heartbeat() {
+	defer close(s.done)
+	log := s.c.log.With(slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)))
+	next := s.cfg.RenewInterval()
+	retry := min(500*time.Millisecond, s.cfg.RenewInterval()/2)
+	for {
+		deadline := s.ValidUntil()
+		wait := min(next, deadline.Sub(s.c.clock.Now()))
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.c.clock.After(max(wait, 0)):
+		}
+		if !s.c.clock.Now().Before(s.ValidUntil()) {
+			log.Warn("session lease not renewed before its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
+			s.end(ErrSessionExpired)
+			return
+		}
+		sent := s.c.clock.Now()
+		rctx, cancel := context.WithDeadline(s.ctx, s.ValidUntil())
+		ttl, err := s.c.store.KeepAliveOnce(rctx, s.lease)
+		cancel()
+		switch {
+		case err == nil:
+			if ttl <= 0 || ttl > s.cfg.TTL {
+				ttl = s.cfg.TTL
+			}
+			if v := sent.Add(ttl - s.cfg.Margin).UnixNano(); v > s.validUntil.Load() {
+				s.validUntil.Store(v)
+			}
+			s.renewals.Add(1)
+			next = s.cfg.RenewInterval()
+		case errors.Is(err, kv.ErrLeaseNotFound):
+			log.Warn("session lease is gone: fencing self")
+			s.end(ErrSessionExpired)
+			return
+		case s.ctx.Err() != nil:
+			return
+		default:
+			log.Warn("session lease renewal failed", slog.Any("err", err), slog.Time("valid_until", s.ValidUntil()))
+			next = retry
+		}
+	}
+}
+
+// Close ends the session: it stops the heartbeat and revokes the lease,
+// which deletes the worker registration and the ownership keys of any job
+// still held (those jobs are then reaped by whoever runs the reaper).
+// Callers finish or release their runs first.
+func (s *Session) Close(ctx context.Context) error {
+	var err error
+	s.closeOnce.Do(func() {
+		s.end(ErrSessionClosed)
+		<-s.done
+		if rerr := s.c.store.Revoke(ctx, s.lease); rerr != nil && !errors.Is(rerr, kv.ErrLeaseNotFound) {
+			err = fmt.Errorf("coordinator: revoke session lease: %w", rerr)
+		}
+	})
+	return err
+}
