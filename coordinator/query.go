@@ -363,4 +363,3 @@ func parseTimerDue(k keys, key string) (time.Time, error) {
 	}
 	return time.Unix(0, ns), nil
 }
-

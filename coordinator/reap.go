@@ -17,11 +17,13 @@ import (
 // pending cancel request becomes cancelled; one that has lost its run more
 // than MaxRescues times is discarded. Lost runs do not use up attempts.
 //
-// ids limits the pass to those jobs; nil scans every running job. Jobs
-// held by self (a live session of the caller) are never reaped. All moves
+// ids limits the pass to those jobs; nil scans every running job. mine, if
+// not nil, names the jobs the caller is running right now; they are never
+// reaped by it, even when their ownership key is gone (the caller's own
+// self-fencing abandons them first). All moves
 // of one pass are applied in as few transactions as the store allows: one,
 // on the embedded store.
-func (c *Coordinator) Reap(ctx context.Context, ids []string, self *Session) (int, error) {
+func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID string) bool) (int, error) {
 	if ids == nil {
 		if err := c.scan(ctx, c.keys.runningAll(), true, func(x kv.KeyValue) error {
 			ids = append(ids, idFromIndex(x.Key))
@@ -57,7 +59,7 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, self *Session) (in
 		if j.State != StateRunning {
 			continue
 		}
-		if self != nil && j.Owner == self.WorkerID() && self.Valid() {
+		if mine != nil && mine(j.ID) {
 			continue
 		}
 		lostOwner, lostToken := j.Owner, j.Token
@@ -108,11 +110,11 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, self *Session) (in
 // RunReaper reaps until ctx ends: at once, then whenever a daemon's
 // registration vanishes (its lease expired or was revoked: the same
 // revision deleted its ownership keys), and every interval as a backstop for
-// what a watch can miss (compaction, reconnects). self's own jobs are never
-// reaped. It returns ctx's error.
-func (c *Coordinator) RunReaper(ctx context.Context, self *Session, interval time.Duration) error {
+// what a watch can miss (compaction, reconnects). Jobs for which mine
+// returns true are never reaped. It returns ctx's error.
+func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) bool, interval time.Duration) error {
 	for {
-		if _, err := c.Reap(ctx, nil, self); err != nil && ctx.Err() == nil {
+		if _, err := c.Reap(ctx, nil, mine); err != nil && ctx.Err() == nil {
 			c.log.Warn("reap pass failed", slog.Any("err", err))
 		}
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.workers(), End: kv.PrefixEnd(c.keys.workers()), Limit: 1, KeysOnly: true})
@@ -128,7 +130,7 @@ func (c *Coordinator) RunReaper(ctx context.Context, self *Session, interval tim
 			}
 			continue
 		}
-		if err := c.reapOnDeaths(ctx, self, rr.Revision+1, interval); err != nil {
+		if err := c.reapOnDeaths(ctx, mine, rr.Revision+1, interval); err != nil {
 			return err
 		}
 	}
@@ -137,7 +139,7 @@ func (c *Coordinator) RunReaper(ctx context.Context, self *Session, interval tim
 // reapOnDeaths watches worker registrations from rev and reaps when one is
 // deleted. It returns nil to have the caller rescan (interval passed, or the
 // watch ended), or ctx's error.
-func (c *Coordinator) reapOnDeaths(ctx context.Context, self *Session, rev int64, interval time.Duration) error {
+func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) bool, rev int64, interval time.Duration) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch := c.store.Watch(wctx, c.keys.workers(), rev)
@@ -162,7 +164,7 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, self *Session, rev int64
 					continue
 				}
 				// The daemon's ownership keys went in the same revision.
-				n, err := c.Reap(ctx, nil, self)
+				n, err := c.Reap(ctx, nil, mine)
 				if err != nil && ctx.Err() == nil {
 					c.log.Warn("reap after daemon loss failed", slog.Any("err", err))
 				}

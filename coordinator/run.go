@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -27,6 +28,9 @@ type Run struct {
 	job  *Job // the stored record as this run last wrote it
 	done bool // a final write was accepted, or the run was lost
 	lost error
+	// uncertain holds the record of a write whose reply was lost: it may
+	// have been applied. A later refusal is checked against it.
+	uncertain []byte
 }
 
 func (c *Coordinator) newRun(sess *Session, j *Job) *Run {
@@ -179,13 +183,17 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 			then = append(then, kv.Delete(k.unique(j.UniqueKey)))
 		}
 	}
-	then = append(then, kv.Put(k.job(j.ID), encodeJob(&j), 0))
+	rec := encodeJob(&j)
+	then = append(then, kv.Put(k.job(j.ID), rec, 0))
 	res, err := r.c.store.Txn(ctx, kv.Txn{
 		If:   []kv.Cmp{kv.CreateRevisionIs(r.pred.Key, kv.Equal, int64(r.pred.Token))},
 		Then: then,
 		Else: []kv.Op{kv.Get(r.pred.Key)},
 	})
 	if err != nil {
+		if final {
+			r.uncertain = rec
+		}
 		return fmt.Errorf("coordinator: %s job %s: %w", op, j.ID, err)
 	}
 	if !res.Succeeded {
@@ -193,11 +201,35 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 		if o := res.Results[0].KV; o != nil {
 			cur = o.CreateRevision
 		}
+		if cur == 0 && r.uncertain != nil && r.appliedEarlier(ctx) {
+			// The final write whose reply was lost had been applied: it
+			// deleted the ownership key that this retry compared on.
+			r.done = true
+			return nil
+		}
 		return r.loseLocked(&fence.LostError{JobID: j.ID, Token: r.pred.Token, Current: cur, Op: op}, "refused by the store")
 	}
 	r.job = &j
 	r.done = final
 	return nil
+}
+
+// appliedEarlier reports whether the stored record is exactly the one an
+// earlier write with a lost reply tried to store.
+func (r *Run) appliedEarlier(ctx context.Context) bool {
+	res, err := r.c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(r.c.keys.job(r.job.ID))}})
+	if err != nil || res.Results[0].KV == nil {
+		return false
+	}
+	if !bytes.Equal(res.Results[0].KV.Value, r.uncertain) {
+		return false
+	}
+	j, err := decodeKV(res.Results[0].KV)
+	if err != nil {
+		return false
+	}
+	r.job = j
+	return true
 }
 
 func (r *Run) loseLocked(err *fence.LostError, why string) error {

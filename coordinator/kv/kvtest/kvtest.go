@@ -637,7 +637,7 @@ func testDuplicateWrite(t *testing.T, h *harness) {
 	a := h.k("a")
 	base := h.put(h.k("base"), "x").Revision
 	bad := map[string]kv.Txn{
-		"put twice": {Then: []kv.Op{kv.Put(a, []byte("1"), 0), kv.Put(a, []byte("2"), 0)}},
+		"put twice":      {Then: []kv.Op{kv.Put(a, []byte("1"), 0), kv.Put(a, []byte("2"), 0)}},
 		"put and delete": {Then: []kv.Op{kv.Put(a, []byte("1"), 0), kv.Delete(a)}},
 		"put in then of a nested txn and at its level": {Then: []kv.Op{
 			kv.Put(a, []byte("1"), 0),

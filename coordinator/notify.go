@@ -1,0 +1,103 @@
+package coordinator
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// follow reads prefix, calls onKey for every key present, then watches it
+// from the read's revision on and calls onEvent for every change, until ctx
+// ends. A watch that ends (compaction, reconnect) is resumed by reading
+// again, so nothing is missed; callers must tolerate seeing a key twice.
+func (c *Coordinator) follow(ctx context.Context, prefix string, onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
+	for {
+		rev := int64(0)
+		err := c.scanAt(ctx, prefix, onKey, &rev)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c.log.Warn("watch: read failed; retrying", slog.String("prefix", prefix), slog.Any("err", err))
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-c.clock.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		for resp := range c.store.Watch(wctx, prefix, rev+1) {
+			if resp.Err != nil {
+				c.log.Debug("watch ended; reading again", slog.String("prefix", prefix), slog.Any("err", resp.Err))
+				continue
+			}
+			for _, ev := range resp.Events {
+				onEvent(ev)
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// scanAt is scan that also reports the revision of the first page. With a
+// nil visit it only reads the revision.
+func (c *Coordinator) scanAt(ctx context.Context, prefix string, visit func(kv.KeyValue), rev *int64) error {
+	start, end := prefix, kv.PrefixEnd(prefix)
+	for {
+		limit := 1000
+		if visit == nil {
+			limit = 1
+		}
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: limit, KeysOnly: true})
+		if err != nil {
+			return err
+		}
+		if *rev == 0 {
+			*rev = rr.Revision
+		}
+		if visit == nil {
+			return nil
+		}
+		for _, x := range rr.KVs {
+			visit(x)
+		}
+		if !rr.More || len(rr.KVs) == 0 {
+			return nil
+		}
+		start = rr.KVs[len(rr.KVs)-1].Key + "\x00"
+	}
+}
+
+// WatchCancelRequests calls fn with the id of every job that has a pending
+// cancel request: those present when it starts, and each new one. It blocks
+// until ctx ends and returns ctx's error.
+func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string)) error {
+	return c.follow(ctx, c.keys.cancels(),
+		func(x kv.KeyValue) { fn(idFromIndex(x.Key)) },
+		func(ev kv.Event) {
+			if ev.Type == kv.EventPut {
+				fn(idFromIndex(ev.KV.Key))
+			}
+		})
+}
+
+// WatchAvailable calls fn whenever a job becomes available in queue (any
+// queue if queue is empty). fn must not block. It blocks until ctx ends.
+func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func()) error {
+	prefix := c.keys.available()
+	if queue != "" {
+		prefix = c.keys.queue(queue)
+	}
+	fn() // whatever became available while nobody watched
+	return c.follow(ctx, prefix, nil, func(ev kv.Event) {
+		if ev.Type == kv.EventPut {
+			fn()
+		}
+	})
+}

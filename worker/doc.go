@@ -1,0 +1,30 @@
+// Package worker is the runtime a Go program embeds to run leasehold jobs:
+// a handler registry by kind, a bounded number of slots, per-job timeouts,
+// retries with backoff, self-fencing and graceful stop.
+//
+// A Worker holds one session (a lease) at a time. Every job it claims hangs
+// on that lease and every write for the job is fenced by the claim's token
+// (see package fence). The handler's context is derived from the session:
+// when the lease is lost or cannot be renewed before its validity deadline,
+// every handler's context is cancelled with cause
+// coordinator.ErrSessionExpired, their runs are abandoned (nothing is
+// recorded: another daemon may own the jobs by now), and the worker starts a
+// new session and goes on claiming.
+//
+// A handler's context is also cancelled when an operator cancels its job
+// (cause ErrCancelRequested), when the job's timeout passes
+// (context.DeadlineExceeded) and when Stop's deadline passes
+// (ErrShutdown). A handler that ignores its context keeps running, but its
+// writes are refused once its run is over and its slot is given back after
+// AbandonGrace.
+//
+// What a handler returns decides the outcome: nil completes the job (with
+// the result set by SetResult), JobSnooze runs it again later without using
+// an attempt, JobCancel ends it cancelled, JobRetryAt retries at a given
+// time, and any other error fails the attempt: retryable with backoff until
+// MaxAttempts, then discarded. A panic is recovered into a failed attempt
+// with its stack.
+//
+// Execution is at least once. Side effects outside the store should be
+// fenced with Job.Token or made idempotent with Job.IdempotencyKey.
+package worker

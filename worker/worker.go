@@ -1,0 +1,541 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/fence"
+)
+
+// Config configures a Worker. The zero value of each field means its
+// default.
+type Config struct {
+	// AbandonGrace is how long a handler that ignores its cancelled
+	// context keeps its slot before the slot is given back (its writes
+	// are refused either way). Default: 10s.
+	AbandonGrace time.Duration
+	// Concurrency is the number of slots: jobs run at once. Default: 10.
+	Concurrency int
+	// DefaultTimeout bounds an attempt whose job sets no timeout.
+	// Default: 0, none.
+	DefaultTimeout time.Duration
+	// LeaseMargin is subtracted from the session's validity deadline.
+	// Default: LeaseTTL/5.
+	LeaseMargin time.Duration
+	// LeaseTTL is the session lease TTL. Default: 30s; at least 2s.
+	LeaseTTL time.Duration
+	// Logger receives structured logs. Default: the coordinator's.
+	Logger *slog.Logger
+	// Maintain runs the promotion and retention loop in this worker
+	// (embedded mode). Default: false.
+	Maintain bool
+	// PollInterval is a backstop for the watch that wakes the claim loop.
+	// Default: 5s.
+	PollInterval time.Duration
+	// Queues are served round-robin. Default: ["default"].
+	Queues []string
+	// Reap runs the reaper loop in this worker (shared mode). Default:
+	// false.
+	Reap bool
+	// ReapInterval is the reaper's periodic scan. Default: 10s.
+	ReapInterval time.Duration
+	// Spread makes claims pick at random among the first jobs of a queue
+	// instead of taking the very first ones, to avoid claim storms when
+	// several daemons share a queue. Default: false.
+	Spread bool
+	// WorkerID names this worker; it must be unique. Default:
+	// coordinator.NewWorkerID().
+	WorkerID string
+}
+
+// Defaults of Config.
+const (
+	DefaultAbandonGrace = 10 * time.Second
+	DefaultConcurrency  = 10
+	DefaultPollInterval = 5 * time.Second
+	DefaultReapInterval = 10 * time.Second
+)
+
+func (cfg Config) withDefaults(c *coordinator.Coordinator) (Config, error) {
+	if cfg.AbandonGrace == 0 {
+		cfg.AbandonGrace = DefaultAbandonGrace
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = coordinator.DefaultLeaseTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = c.Logger()
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if len(cfg.Queues) == 0 {
+		cfg.Queues = []string{coordinator.DefaultQueue}
+	}
+	if cfg.ReapInterval == 0 {
+		cfg.ReapInterval = DefaultReapInterval
+	}
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = coordinator.NewWorkerID()
+	}
+	if cfg.Concurrency < 0 || cfg.DefaultTimeout < 0 || cfg.AbandonGrace < 0 || cfg.PollInterval < 0 {
+		return cfg, fmt.Errorf("%w: negative worker setting", coordinator.ErrInvalid)
+	}
+	for _, q := range cfg.Queues {
+		if err := coordinator.ValidateQueue(q); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// Worker claims and runs jobs. Create it with New, register handlers, then
+// Start; Stop drains it.
+type Worker struct {
+	c   *coordinator.Coordinator
+	cfg Config
+	log *slog.Logger
+
+	handlers map[string]Handler
+	started  atomic.Bool
+
+	sess   atomic.Pointer[coordinator.Session]
+	slots  chan struct{} // one token per occupied slot
+	wake   chan struct{} // new work may be available, or a slot freed
+	active sync.Map      // job id -> *active
+
+	loopCtx     context.Context // claiming, watches, maintenance
+	loopCancel  context.CancelFunc
+	runCtx      context.Context // parent of every handler's context
+	runCancel   context.CancelCauseFunc
+	cancelCtx   context.Context // the cancel-request watch; outlives loopCtx
+	cancelStop  context.CancelFunc
+	loops       sync.WaitGroup
+	handlersWG  sync.WaitGroup
+	stopOnce    sync.Once
+	stopped     chan struct{}
+	inFlight    atomic.Int64
+	sessionLost atomic.Int64
+	abandoned   atomic.Int64
+}
+
+type active struct {
+	run             *coordinator.Run
+	cancel          context.CancelCauseFunc
+	cancelRequested atomic.Bool
+}
+
+// New returns a worker over c. It validates cfg.
+func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
+	cfg, err := cfg.withDefaults(c)
+	if err != nil {
+		return nil, err
+	}
+	return &Worker{
+		c:        c,
+		cfg:      cfg,
+		log:      cfg.Logger.With(slog.String("worker", cfg.WorkerID)),
+		handlers: map[string]Handler{},
+		slots:    make(chan struct{}, cfg.Concurrency),
+		wake:     make(chan struct{}, 1),
+		stopped:  make(chan struct{}),
+	}, nil
+}
+
+// Handle registers h for kind. It panics if called after Start or twice for
+// one kind, as both are programming errors.
+func (w *Worker) Handle(kind string, h Handler) {
+	if w.started.Load() {
+		panic("worker: Handle after Start")
+	}
+	if err := coordinator.ValidateKind(kind); err != nil {
+		panic(err.Error())
+	}
+	if _, dup := w.handlers[kind]; dup {
+		panic("worker: second handler for kind " + kind)
+	}
+	w.handlers[kind] = h
+}
+
+// Kinds returns the registered kinds, sorted.
+func (w *Worker) Kinds() []string {
+	out := make([]string, 0, len(w.handlers))
+	for k := range w.handlers {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.WorkerID }
+
+// Running returns the number of handlers running now.
+func (w *Worker) Running() int { return int(w.inFlight.Load()) }
+
+// Session returns the current session (nil before Start).
+func (w *Worker) Session() *coordinator.Session { return w.sess.Load() }
+
+// SessionsLost counts sessions that ended by losing their lease.
+func (w *Worker) SessionsLost() int64 { return w.sessionLost.Load() }
+
+// Stopped is closed when Stop has finished.
+func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+
+// Start opens a session and starts claiming. It returns once work is
+// running, or the error that prevented it. ctx bounds only the start.
+func (w *Worker) Start(ctx context.Context) error {
+	if len(w.handlers) == 0 {
+		return fmt.Errorf("%w: worker has no handlers", coordinator.ErrInvalid)
+	}
+	if !w.started.CompareAndSwap(false, true) {
+		return fmt.Errorf("worker: Start called twice")
+	}
+	select {
+	case <-w.stopped:
+		return ErrStopped
+	default:
+	}
+	sess, err := w.newSession(ctx)
+	if err != nil {
+		return err
+	}
+	w.sess.Store(sess)
+	w.loopCtx, w.loopCancel = context.WithCancel(context.Background())
+	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
+	w.cancelCtx, w.cancelStop = context.WithCancel(context.Background())
+
+	w.goLoop(w.claimLoop)
+	w.goLoop(func() {
+		_ = w.c.WatchCancelRequests(w.cancelCtx, w.onCancelRequest)
+	})
+	for _, q := range w.cfg.Queues {
+		w.goLoop(func() { _ = w.c.WatchAvailable(w.loopCtx, q, w.poke) })
+	}
+	if w.cfg.Maintain {
+		w.goLoop(func() { _ = w.c.RunMaintenance(w.loopCtx, coordinator.MaintainConfig{}) })
+	}
+	if w.cfg.Reap {
+		w.goLoop(func() { _ = w.c.RunReaper(w.loopCtx, w.isRunning, w.cfg.ReapInterval) })
+	}
+	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Any("queues", w.cfg.Queues), slog.Any("kinds", w.Kinds()))
+	return nil
+}
+
+func (w *Worker) goLoop(f func()) {
+	w.loops.Add(1)
+	go func() {
+		defer w.loops.Done()
+		f()
+	}()
+}
+
+func (w *Worker) newSession(ctx context.Context) (*coordinator.Session, error) {
+	host, _ := os.Hostname()
+	return w.c.NewSession(ctx, coordinator.SessionConfig{
+		TTL:    w.cfg.LeaseTTL,
+		Margin: w.cfg.LeaseMargin,
+		Worker: coordinator.WorkerInfo{
+			ID: w.cfg.WorkerID, Host: host, PID: os.Getpid(), StartedAt: time.Now().UTC(),
+			Queues: w.cfg.Queues, Kinds: w.Kinds(), Concurrency: w.cfg.Concurrency,
+		},
+	})
+}
+
+// isRunning reports whether a handler of this worker runs job id now.
+func (w *Worker) isRunning(id string) bool {
+	_, ok := w.active.Load(id)
+	return ok
+}
+
+// poke wakes the claim loop without blocking.
+func (w *Worker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Worker) onCancelRequest(id string) {
+	if a, ok := w.active.Load(id); ok {
+		a := a.(*active)
+		if a.cancelRequested.CompareAndSwap(false, true) {
+			w.log.Info("cancel requested for running job", slog.String("job", id))
+			a.cancel(ErrCancelRequested)
+		}
+	}
+}
+
+// claimLoop claims while slots are free, sleeping on the availability watch
+// when there is nothing to claim. When the session ends it waits for the
+// session's handlers to stop, then opens a new session.
+func (w *Worker) claimLoop() {
+	ctx := w.loopCtx
+	backoff := time.Duration(0)
+	next := 0
+	for ctx.Err() == nil {
+		sess := w.sess.Load()
+		if sess.Ctx().Err() != nil {
+			if !w.renewSession(ctx, sess) {
+				return
+			}
+			continue
+		}
+		free := cap(w.slots) - len(w.slots)
+		claimed, conflicts := 0, 0
+		if free > 0 {
+			for i := range w.cfg.Queues {
+				q := w.cfg.Queues[(next+i)%len(w.cfg.Queues)]
+				runs, st, err := w.c.Claim(ctx, sess, q, free-claimed, w.cfg.Spread)
+				if err != nil && ctx.Err() == nil && sess.Ctx().Err() == nil {
+					w.log.Warn("claim failed", slog.String("queue", q), slog.Any("err", err))
+				}
+				conflicts += st.Conflicts
+				for _, r := range runs {
+					w.start(sess, r)
+				}
+				claimed += len(runs)
+				if claimed >= free {
+					break
+				}
+			}
+			next++
+		}
+		switch {
+		case claimed > 0:
+			backoff = 0
+			continue // there may be more
+		case conflicts > 0:
+			// Others took what we wanted: back off briefly, at random,
+			// so contending daemons spread out.
+			backoff = min(max(2*backoff, time.Millisecond), 50*time.Millisecond)
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff/2 + jitter(backoff/2)):
+			}
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case <-sess.Ctx().Done():
+		case <-w.wake:
+		case <-time.After(w.cfg.PollInterval):
+		}
+	}
+}
+
+// renewSession replaces an ended session. Handlers of the old session have
+// been cancelled through its context; they record nothing.
+func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) bool {
+	cause := context.Cause(old.Ctx())
+	w.sessionLost.Add(1)
+	w.log.Warn("session ended: running jobs were interrupted and fenced; starting a new session", slog.Any("cause", cause))
+	cctx, cancel := context.WithTimeout(ctx, time.Second)
+	_ = old.Close(cctx) // stops its heartbeat; the lease is likely gone
+	cancel()
+	delay := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		sess, err := w.newSession(ctx)
+		if err == nil {
+			w.sess.Store(sess)
+			w.log.Info("new session started", slog.Int64("lease", int64(sess.Lease())))
+			return true
+		}
+		w.log.Warn("cannot start a new session; retrying", slog.Any("err", err), slog.Duration("in", delay))
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 5*time.Second)
+	}
+	return false
+}
+
+// start runs r in its own goroutine, in a slot.
+func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
+	w.slots <- struct{}{}
+	w.handlersWG.Add(1)
+	w.inFlight.Add(1)
+	go func() {
+		defer w.handlersWG.Done()
+		w.execute(sess, r)
+	}()
+}
+
+func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
+	jc := r.Job()
+	log := w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
+	ctx, cancel := context.WithCancelCause(w.runCtx)
+	defer cancel(nil)
+	stopOnLoss := context.AfterFunc(sess.Ctx(), func() { cancel(context.Cause(sess.Ctx())) })
+	defer stopOnLoss()
+	if d := jc.Timeout(); d > 0 || w.cfg.DefaultTimeout > 0 {
+		if d == 0 {
+			d = w.cfg.DefaultTimeout
+		}
+		var tcancel context.CancelFunc
+		ctx, tcancel = context.WithTimeout(ctx, d)
+		defer tcancel()
+	}
+	a := &active{run: r, cancel: cancel}
+	w.active.Store(jc.ID, a)
+	defer w.active.Delete(jc.ID)
+	if jc.CancelRequested {
+		a.cancelRequested.Store(true)
+		cancel(ErrCancelRequested)
+	}
+
+	job := &Job{Job: jc, run: r}
+	done := make(chan struct{})
+	var herr error
+	var trace string
+	go func() {
+		defer close(done)
+		herr, trace = w.call(ctx, job)
+	}()
+	defer func() {
+		<-w.slots
+		w.inFlight.Add(-1)
+		w.poke()
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		select {
+		case <-done:
+		case <-time.After(w.cfg.AbandonGrace):
+			// The handler ignores its cancelled context. Its goroutine
+			// cannot be stopped: record the outcome for it now, which ends
+			// the run, so that its later writes are refused.
+			w.abandoned.Add(1)
+			log.Error("handler ignores its cancelled context: ending its run without it", slog.Any("cause", context.Cause(ctx)), slog.Duration("grace", w.cfg.AbandonGrace))
+			w.record(sess, r, job, ctx, fmt.Errorf("handler did not return within %s of its context's cancellation (%v)", w.cfg.AbandonGrace, context.Cause(ctx)), "", a, log)
+			return
+		}
+	}
+	w.record(sess, r, job, ctx, herr, trace, a, log)
+}
+
+// call runs the handler, turning a panic into an error with its stack.
+func (w *Worker) call(ctx context.Context, j *Job) (err error, trace string) {
+	h := w.handlers[j.Kind]
+	if h == nil {
+		return fmt.Errorf("%w %q on worker %s (it runs %v)", ErrUnknownKind, j.Kind, w.cfg.WorkerID, w.Kinds()), ""
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			err, trace = fmt.Errorf("handler panicked: %v", p), string(debug.Stack())
+		}
+	}()
+	return h(ctx, j), ""
+}
+
+// record writes the outcome of a run under its fence.
+func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, ctx context.Context, herr error, trace string, a *active, log *slog.Logger) {
+	cause := context.Cause(ctx)
+	if r.Lost() != nil || errors.Is(cause, coordinator.ErrSessionExpired) || !sess.Valid() {
+		log.Warn("run abandoned: the session's lease was lost; recording nothing", slog.Any("cause", cause))
+		return
+	}
+	// Outcome writes are bounded by the session's validity deadline:
+	// after it, the store may already have given the job to another run.
+	wctx, wcancel := context.WithDeadline(context.Background(), sess.ValidUntil())
+	defer wcancel()
+	var snooze *snoozeError
+	var cancelled *cancelError
+	var retryAt *retryAtError
+	var op func(context.Context) error
+	switch {
+	case herr == nil:
+		op = func(ctx context.Context) error { return r.Complete(ctx, j.getResult()) }
+	case errors.As(herr, &snooze):
+		op = func(ctx context.Context) error { return r.Snooze(ctx, snooze.d) }
+	case errors.As(herr, &cancelled):
+		op = func(ctx context.Context) error { return r.Cancel(ctx, cancelled.err) }
+	case a.cancelRequested.Load():
+		op = func(ctx context.Context) error { return r.Cancel(ctx, ErrCancelRequested) }
+	case errors.Is(cause, ErrShutdown):
+		op = r.Release
+	case errors.As(herr, &retryAt):
+		op = func(ctx context.Context) error { return r.Fail(ctx, herr, coordinator.FailOpts{RetryAt: retryAt.at}) }
+	default:
+		if errors.Is(cause, context.DeadlineExceeded) && ctx.Err() != nil {
+			herr = fmt.Errorf("attempt timed out: %w", herr)
+		}
+		op = func(ctx context.Context) error { return r.Fail(ctx, herr, coordinator.FailOpts{Trace: trace}) }
+	}
+	delay := 50 * time.Millisecond
+	for {
+		err := op(wctx)
+		switch {
+		case err == nil:
+			if herr != nil {
+				log.Info("attempt failed", slog.Any("err", herr))
+			}
+			return
+		case errors.Is(err, fence.ErrLeaseLost):
+			log.Warn("outcome refused: another run owns the job; recording nothing", slog.Any("err", err))
+			return
+		case wctx.Err() != nil || errors.Is(err, coordinator.ErrInvalid) || errors.Is(err, coordinator.ErrWrongState):
+			log.Error("cannot record outcome; the job will be reaped and run again", slog.Any("err", err))
+			return
+		}
+		log.Warn("recording outcome failed; retrying", slog.Any("err", err))
+		select {
+		case <-wctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// Stop stops claiming and waits for running handlers until ctx ends; then
+// it cancels them (cause ErrShutdown) and releases their jobs, which become
+// available again without using an attempt. Finally it closes the session,
+// which removes the worker's registration. It returns ctx's error if the
+// drain did not finish in time.
+func (w *Worker) Stop(ctx context.Context) error {
+	var err error
+	w.stopOnce.Do(func() {
+		defer close(w.stopped)
+		if !w.started.Load() {
+			return
+		}
+		w.loopCancel()
+		drained := make(chan struct{})
+		go func() {
+			w.handlersWG.Wait()
+			close(drained)
+		}()
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			err = fmt.Errorf("worker: drain: %w", ctx.Err())
+			w.log.Warn("drain deadline passed: cancelling running handlers", slog.Int("running", w.Running()))
+			w.runCancel(ErrShutdown)
+			<-drained
+		}
+		w.runCancel(ErrShutdown)
+		w.cancelStop()
+		w.loops.Wait()
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if cerr := w.sess.Load().Close(cctx); cerr != nil {
+			w.log.Warn("closing session", slog.Any("err", cerr))
+		}
+		w.log.Info("worker stopped")
+	})
+	return err
+}
