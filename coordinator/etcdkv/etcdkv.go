@@ -1,0 +1,454 @@
+package etcdkv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// Server defaults that Limits reports unless Options say otherwise.
+const (
+	// DefaultMaxOps is etcd's default --max-txn-ops.
+	DefaultMaxOps = 128
+	// DefaultMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB).
+	DefaultMaxRequestBytes = 3 << 19
+	// RequestBytesMargin is kept free below the server's request size limit
+	// for what the coordinator's size estimate does not count (protobuf
+	// framing of ops and compares, nested transactions).
+	RequestBytesMargin = 64 << 10
+)
+
+// Options tune a Store.
+type Options struct {
+	// MaxOps is the server's --max-txn-ops; 0 means DefaultMaxOps. Set it
+	// when the servers were started with a larger value.
+	MaxOps int
+	// MaxRequestBytes is the server's --max-request-bytes; 0 means
+	// DefaultMaxRequestBytes. A client built by [Dial] cannot send requests
+	// over 2 MiB unless Config.MaxCallSendMsgSize says so.
+	MaxRequestBytes int
+}
+
+// Store is the kv seam on an etcd client. It is safe for concurrent use.
+type Store struct {
+	cli    *clientv3.Client
+	limits kv.Limits
+
+	// ctx ends with Close; it stops watches.
+	ctx    context.Context
+	cancel context.CancelFunc
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // watch goroutines
+}
+
+var _ kv.Store = (*Store)(nil)
+
+// New returns a Store on cli. Close does not close cli: the caller owns it.
+func New(cli *clientv3.Client, opts Options) *Store {
+	maxOps := opts.MaxOps
+	if maxOps <= 0 {
+		maxOps = DefaultMaxOps
+	}
+	maxBytes := opts.MaxRequestBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxRequestBytes
+	}
+	maxBytes -= RequestBytesMargin
+	if maxBytes < 1 {
+		maxBytes = 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Store{
+		cli:    cli,
+		limits: kv.Limits{MaxOps: maxOps, MaxBytes: maxBytes},
+		ctx:    ctx,
+		cancel: cancel,
+	}
+}
+
+// Client returns the etcd client the store uses.
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+// Close stops every watch of the store and waits for their goroutines.
+// Later calls return kv.ErrClosed. It does not close the etcd client.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Limits reports the transaction limits given in Options (or etcd's
+// defaults), the byte limit less [RequestBytesMargin].
+func (s *Store) Limits() kv.Limits { return s.limits }
+
+// Txn applies t as one etcd transaction.
+func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if s.isClosed() {
+		return kv.TxnResult{}, kv.ErrClosed
+	}
+	cmps, then, els, err := toTxn(t)
+	if err != nil {
+		return kv.TxnResult{}, fmt.Errorf("etcdkv: txn: %w", err)
+	}
+	resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	if err != nil {
+		return kv.TxnResult{}, mapErr("txn", err)
+	}
+	return fromTxnResponse(resp.Header.GetRevision(), resp.Succeeded, resp.Responses), nil
+}
+
+// Range reads keys with a linearizable read.
+func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if s.isClosed() {
+		return kv.RangeResult{}, kv.ErrClosed
+	}
+	var opts []clientv3.OpOption
+	key := r.Start
+	if key == "" && r.End != "" {
+		key = "\x00" // etcd rejects an empty key; no key is empty
+	}
+	if r.End != "" {
+		opts = append(opts, clientv3.WithRange(r.End))
+	}
+	if r.Limit > 0 {
+		opts = append(opts, clientv3.WithLimit(int64(r.Limit)))
+	}
+	if r.KeysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	resp, err := s.cli.Get(ctx, key, opts...)
+	if err != nil {
+		return kv.RangeResult{}, mapErr("range", err)
+	}
+	res := kv.RangeResult{
+		KVs:      make([]kv.KeyValue, len(resp.Kvs)),
+		More:     resp.More,
+		Revision: resp.Header.GetRevision(),
+	}
+	for i, e := range resp.Kvs {
+		res.KVs[i] = fromKV(e)
+	}
+	return res, nil
+}
+
+// Watch streams the changes to keys with prefix from fromRev on.
+//
+// With fromRev 0 the watch starts at the revision after the store's current
+// one, and Watch returns only once etcd has created it (or ctx ended), so
+// that every write made after Watch returns is seen. With fromRev > 0 it
+// returns at once; etcd replays history from fromRev, or the watch ends with
+// kv.ErrCompacted.
+//
+// The watch requires a leader: when the member it is connected to loses its
+// leader, the watch ends with an error instead of silently falling behind.
+// The channel is closed when ctx ends, when the store is closed, or after a
+// response carrying Err.
+func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		out := make(chan kv.WatchResponse, 1)
+		out <- kv.WatchResponse{Err: kv.ErrClosed}
+		close(out)
+		return out
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	out := make(chan kv.WatchResponse)
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	stop := context.AfterFunc(s.ctx, cancel) // Close ends the watch
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	created := make(chan struct{})
+	if fromRev > 0 {
+		opts = append(opts, clientv3.WithRev(fromRev))
+		close(created)
+	} else {
+		opts = append(opts, clientv3.WithCreatedNotify())
+	}
+	wch := s.cli.Watch(wctx, prefix, opts...)
+	go func() {
+		defer s.wg.Done()
+		defer close(out)
+		defer cancel()
+		defer stop()
+		s.pumpWatch(wctx, wch, out, created)
+	}()
+	select {
+	case <-created:
+	case <-wctx.Done():
+	}
+	return out
+}
+
+// pumpWatch translates clientv3's responses until the watch ends. It closes
+// created (if still open) once etcd has created the watch or the watch ended.
+func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<- kv.WatchResponse, created chan struct{}) {
+	markCreated := sync.OnceFunc(func() {
+		select {
+		case <-created:
+		default:
+			close(created)
+		}
+	})
+	defer markCreated()
+	send := func(r kv.WatchResponse) bool {
+		markCreated()
+		select {
+		case out <- r:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for {
+		var (
+			resp clientv3.WatchResponse
+			ok   bool
+		)
+		select {
+		case resp, ok = <-wch:
+		case <-ctx.Done():
+			return
+		}
+		if !ok {
+			// clientv3 closes the channel without a final response when
+			// the watch context ends; anything else is a failure.
+			if ctx.Err() == nil {
+				send(kv.WatchResponse{Err: errors.New("etcdkv: watch: channel closed by the etcd client")})
+			}
+			return
+		}
+		if resp.CompactRevision != 0 {
+			send(kv.WatchResponse{
+				Err:             fmt.Errorf("etcdkv: watch: %w (compacted at revision %d)", kv.ErrCompacted, resp.CompactRevision),
+				CompactRevision: resp.CompactRevision,
+			})
+			return
+		}
+		if err := resp.Err(); err != nil {
+			if ctx.Err() == nil { // not our own cancellation
+				send(kv.WatchResponse{Err: mapErr("watch", err)})
+			}
+			return
+		}
+		if resp.Created {
+			markCreated()
+		}
+		if len(resp.Events) == 0 { // created or progress notification
+			continue
+		}
+		r := kv.WatchResponse{Events: make([]kv.Event, len(resp.Events))}
+		for i, ev := range resp.Events {
+			r.Events[i] = kv.Event{Type: kv.EventPut, KV: fromKV(ev.Kv)}
+			if ev.Type == mvccpb.DELETE {
+				r.Events[i].Type = kv.EventDelete
+			}
+		}
+		if !send(r) {
+			return
+		}
+	}
+}
+
+// Grant creates a lease of ttl rounded up to whole seconds, at least 1 s.
+// etcd raises TTLs below its own minimum (ceil(1.5 × election timeout),
+// 2 s by default) to that minimum.
+func (s *Store) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error) {
+	if s.isClosed() {
+		return 0, kv.ErrClosed
+	}
+	resp, err := s.cli.Grant(ctx, ttlSeconds(ttl))
+	if err != nil {
+		return 0, mapErr("grant", err)
+	}
+	return kv.LeaseID(resp.ID), nil
+}
+
+func ttlSeconds(ttl time.Duration) int64 {
+	secs := int64((ttl + time.Second - 1) / time.Second)
+	return max(secs, 1)
+}
+
+// KeepAliveOnce renews the lease once, within ctx (give it a deadline:
+// clientv3 retries while the cluster is unavailable), and returns the TTL
+// granted; kv.ErrLeaseNotFound when the lease is gone.
+func (s *Store) KeepAliveOnce(ctx context.Context, id kv.LeaseID) (time.Duration, error) {
+	if s.isClosed() {
+		return 0, kv.ErrClosed
+	}
+	resp, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(id))
+	if err != nil {
+		return 0, mapErr("keepalive", err)
+	}
+	return time.Duration(resp.TTL) * time.Second, nil
+}
+
+// Revoke ends the lease and deletes its keys.
+func (s *Store) Revoke(ctx context.Context, id kv.LeaseID) error {
+	if s.isClosed() {
+		return kv.ErrClosed
+	}
+	if _, err := s.cli.Revoke(ctx, clientv3.LeaseID(id)); err != nil {
+		return mapErr("revoke", err)
+	}
+	return nil
+}
+
+// mapErr maps etcd's errors to the seam's sentinels, keeping the original
+// error in the chain too, and says what was being done.
+func mapErr(what string, err error) error {
+	var sentinel error
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		sentinel = kv.ErrCompacted
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		sentinel = kv.ErrLeaseNotFound
+	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge), isMessageTooLarge(err):
+		sentinel = kv.ErrTxnTooLarge
+	}
+	if sentinel != nil {
+		return fmt.Errorf("etcdkv: %s: %w (%w)", what, sentinel, err)
+	}
+	return fmt.Errorf("etcdkv: %s: %w", what, err)
+}
+
+// isMessageTooLarge reports gRPC's own size limits: the client refusing to
+// send more than MaxCallSendMsgSize, or the server refusing to receive more
+// than its limit (MaxRequestBytes plus gRPC overhead). Both are
+// ResourceExhausted, as is etcd's "database space exceeded", which is not a
+// size error: tell them apart by message.
+func isMessageTooLarge(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	return strings.Contains(st.Message(), "larger than max")
+}
+
+func toTxn(t kv.Txn) (cmps []clientv3.Cmp, then, els []clientv3.Op, err error) {
+	cmps = make([]clientv3.Cmp, len(t.If))
+	for i, c := range t.If {
+		if cmps[i], err = toCmp(c); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	if then, err = toOps(t.Then); err != nil {
+		return nil, nil, nil, err
+	}
+	if els, err = toOps(t.Else); err != nil {
+		return nil, nil, nil, err
+	}
+	return cmps, then, els, nil
+}
+
+func toCmp(c kv.Cmp) (clientv3.Cmp, error) {
+	var op string
+	switch c.Op {
+	case kv.Equal:
+		op = "="
+	case kv.NotEqual:
+		op = "!="
+	case kv.Less:
+		op = "<"
+	case kv.Greater:
+		op = ">"
+	default:
+		return clientv3.Cmp{}, fmt.Errorf("compare on %q: unknown operator %d", c.Key, c.Op)
+	}
+	switch c.Target {
+	case kv.Version:
+		return clientv3.Compare(clientv3.Version(c.Key), op, c.Int), nil
+	case kv.CreateRevision:
+		return clientv3.Compare(clientv3.CreateRevision(c.Key), op, c.Int), nil
+	case kv.ModRevision:
+		return clientv3.Compare(clientv3.ModRevision(c.Key), op, c.Int), nil
+	case kv.Value:
+		return clientv3.Compare(clientv3.Value(c.Key), op, string(c.Bytes)), nil
+	default:
+		return clientv3.Cmp{}, fmt.Errorf("compare on %q: unknown target %d", c.Key, c.Target)
+	}
+}
+
+func toOps(ops []kv.Op) ([]clientv3.Op, error) {
+	out := make([]clientv3.Op, len(ops))
+	for i, o := range ops {
+		switch o.Type {
+		case kv.OpGet:
+			out[i] = clientv3.OpGet(o.Key)
+		case kv.OpPut:
+			if o.Lease != 0 {
+				out[i] = clientv3.OpPut(o.Key, string(o.Value), clientv3.WithLease(clientv3.LeaseID(o.Lease)))
+			} else {
+				out[i] = clientv3.OpPut(o.Key, string(o.Value))
+			}
+		case kv.OpDelete:
+			out[i] = clientv3.OpDelete(o.Key)
+		case kv.OpTxn:
+			if o.Txn == nil {
+				return nil, fmt.Errorf("op %d: nested transaction is nil", i)
+			}
+			cmps, then, els, err := toTxn(*o.Txn)
+			if err != nil {
+				return nil, fmt.Errorf("op %d: %w", i, err)
+			}
+			out[i] = clientv3.OpTxn(cmps, then, els)
+		default:
+			return nil, fmt.Errorf("op %d on %q: unknown type %d", i, o.Key, o.Type)
+		}
+	}
+	return out, nil
+}
+
+// fromTxnResponse converts the results of the branch that ran. Nested
+// transactions share the enclosing one's revision.
+func fromTxnResponse(rev int64, succeeded bool, resps []*etcdserverpb.ResponseOp) kv.TxnResult {
+	res := kv.TxnResult{Succeeded: succeeded, Revision: rev, Results: make([]kv.OpResult, len(resps))}
+	for i, r := range resps {
+		switch {
+		case r.GetResponseRange() != nil:
+			if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+				v := fromKV(kvs[0])
+				res.Results[i].KV = &v
+			}
+		case r.GetResponseTxn() != nil:
+			t := r.GetResponseTxn()
+			nested := fromTxnResponse(rev, t.Succeeded, t.Responses)
+			res.Results[i].Txn = &nested
+		}
+	}
+	return res
+}
+
+func fromKV(e *mvccpb.KeyValue) kv.KeyValue {
+	return kv.KeyValue{
+		Key:            string(e.Key),
+		Value:          e.Value,
+		CreateRevision: e.CreateRevision,
+		ModRevision:    e.ModRevision,
+		Version:        e.Version,
+		Lease:          kv.LeaseID(e.Lease),
+	}
+}
