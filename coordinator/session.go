@@ -15,6 +15,10 @@ import (
 
 // SessionConfig configures a daemon session.
 type SessionConfig struct {
+	// Clock times renewals and the validity deadline. It is separate from
+	// the coordinator's clock, which stamps jobs, so tests can move job
+	// time without expiring sessions. Default: RealClock.
+	Clock Clock
 	// Margin is subtracted from the validity deadline to absorb clock-rate
 	// error and the time it takes handlers to stop. Default: TTL/5.
 	Margin time.Duration
@@ -38,6 +42,9 @@ func (cfg SessionConfig) RenewInterval() time.Duration { return cfg.TTL / 3 }
 // TTL > TTL - Margin > renew interval, so a session renews at least once
 // before its deadline, with time to spare.
 func (cfg SessionConfig) withDefaults() (SessionConfig, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = RealClock
+	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultLeaseTTL
 	}
@@ -107,7 +114,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	if err != nil {
 		return nil, err
 	}
-	sent := c.clock.Now()
+	sent := cfg.Clock.Now()
 	lease, err := c.store.Grant(parent, cfg.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: grant session lease: %w", err)
@@ -153,7 +160,7 @@ func (s *Session) ValidUntil() time.Time { return time.Unix(0, s.validUntil.Load
 // Valid reports whether the session has not ended and its deadline has not
 // passed. Fenced writes are not attempted when it is false.
 func (s *Session) Valid() bool {
-	return s.ctx.Err() == nil && s.c.clock.Now().Before(s.ValidUntil())
+	return s.ctx.Err() == nil && s.cfg.Clock.Now().Before(s.ValidUntil())
 }
 
 // Renewals counts acknowledged renewals (for tests and metrics).
@@ -174,18 +181,18 @@ func (s *Session) heartbeat() {
 	retry := min(500*time.Millisecond, s.cfg.RenewInterval()/2)
 	for {
 		deadline := s.ValidUntil()
-		wait := min(next, deadline.Sub(s.c.clock.Now()))
+		wait := min(next, deadline.Sub(s.cfg.Clock.Now()))
 		select {
 		case <-s.ctx.Done():
 			return
-		case <-s.c.clock.After(max(wait, 0)):
+		case <-s.cfg.Clock.After(max(wait, 0)):
 		}
-		if !s.c.clock.Now().Before(s.ValidUntil()) {
+		if !s.cfg.Clock.Now().Before(s.ValidUntil()) {
 			log.Warn("session lease not renewed before its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
 			s.end(ErrSessionExpired)
 			return
 		}
-		sent := s.c.clock.Now()
+		sent := s.cfg.Clock.Now()
 		rctx, cancel := context.WithDeadline(s.ctx, s.ValidUntil())
 		ttl, err := s.c.store.KeepAliveOnce(rctx, s.lease)
 		cancel()

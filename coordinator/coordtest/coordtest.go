@@ -1,0 +1,891 @@
+package coordtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/fence"
+	"golang.org/x/sync/errgroup"
+)
+
+// Run runs the suite. open returns a store for one test; it may return the
+// same store every time.
+func Run(t *testing.T, open func(t *testing.T) kv.Store) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h *harness)
+	}{
+		{"EnqueueGetList", testEnqueueGetList},
+		{"BadInputWritesNothing", testBadInputWritesNothing},
+		{"ConcurrentClaimsNeverBothWin", testConcurrentClaims},
+		{"TokenGrowsAcrossClaims", testTokenGrows},
+		{"StaleTokenWritesRefused", testStaleTokenRefused},
+		{"CancelRequestSurvivesCheckpoints", testCancelSurvivesCheckpoints},
+		{"CancelByState", testCancelByState},
+		{"RetryBackoffThenDiscard", testRetryThenDiscard},
+		{"SnoozeKeepsAttempt", testSnooze},
+		{"ScheduledPromotedWhenDue", testScheduledPromoted},
+		{"RetentionPurgesFinished", testRetention},
+		{"ReapRequeuesOrphans", testReap},
+		{"ReapRespectsCancelAndRescueLimit", testReapCancelAndLimit},
+		{"ReapNeverTakesFinishedOrReclaimed", testReapRaces},
+		{"UniqueEnqueueRace", testUniqueRace},
+		{"WaitReturnsFinal", testWait},
+		{"SessionEndsWhenLeaseRevoked", testSessionRevoked},
+		{"LostClaimReplyResolved", testLostClaimReply},
+		{"LostFinalReplyResolved", testLostFinalReply},
+		{"PriorityAndQueues", testPriorityAndQueues},
+		{"ListPaging", testListPaging},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			store := open(t)
+			h := newHarness(t, store, fmt.Sprintf("t%d-%d", i, time.Now().UnixNano()))
+			tc.fn(t, h)
+		})
+	}
+}
+
+// harness is one namespace on one store, with a controllable clock.
+type harness struct {
+	t     *testing.T
+	store kv.Store
+	ns    string
+	clock *Clock
+	c     *coordinator.Coordinator
+}
+
+func newHarness(t *testing.T, store kv.Store, ns string) *harness {
+	h := &harness{t: t, store: store, ns: ns, clock: NewClock(time.Now())}
+	h.c = h.coordinator(store, coordinator.Config{})
+	return h
+}
+
+// coordinator returns another coordinator on the same namespace and clock,
+// possibly over a wrapped store.
+func (h *harness) coordinator(store kv.Store, cfg coordinator.Config) *coordinator.Coordinator {
+	cfg.Namespace = h.ns
+	cfg.Clock = h.clock
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	c, err := coordinator.New(store, cfg)
+	if err != nil {
+		h.t.Fatalf("coordinator.New: %v", err)
+	}
+	return c
+}
+
+func (h *harness) ctx() context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	h.t.Cleanup(cancel)
+	return ctx
+}
+
+var workerSeq atomic.Int64
+
+// session opens a session with a long TTL: these tests end leases by
+// revoking them, never by waiting.
+func (h *harness) session(c *coordinator.Coordinator) *coordinator.Session {
+	h.t.Helper()
+	id := fmt.Sprintf("w%d-%s", workerSeq.Add(1), coordinator.NewWorkerID())
+	s, err := c.NewSession(h.ctx(), coordinator.SessionConfig{TTL: 60 * time.Second, Worker: coordinator.WorkerInfo{ID: id}})
+	if err != nil {
+		h.t.Fatalf("NewSession: %v", err)
+	}
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	return s
+}
+
+func (h *harness) enqueue(p coordinator.EnqueueParams) *coordinator.Job {
+	h.t.Helper()
+	r, err := h.c.Enqueue(h.ctx(), p)
+	if err != nil {
+		h.t.Fatalf("Enqueue: %v", err)
+	}
+	return r.Job
+}
+
+func (h *harness) claimOne(s *coordinator.Session) *coordinator.Run {
+	h.t.Helper()
+	runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil {
+		h.t.Fatalf("Claim: %v", err)
+	}
+	if len(runs) != 1 {
+		h.t.Fatalf("Claim got %d runs, want 1", len(runs))
+	}
+	return runs[0]
+}
+
+func (h *harness) get(id string) *coordinator.Job {
+	h.t.Helper()
+	j, err := h.c.Get(h.ctx(), id)
+	if err != nil {
+		h.t.Fatalf("Get %s: %v", id, err)
+	}
+	return j
+}
+
+func (h *harness) counts() map[coordinator.State]int {
+	h.t.Helper()
+	n, err := h.c.Counts(h.ctx())
+	if err != nil {
+		h.t.Fatalf("Counts: %v", err)
+	}
+	return n
+}
+
+func (h *harness) wantState(id string, want coordinator.State) *coordinator.Job {
+	h.t.Helper()
+	j := h.get(id)
+	if j.State != want {
+		h.t.Fatalf("job %s is %s, want %s (errors %+v)", id, j.State, want, j.Errors)
+	}
+	return j
+}
+
+func testEnqueueGetList(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "email", Payload: json.RawMessage(`{"to":"a@b"}`)})
+	got := h.get(j.ID)
+	if got.Kind != "email" || got.State != coordinator.StateAvailable || got.Queue != "default" || got.Priority != 1 ||
+		got.MaxAttempts != coordinator.DefaultMaxAttempts || string(got.Payload) != `{"to":"a@b"}` || got.Attempt != 0 {
+		t.Fatalf("stored job = %+v", got)
+	}
+	page, err := h.c.List(h.ctx(), coordinator.ListParams{})
+	if err != nil || len(page.Jobs) != 1 || page.Jobs[0].ID != j.ID {
+		t.Fatalf("List = %+v, %v", page, err)
+	}
+	page, err = h.c.List(h.ctx(), coordinator.ListParams{State: coordinator.StateRunning})
+	if err != nil || len(page.Jobs) != 0 {
+		t.Fatalf("List running = %+v, %v", page, err)
+	}
+	if _, err := h.c.Get(h.ctx(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.Is(err, coordinator.ErrNotFound) {
+		t.Fatalf("Get missing: %v, want ErrNotFound", err)
+	}
+}
+
+func testBadInputWritesNothing(t *testing.T, h *harness) {
+	big := make([]byte, coordinator.DefaultMaxPayloadBytes+1)
+	for i := range big {
+		big[i] = ' '
+	}
+	big[0] = '1'
+	bad := []coordinator.EnqueueParams{
+		{Kind: "k", Payload: json.RawMessage(`{"a":`)},
+		{Kind: ""},
+		{Kind: "bad kind"},
+		{Kind: "k", Priority: 9},
+		{Kind: "k", MaxAttempts: -1},
+		{Kind: "k", Queue: "no/slash"},
+		{Kind: "k", Payload: big},
+		{Kind: "k", Timeout: -time.Second},
+	}
+	for _, p := range bad {
+		if _, err := h.c.Enqueue(h.ctx(), p); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("Enqueue(%.60v): err = %v, want ErrInvalid", p, err)
+		}
+	}
+	// One bad job in a batch rejects the whole batch.
+	if _, err := h.c.EnqueueBatch(h.ctx(), []coordinator.EnqueueParams{{Kind: "ok"}, {Kind: "k", Payload: json.RawMessage(`nope`)}}); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Errorf("EnqueueBatch with a bad job: err = %v, want ErrInvalid", err)
+	}
+	for _, id := range []string{"", "x", "01ARZ3NDEKTSV4RRFFQ69G5FA!", "../../etc/passwd"} {
+		if _, err := h.c.Get(h.ctx(), id); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("Get(%q): err = %v, want ErrInvalid", id, err)
+		}
+	}
+	if _, err := h.c.List(h.ctx(), coordinator.ListParams{State: "done"}); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Errorf("List(state=done): err = %v, want ErrInvalid", err)
+	}
+	for st, n := range h.counts() {
+		if n != 0 {
+			t.Errorf("bad input wrote %d %s jobs", n, st)
+		}
+	}
+}
+
+func testConcurrentClaims(t *testing.T, h *harness) {
+	const jobs, daemons = 60, 6
+	ps := make([]coordinator.EnqueueParams, jobs)
+	for i := range ps {
+		ps[i] = coordinator.EnqueueParams{Kind: "k"}
+	}
+	if _, err := h.c.EnqueueBatch(h.ctx(), ps); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	won := map[string][]string{}
+	g, ctx := errgroup.WithContext(h.ctx())
+	for d := range daemons {
+		c := h.coordinator(h.store, coordinator.Config{})
+		s := h.session(c)
+		g.Go(func() error {
+			for {
+				// Everyone races for the head of the queue.
+				runs, _, err := c.Claim(ctx, s, coordinator.DefaultQueue, 3, d%2 == 0)
+				if err != nil {
+					return err
+				}
+				if len(runs) == 0 {
+					n, err := c.Counts(ctx)
+					if err != nil {
+						return err
+					}
+					if n[coordinator.StateAvailable] == 0 {
+						return nil
+					}
+					continue
+				}
+				mu.Lock()
+				for _, r := range runs {
+					won[r.Job().ID] = append(won[r.Job().ID], s.WorkerID())
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if len(won) != jobs {
+		t.Errorf("%d jobs claimed, want %d", len(won), jobs)
+	}
+	for id, ws := range won {
+		if len(ws) != 1 {
+			t.Errorf("job %s claimed by %d daemons: %v", id, len(ws), ws)
+		}
+	}
+	if n := h.counts(); n[coordinator.StateRunning] != jobs {
+		t.Errorf("running = %d, want %d", n[coordinator.StateRunning], jobs)
+	}
+}
+
+func testTokenGrows(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	s := h.session(h.c)
+	var last fence.Token
+	for i := range 5 {
+		r := h.claimOne(s)
+		if r.Token() <= last {
+			t.Fatalf("claim %d token %d, not above %d", i, r.Token(), last)
+		}
+		if got := h.get(j.ID); got.Token != r.Token() || got.Owner != s.WorkerID() {
+			t.Fatalf("running record token %d owner %q, want %d %q", got.Token, got.Owner, r.Token(), s.WorkerID())
+		}
+		last = r.Token()
+		if err := r.Release(h.ctx()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := h.get(j.ID); got.Attempt != 0 {
+		t.Errorf("released runs used %d attempts", got.Attempt)
+	}
+}
+
+// takeOver makes a second daemon own j after the first lost its lease.
+func (h *harness) takeOver(old *coordinator.Session) (*coordinator.Session, *coordinator.Run) {
+	h.t.Helper()
+	if err := h.store.Revoke(h.ctx(), old.Lease()); err != nil {
+		h.t.Fatalf("Revoke: %v", err)
+	}
+	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
+		h.t.Fatalf("Reap = %d, %v; want 1", n, err)
+	}
+	s2 := h.session(h.coordinator(h.store, coordinator.Config{}))
+	return s2, h.claimOne(s2)
+}
+
+func testStaleTokenRefused(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	s1 := h.session(h.c)
+	r1 := h.claimOne(s1)
+	if err := r1.Checkpoint(h.ctx(), json.RawMessage(`{"step":1}`)); err != nil {
+		t.Fatalf("owner's checkpoint: %v", err)
+	}
+	_, r2 := h.takeOver(s1)
+	if r2.Token() <= r1.Token() {
+		t.Fatalf("new token %d not above old %d", r2.Token(), r1.Token())
+	}
+	if r2.Job().Attempt != 1 || string(r2.Job().Checkpoint) != `{"step":1}` {
+		t.Errorf("new run sees attempt %d checkpoint %s; want 1 and the old checkpoint", r2.Job().Attempt, r2.Job().Checkpoint)
+	}
+	// The old run's writes are all refused, whichever comes first.
+	err := r1.Checkpoint(h.ctx(), json.RawMessage(`{"step":2}`))
+	var lost *fence.LostError
+	if !errors.Is(err, fence.ErrLeaseLost) || !errors.As(err, &lost) || lost.Current != int64(r2.Token()) {
+		t.Fatalf("stale checkpoint: err = %v, want ErrLeaseLost naming token %d", err, r2.Token())
+	}
+	if err := r1.Complete(h.ctx(), nil); !errors.Is(err, fence.ErrLeaseLost) {
+		t.Fatalf("stale complete: err = %v, want ErrLeaseLost", err)
+	}
+	if err := r1.Fail(h.ctx(), errors.New("x"), coordinator.FailOpts{}); !errors.Is(err, fence.ErrLeaseLost) {
+		t.Fatalf("stale fail: err = %v, want ErrLeaseLost", err)
+	}
+	got := h.wantState(j.ID, coordinator.StateRunning)
+	if got.Token != r2.Token() || string(got.Checkpoint) != `{"step":1}` {
+		t.Fatalf("record after stale writes: token %d checkpoint %s", got.Token, got.Checkpoint)
+	}
+	if err := r2.Complete(h.ctx(), json.RawMessage(`"ok"`)); err != nil {
+		t.Fatalf("new owner's complete: %v", err)
+	}
+	got = h.wantState(j.ID, coordinator.StateCompleted)
+	if got.Token != r2.Token() || got.Owner != r2.Session().WorkerID() || string(got.Result) != `"ok"` {
+		t.Fatalf("final record names token %d owner %s, want the finishing run's %d %s", got.Token, got.Owner, r2.Token(), r2.Session().WorkerID())
+	}
+	// A stale write after the job finished is refused too.
+	if err := r1.Complete(h.ctx(), nil); !errors.Is(err, fence.ErrLeaseLost) {
+		t.Fatalf("stale complete after finish: %v", err)
+	}
+}
+
+func testCancelSurvivesCheckpoints(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	s := h.session(h.c)
+	r := h.claimOne(s)
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := r.Checkpoint(context.Background(), json.RawMessage(fmt.Sprintf(`{"i":%d}`, i))); err != nil {
+				t.Errorf("checkpoint: %v", err)
+				return
+			}
+		}
+	}()
+	seen := make(chan string, 1)
+	wctx, wcancel := context.WithCancel(h.ctx())
+	go func() {
+		_ = h.c.WatchCancelRequests(wctx, func(id string) {
+			select {
+			case seen <- id:
+			default:
+			}
+		})
+		close(seen)
+	}()
+	if _, err := h.c.Cancel(h.ctx(), j.ID); err != nil {
+		t.Fatalf("Cancel running: %v", err)
+	}
+	select {
+	case id := <-seen:
+		if id != j.ID {
+			t.Fatalf("cancel request seen for %s", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("cancel request not delivered to the watcher")
+	}
+	// More checkpoints after the request: it must still be there.
+	for i := range 20 {
+		if err := r.Checkpoint(h.ctx(), json.RawMessage(fmt.Sprintf(`{"after":%d}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	wcancel()
+	for range seen {
+	}
+	if got := h.get(j.ID); !got.CancelRequested || got.State != coordinator.StateRunning {
+		t.Fatalf("after checkpoints: cancel_requested=%v state=%s; the request was lost", got.CancelRequested, got.State)
+	}
+	if err := r.Cancel(h.ctx(), errors.New("cancel requested")); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.wantState(j.ID, coordinator.StateCancelled); got.CancelRequested {
+		t.Error("finished job still shows a cancel request")
+	}
+}
+
+func testCancelByState(t *testing.T, h *harness) {
+	avail := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	sched := h.enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(time.Hour)})
+	for _, j := range []*coordinator.Job{avail, sched} {
+		got, err := h.c.Cancel(h.ctx(), j.ID)
+		if err != nil || got.State != coordinator.StateCancelled {
+			t.Fatalf("Cancel %s job: %+v, %v", j.State, got, err)
+		}
+		h.wantState(j.ID, coordinator.StateCancelled)
+		if _, err := h.c.Cancel(h.ctx(), j.ID); !errors.Is(err, coordinator.ErrWrongState) {
+			t.Fatalf("second Cancel: %v, want ErrWrongState", err)
+		}
+	}
+	if n := h.counts(); n[coordinator.StateAvailable]+n[coordinator.StateScheduled] != 0 || n[coordinator.StateCancelled] != 2 {
+		t.Fatalf("counts after cancel: %v", n)
+	}
+	// Nothing left to claim.
+	s := h.session(h.c)
+	if runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false); err != nil || len(runs) != 0 {
+		t.Fatalf("claimed %d cancelled jobs (%v)", len(runs), err)
+	}
+}
+
+func testRetryThenDiscard(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", MaxAttempts: 2})
+	s := h.session(h.c)
+	r := h.claimOne(s)
+	if err := r.Fail(h.ctx(), errors.New("boom"), coordinator.FailOpts{Trace: "stack"}); err != nil {
+		t.Fatal(err)
+	}
+	got := h.wantState(j.ID, coordinator.StateRetryable)
+	if len(got.Errors) != 1 || got.Errors[0].Error != "boom" || got.Errors[0].Trace != "stack" || got.Errors[0].Attempt != 1 {
+		t.Fatalf("errors = %+v", got.Errors)
+	}
+	if !got.ScheduledAt.After(h.clock.Now()) {
+		t.Fatalf("retry at %v, not after now %v", got.ScheduledAt, h.clock.Now())
+	}
+	if n, _ := h.c.PromoteDue(h.ctx()); n != 0 {
+		t.Fatalf("promoted a retry before its time")
+	}
+	h.clock.Advance(time.Minute)
+	if n, err := h.c.PromoteDue(h.ctx()); err != nil || n != 1 {
+		t.Fatalf("PromoteDue = %d, %v", n, err)
+	}
+	r = h.claimOne(s)
+	if r.Job().Attempt != 2 {
+		t.Fatalf("second attempt numbered %d", r.Job().Attempt)
+	}
+	if err := r.Fail(h.ctx(), errors.New("boom again"), coordinator.FailOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	got = h.wantState(j.ID, coordinator.StateDiscarded)
+	if got.FinalizedAt == nil || len(got.Errors) != 2 {
+		t.Fatalf("discarded record = %+v", got)
+	}
+}
+
+func testSnooze(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", MaxAttempts: 1})
+	s := h.session(h.c)
+	for range 3 {
+		r := h.claimOne(s)
+		if r.Job().Attempt != 1 {
+			t.Fatalf("attempt = %d after snoozes, want 1", r.Job().Attempt)
+		}
+		if err := r.Snooze(h.ctx(), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		h.wantState(j.ID, coordinator.StateScheduled)
+		h.clock.Advance(2 * time.Minute)
+		if _, err := h.c.PromoteDue(h.ctx()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := h.claimOne(s)
+	if err := r.Complete(h.ctx(), nil); err != nil {
+		t.Fatal(err)
+	}
+	h.wantState(j.ID, coordinator.StateCompleted)
+}
+
+func testScheduledPromoted(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(10 * time.Second)})
+	h.wantState(j.ID, coordinator.StateScheduled)
+	if next, err := h.c.NextDue(h.ctx()); err != nil || !next.Equal(j.ScheduledAt) {
+		t.Fatalf("NextDue = %v, %v; want %v", next, err, j.ScheduledAt)
+	}
+	s := h.session(h.c)
+	if runs, _, _ := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); len(runs) != 0 {
+		t.Fatal("claimed a scheduled job before its time")
+	}
+	h.clock.Advance(9 * time.Second)
+	if n, _ := h.c.PromoteDue(h.ctx()); n != 0 {
+		t.Fatal("promoted early")
+	}
+	h.clock.Advance(time.Second)
+	if n, err := h.c.PromoteDue(h.ctx()); err != nil || n != 1 {
+		t.Fatalf("PromoteDue = %d, %v", n, err)
+	}
+	h.claimOne(s)
+}
+
+func testRetention(t *testing.T, h *harness) {
+	c := h.coordinator(h.store, coordinator.Config{Retention: time.Hour})
+	old := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if _, err := c.Cancel(h.ctx(), old.ID); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(30 * time.Minute)
+	young := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if _, err := c.Cancel(h.ctx(), young.ID); err != nil {
+		t.Fatal(err)
+	}
+	live := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	h.clock.Advance(31 * time.Minute)
+	if n, err := c.PurgeFinished(h.ctx()); err != nil || n != 1 {
+		t.Fatalf("PurgeFinished = %d, %v; want 1", n, err)
+	}
+	if _, err := c.Get(h.ctx(), old.ID); !errors.Is(err, coordinator.ErrNotFound) {
+		t.Fatalf("old finished job still there: %v", err)
+	}
+	h.wantState(young.ID, coordinator.StateCancelled)
+	h.wantState(live.ID, coordinator.StateAvailable)
+}
+
+func testReap(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", MaxAttempts: 1})
+	s := h.session(h.c)
+	r := h.claimOne(s)
+	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 0 {
+		t.Fatalf("reaped a job with a live owner: %d, %v", n, err)
+	}
+	// A job its own daemon runs is never reaped by that daemon, even if
+	// its ownership key is gone.
+	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	mine := func(id string) bool { return id == j.ID }
+	if n, err := h.c.Reap(h.ctx(), nil, mine); err != nil || n != 0 {
+		t.Fatalf("reaped its own running job: %d, %v", n, err)
+	}
+	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v; want 1", n, err)
+	}
+	got := h.wantState(j.ID, coordinator.StateAvailable)
+	if got.Attempt != 0 || got.Rescues != 1 || got.Owner != "" || len(got.Errors) != 1 {
+		t.Fatalf("reaped record: attempt %d rescues %d owner %q errors %d", got.Attempt, got.Rescues, got.Owner, len(got.Errors))
+	}
+	if err := r.Complete(h.ctx(), nil); !errors.Is(err, fence.ErrLeaseLost) {
+		t.Fatalf("old owner's complete after reap: %v", err)
+	}
+	// MaxAttempts 1 and one lost run: the retry budget is intact.
+	s2 := h.session(h.c)
+	r2 := h.claimOne(s2)
+	if err := r2.Complete(h.ctx(), nil); err != nil {
+		t.Fatal(err)
+	}
+	h.wantState(j.ID, coordinator.StateCompleted)
+}
+
+func testReapCancelAndLimit(t *testing.T, h *harness) {
+	c := h.coordinator(h.store, coordinator.Config{MaxRescues: 2})
+	cancelled := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	s := h.session(c)
+	h.claimOne(s)
+	if _, err := c.Cancel(h.ctx(), cancelled.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v", n, err)
+	}
+	h.wantState(cancelled.ID, coordinator.StateCancelled)
+
+	killer := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	for i := 1; i <= 3; i++ {
+		s := h.session(c)
+		h.claimOne(s)
+		if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
+			t.Fatalf("Reap %d = %d, %v", i, n, err)
+		}
+	}
+	got := h.wantState(killer.ID, coordinator.StateDiscarded)
+	if got.Rescues != 3 {
+		t.Fatalf("rescues = %d", got.Rescues)
+	}
+}
+
+// testReapRaces checks the reaper's transaction re-checks what it read: a
+// job finished or claimed again between its read and its write is left
+// alone (River #1302).
+func testReapRaces(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	s := h.session(h.c)
+	r := h.claimOne(s)
+	// The reaper reads the job while its owner is gone...
+	gate := &gateStore{Store: h.store, hold: make(chan struct{}), held: make(chan struct{})}
+	reaper := h.coordinator(gate, coordinator.Config{})
+	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	gate.armed.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		n, err := reaper.Reap(h.ctx(), nil, nil)
+		if err == nil && n != 0 {
+			err = fmt.Errorf("reaped %d jobs that were taken meanwhile", n)
+		}
+		done <- err
+	}()
+	<-gate.held
+	// ...and before it writes, another daemon reaps and claims the job.
+	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v", n, err)
+	}
+	s2 := h.session(h.c)
+	r2 := h.claimOne(s2)
+	close(gate.hold)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := h.wantState(j.ID, coordinator.StateRunning)
+	if got.Token != r2.Token() {
+		t.Fatalf("token %d, want the new claim's %d", got.Token, r2.Token())
+	}
+	_ = r
+}
+
+// gateStore holds the first write transaction after armed until hold closes.
+type gateStore struct {
+	kv.Store
+	armed atomic.Bool
+	hold  chan struct{}
+	held  chan struct{}
+}
+
+func (g *gateStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if writes(t) && g.armed.CompareAndSwap(true, false) {
+		close(g.held)
+		<-g.hold
+	}
+	return g.Store.Txn(ctx, t)
+}
+
+func writes(t kv.Txn) bool {
+	for _, ops := range [][]kv.Op{t.Then, t.Else} {
+		for _, op := range ops {
+			if op.Type == kv.OpPut || op.Type == kv.OpDelete || (op.Type == kv.OpTxn && writes(*op.Txn)) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func testUniqueRace(t *testing.T, h *harness) {
+	const racers = 16
+	ids := make([]string, racers)
+	existed := make([]bool, racers)
+	g, ctx := errgroup.WithContext(h.ctx())
+	for i := range racers {
+		c := h.coordinator(h.store, coordinator.Config{})
+		g.Go(func() error {
+			r, err := c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k", UniqueKey: "report-2026-12-02"})
+			if err != nil {
+				return err
+			}
+			ids[i], existed[i] = r.Job.ID, r.Existed
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	inserted := 0
+	for i := range ids {
+		if ids[i] != ids[0] {
+			t.Fatalf("unique enqueue returned two jobs: %s and %s", ids[0], ids[i])
+		}
+		if !existed[i] {
+			inserted++
+		}
+	}
+	if inserted != 1 {
+		t.Fatalf("%d racers say they inserted", inserted)
+	}
+	if n := h.counts(); n[coordinator.StateAvailable] != 1 {
+		t.Fatalf("available = %d", n[coordinator.StateAvailable])
+	}
+	// Once the job is final, the key is free again.
+	if _, err := h.c.Cancel(h.ctx(), ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	r, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", UniqueKey: "report-2026-12-02"})
+	if err != nil || r.Existed || r.Job.ID == ids[0] {
+		t.Fatalf("enqueue after the unique job finished: %+v, %v", r, err)
+	}
+}
+
+func testWait(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	s := h.session(h.c)
+	r := h.claimOne(s)
+	got := make(chan *coordinator.Job, 1)
+	go func() {
+		j, err := h.c.Wait(h.ctx(), j.ID)
+		if err != nil {
+			t.Errorf("Wait: %v", err)
+		}
+		got <- j
+	}()
+	if err := r.Checkpoint(h.ctx(), json.RawMessage(`1`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Complete(h.ctx(), nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case fj := <-got:
+		if fj == nil || fj.State != coordinator.StateCompleted {
+			t.Fatalf("Wait returned %+v", fj)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait did not return after the job completed")
+	}
+}
+
+func testSessionRevoked(t *testing.T, h *harness) {
+	s := h.session(h.c)
+	if !s.Valid() {
+		t.Fatal("new session not valid")
+	}
+	ws, err := h.c.Workers(h.ctx())
+	if err != nil || len(ws) != 1 || ws[0].ID != s.WorkerID() {
+		t.Fatalf("Workers = %+v, %v", ws, err)
+	}
+	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	// The next renewal finds the lease gone; with a 60s TTL that is 20s
+	// away, so renew now by closing and checking the registration instead.
+	ws, err = h.c.Workers(h.ctx())
+	if err != nil || len(ws) != 0 {
+		t.Fatalf("Workers after revoke = %+v, %v", ws, err)
+	}
+	if _, err := h.store.KeepAliveOnce(h.ctx(), s.Lease()); !errors.Is(err, kv.ErrLeaseNotFound) {
+		t.Fatalf("KeepAliveOnce on revoked lease: %v", err)
+	}
+}
+
+// flakyStore applies a write transaction and then reports an error, as a
+// connection lost before the reply would.
+type flakyStore struct {
+	kv.Store
+	fail atomic.Int32 // number of upcoming writes to "lose"
+}
+
+var errReplyLost = errors.New("reply lost")
+
+func (f *flakyStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	res, err := f.Store.Txn(ctx, t)
+	if err == nil && writes(t) && f.fail.Add(-1) >= 0 {
+		return kv.TxnResult{}, errReplyLost
+	}
+	return res, err
+}
+
+func testLostClaimReply(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	fs := &flakyStore{Store: h.store}
+	c := h.coordinator(fs, coordinator.Config{})
+	s := h.session(c)
+	fs.fail.Store(1)
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("claim with lost reply: %d runs, %v; want it resolved to 1", len(runs), err)
+	}
+	got := h.wantState(j.ID, coordinator.StateRunning)
+	if got.Token != runs[0].Token() || got.Attempt != 1 {
+		t.Fatalf("record token %d attempt %d, run token %d", got.Token, got.Attempt, runs[0].Token())
+	}
+	if err := runs[0].Complete(h.ctx(), nil); err != nil {
+		t.Fatalf("complete after resolved claim: %v", err)
+	}
+}
+
+func testLostFinalReply(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	fs := &flakyStore{Store: h.store}
+	c := h.coordinator(fs, coordinator.Config{})
+	s := h.session(c)
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 {
+		t.Fatal(err)
+	}
+	fs.fail.Store(1)
+	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
+		t.Fatalf("first complete: %v", err)
+	}
+	// The retry finds its own write applied, not a lost lease.
+	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); err != nil {
+		t.Fatalf("retried complete: %v", err)
+	}
+	h.wantState(j.ID, coordinator.StateCompleted)
+}
+
+func testPriorityAndQueues(t *testing.T, h *harness) {
+	low := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 4})
+	high := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 1})
+	other := h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "emails"})
+	s := h.session(h.c)
+	if r := h.claimOne(s); r.Job().ID != high.ID {
+		t.Fatalf("claimed %s first, want the priority-1 job", r.Job().ID)
+	}
+	if r := h.claimOne(s); r.Job().ID != low.ID {
+		t.Fatalf("claimed %s second, want the priority-4 job", r.Job().ID)
+	}
+	if runs, _, _ := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); len(runs) != 0 {
+		t.Fatal("claimed a job of another queue")
+	}
+	runs, _, err := h.c.Claim(h.ctx(), s, "emails", 5, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != other.ID {
+		t.Fatalf("claim from emails: %d, %v", len(runs), err)
+	}
+}
+
+func testListPaging(t *testing.T, h *harness) {
+	ps := make([]coordinator.EnqueueParams, 25)
+	for i := range ps {
+		ps[i] = coordinator.EnqueueParams{Kind: "k"}
+		if i%5 == 0 {
+			ps[i].Kind = "other"
+		}
+	}
+	res, err := h.c.EnqueueBatch(h.ctx(), ps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, r := range res {
+		if r.Job.Kind == "k" {
+			want = append(want, r.Job.ID)
+		}
+	}
+	for _, st := range []coordinator.State{"", coordinator.StateAvailable} {
+		var got []string
+		after := ""
+		for range 10 {
+			page, err := h.c.List(h.ctx(), coordinator.ListParams{State: st, Kind: "k", Limit: 7, After: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range page.Jobs {
+				got = append(got, j.ID)
+			}
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		sort.Strings(got)
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("state %q: paged %d jobs, want %d", st, len(got), len(want))
+		}
+	}
+}
