@@ -1,0 +1,128 @@
+package localstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrLocked is wrapped by the error of [Open] when another process, or
+// another open Store of this process, holds the data directory.
+var ErrLocked = errors.New("localstore: data directory in use")
+
+// lockFileName is the file in the data directory that the owner holds an
+// exclusive flock on, with its pid written in it for the refusal message.
+const lockFileName = "leasehold.lock"
+
+// openDirs holds the absolute, cleaned paths of the directories open in this
+// process. An flock already conflicts between two open file descriptions of
+// one process, but Pebble's own LOCK uses fcntl locks, which do not; so a
+// second Open in this process is refused here before it touches anything.
+var openDirs = struct {
+	sync.Mutex
+	m map[string]bool
+}{m: map[string]bool{}}
+
+// dirLock is a held data directory.
+type dirLock struct {
+	dir string   // absolute and clean
+	f   *os.File // holds the flock while open
+}
+
+// lockedError is the refusal of a directory held by someone else.
+type lockedError struct {
+	dir       string
+	pid       int  // 0 if unknown
+	inProcess bool // held by another Store of this process
+}
+
+func (e *lockedError) Error() string {
+	if e.inProcess {
+		return fmt.Sprintf("localstore: data directory %s is already open in this process (pid %d); close the other store first or pass another --data directory", e.dir, e.pid)
+	}
+	holder := "another leasehold process"
+	if e.pid > 0 {
+		holder += fmt.Sprintf(" (pid %d)", e.pid)
+	}
+	return fmt.Sprintf("localstore: data directory %s is in use by %s; stop it or pass another --data directory", e.dir, holder)
+}
+
+func (e *lockedError) Is(target error) bool { return target == ErrLocked }
+
+// lockDir creates dir if needed and takes it for this Store: first in the
+// process registry, then with an exclusive non-blocking flock on the lock
+// file. A refused attempt changes nothing that the holder relies on.
+func lockDir(dir string) (*dirLock, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("localstore: data directory %s: %w", dir, err)
+	}
+	abs = filepath.Clean(abs)
+
+	openDirs.Lock()
+	defer openDirs.Unlock()
+	if openDirs.m[abs] {
+		return nil, &lockedError{dir: abs, pid: os.Getpid(), inProcess: true}
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("localstore: create data directory: %w", err)
+	}
+	path := filepath.Join(abs, lockFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("localstore: open lock file: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = f.Close() // closing our descriptor does not release the holder's flock
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, &lockedError{dir: abs, pid: readPID(path)}
+		}
+		return nil, fmt.Errorf("localstore: lock %s: %w", path, err)
+	}
+	// Ours now: record who holds it, for the message a refused opener prints.
+	if err := writePID(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("localstore: write lock file %s: %w", path, err)
+	}
+	openDirs.m[abs] = true
+	return &dirLock{dir: abs, f: f}, nil
+}
+
+func writePID(f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	_, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return err
+}
+
+func readPID(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
+}
+
+// unlock releases the flock and the registry entry. The lock file stays:
+// removing it would race with a new opener that already has it open.
+func (l *dirLock) unlock() error {
+	openDirs.Lock()
+	defer openDirs.Unlock()
+	err := l.f.Close() // releases the flock
+	delete(openDirs.m, l.dir)
+	if err != nil {
+		return fmt.Errorf("localstore: release lock of %s: %w", l.dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,466 @@
+package localstore
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// errDuplicateKey is returned for a transaction that writes one key twice
+// in one branch (etcd: "duplicate key given in txn request").
+var errDuplicateKey = errors.New("localstore: a key is written twice in one transaction branch")
+
+// Txn implements kv.Store with etcd's semantics:
+//
+//   - The compares of the transaction and of every nested one on the path
+//     taken are evaluated against the store as it was when the transaction
+//     started, not after the writes that precede them.
+//   - A Get sees the writes of the ops before it in the same transaction.
+//   - A key may be written (put, or put and deleted) at most once per branch,
+//     nested branches included; the Then and Else of one transaction may
+//     write the same key. Deleting a key twice is allowed. A duplicate is
+//     rejected before anything is read or written.
+//   - A Put attached to a lease that does not exist fails the whole
+//     transaction with an error wrapping kv.ErrLeaseNotFound (only the
+//     branches taken are checked, as in etcd).
+//   - A transaction whose taken branches write nothing (reads only, or
+//     deletes of missing keys) does not advance the revision.
+//
+// A transaction that writes is applied in revision order under the store's
+// mutex and then waits, outside it, for the fsync that it shares with the
+// transactions committed alongside it. It returns only once on disk.
+func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if err := ctx.Err(); err != nil {
+		return kv.TxnResult{}, err
+	}
+	size, err := checkTxn(&t)
+	if err != nil {
+		return kv.TxnResult{}, err
+	}
+	if s.opts.MaxTxnBytes > 0 && size > s.opts.MaxTxnBytes {
+		return kv.TxnResult{}, fmt.Errorf("%w: about %d bytes, the limit is %d", kv.ErrTxnTooLarge, size, s.opts.MaxTxnBytes)
+	}
+
+	s.mu.Lock()
+	if err := s.beginLocked(); err != nil {
+		s.mu.Unlock()
+		return kv.TxnResult{}, err
+	}
+	defer s.ops.Done()
+	x := &txnExec{s: s, rev: s.rev + 1}
+	res, err := x.run(&t)
+	if err != nil {
+		s.mu.Unlock()
+		return kv.TxnResult{}, err
+	}
+	if len(x.order) == 0 {
+		rev := s.rev
+		s.mu.Unlock()
+		x.setRevision(&res, rev)
+		// What was read may have been written by a transaction that is
+		// still waiting for its fsync: do not report it before it is safe.
+		return res, s.waitSynced(ctx, rev)
+	}
+	b, err := x.batch()
+	if err != nil {
+		s.mu.Unlock()
+		return kv.TxnResult{}, err
+	}
+	wait, err := s.commitLocked(b)
+	if err != nil {
+		s.mu.Unlock()
+		return kv.TxnResult{}, err
+	}
+	s.rev = x.rev
+	x.applyLeases()
+	s.hist.append(x.events())
+	s.mu.Unlock()
+
+	if err := wait(); err != nil {
+		return kv.TxnResult{}, err
+	}
+	s.markSynced(x.rev)
+	x.setRevision(&res, x.rev)
+	return res, nil
+}
+
+// txnExec evaluates one transaction under the store's mutex. Nothing is
+// written to Pebble until the whole transaction has been evaluated, so reads
+// of committed state see the state at the transaction's start throughout.
+type txnExec struct {
+	s         *Store
+	rev       int64                   // the revision this transaction writes at
+	committed map[string]*kv.KeyValue // committed state read so far; nil entry: missing
+	writes    map[string]*pending     // this transaction's writes by key
+	order     []*pending              // the same, in the order they were made
+	nested    []*kv.TxnResult         // results of nested transactions, for their Revision
+}
+
+// pending is one key written by the transaction.
+type pending struct {
+	key  string
+	prev *kv.KeyValue // committed value before the transaction; nil: missing
+	kv   *kv.KeyValue // new value; nil: deleted
+}
+
+func (x *txnExec) run(t *kv.Txn) (kv.TxnResult, error) {
+	ok, err := x.holds(t.If)
+	if err != nil {
+		return kv.TxnResult{}, err
+	}
+	ops := t.Then
+	if !ok {
+		ops = t.Else
+	}
+	res := kv.TxnResult{Succeeded: ok}
+	if len(ops) > 0 {
+		res.Results = make([]kv.OpResult, len(ops))
+	}
+	for i, op := range ops {
+		switch op.Type {
+		case kv.OpGet:
+			cur, err := x.current(op.Key)
+			if err != nil {
+				return kv.TxnResult{}, err
+			}
+			if cur != nil {
+				c := *cur
+				c.Value = bytes.Clone(cur.Value)
+				res.Results[i].KV = &c
+			}
+		case kv.OpPut:
+			if op.Lease != 0 && x.s.leases[op.Lease] == nil {
+				return kv.TxnResult{}, fmt.Errorf("localstore: put %q with lease %d: %w", op.Key, op.Lease, kv.ErrLeaseNotFound)
+			}
+			cur, err := x.current(op.Key)
+			if err != nil {
+				return kv.TxnResult{}, err
+			}
+			nkv := &kv.KeyValue{
+				Key:            op.Key,
+				Value:          bytes.Clone(op.Value),
+				CreateRevision: x.rev,
+				ModRevision:    x.rev,
+				Version:        1,
+				Lease:          op.Lease,
+			}
+			if cur != nil {
+				nkv.CreateRevision = cur.CreateRevision
+				nkv.Version = cur.Version + 1
+			}
+			if err := x.write(op.Key, nkv); err != nil {
+				return kv.TxnResult{}, err
+			}
+		case kv.OpDelete:
+			cur, err := x.current(op.Key)
+			if err != nil {
+				return kv.TxnResult{}, err
+			}
+			if cur != nil {
+				if err := x.write(op.Key, nil); err != nil {
+					return kv.TxnResult{}, err
+				}
+			}
+		case kv.OpTxn:
+			sub, err := x.run(op.Txn)
+			if err != nil {
+				return kv.TxnResult{}, err
+			}
+			res.Results[i].Txn = &sub
+			x.nested = append(x.nested, &sub)
+		}
+	}
+	return res, nil
+}
+
+// holds evaluates compares against the committed state.
+func (x *txnExec) holds(cmps []kv.Cmp) (bool, error) {
+	for _, c := range cmps {
+		cur, err := x.readCommitted(c.Key)
+		if err != nil {
+			return false, err
+		}
+		if !compare(c, cur) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// compare applies one compare to the current value of its key, nil when
+// missing. As in etcd, a Value compare on a missing key fails whatever its
+// operator; the other targets of a missing key are zero.
+func compare(c kv.Cmp, cur *kv.KeyValue) bool {
+	if cur == nil {
+		if c.Target == kv.Value {
+			return false
+		}
+		cur = &kv.KeyValue{}
+	}
+	var r int
+	switch c.Target {
+	case kv.Version:
+		r = cmp.Compare(cur.Version, c.Int)
+	case kv.CreateRevision:
+		r = cmp.Compare(cur.CreateRevision, c.Int)
+	case kv.ModRevision:
+		r = cmp.Compare(cur.ModRevision, c.Int)
+	case kv.Value:
+		r = bytes.Compare(cur.Value, c.Bytes)
+	}
+	switch c.Op {
+	case kv.Equal:
+		return r == 0
+	case kv.NotEqual:
+		return r != 0
+	case kv.Less:
+		return r < 0
+	case kv.Greater:
+		return r > 0
+	}
+	return false // unreachable: checkTxn rejects unknown operators
+}
+
+func (x *txnExec) readCommitted(key string) (*kv.KeyValue, error) {
+	if cur, ok := x.committed[key]; ok {
+		return cur, nil
+	}
+	cur, err := x.s.readKey(key)
+	if err != nil {
+		return nil, err
+	}
+	if x.committed == nil {
+		x.committed = map[string]*kv.KeyValue{}
+	}
+	x.committed[key] = cur
+	return cur, nil
+}
+
+// current returns key as this transaction sees it so far.
+func (x *txnExec) current(key string) (*kv.KeyValue, error) {
+	if p, ok := x.writes[key]; ok {
+		return p.kv, nil
+	}
+	return x.readCommitted(key)
+}
+
+func (x *txnExec) write(key string, nkv *kv.KeyValue) error {
+	if _, ok := x.writes[key]; ok {
+		// checkTxn lets only a second delete through, and a delete of a
+		// key already deleted here is not a write.
+		return fmt.Errorf("localstore: internal error: key %q written twice: %w", key, errDuplicateKey)
+	}
+	prev, err := x.readCommitted(key)
+	if err != nil {
+		return err
+	}
+	p := &pending{key: key, prev: prev, kv: nkv}
+	if x.writes == nil {
+		x.writes = map[string]*pending{}
+	}
+	x.writes[key] = p
+	x.order = append(x.order, p)
+	return nil
+}
+
+func (x *txnExec) setRevision(res *kv.TxnResult, rev int64) {
+	res.Revision = rev
+	for _, n := range x.nested {
+		n.Revision = rev
+	}
+}
+
+// batch builds the Pebble batch of the transaction: the records, the lease
+// index entries that change, and the revision counter.
+func (x *txnExec) batch() (*pebble.Batch, error) {
+	b := x.s.db.NewBatch()
+	var buf []byte
+	for _, p := range x.order {
+		prevLease, newLease := leaseOf(p.prev), leaseOf(p.kv)
+		var err error
+		if p.kv == nil {
+			err = b.Delete(dataKey(p.key), nil)
+		} else {
+			buf = appendValue(buf[:0], p.kv)
+			err = b.Set(dataKey(p.key), buf, nil)
+		}
+		if err == nil && prevLease != newLease && prevLease != 0 {
+			err = b.Delete(leaseIndexKey(prevLease, p.key), nil)
+		}
+		if err == nil && prevLease != newLease && newLease != 0 {
+			err = b.Set(leaseIndexKey(newLease, p.key), nil, nil)
+		}
+		if err != nil {
+			_ = b.Close()
+			return nil, fmt.Errorf("localstore: build batch: %w", err)
+		}
+	}
+	if err := b.Set(keyRevision, encodeUint64(x.rev), nil); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("localstore: build batch: %w", err)
+	}
+	return b, nil
+}
+
+func leaseOf(kv *kv.KeyValue) kv.LeaseID {
+	if kv == nil {
+		return 0
+	}
+	return kv.Lease
+}
+
+// applyLeases moves written keys between the in-memory lease key sets, once
+// the batch is applied.
+func (x *txnExec) applyLeases() {
+	for _, p := range x.order {
+		prevLease, newLease := leaseOf(p.prev), leaseOf(p.kv)
+		if prevLease == newLease {
+			continue
+		}
+		if l := x.s.leases[prevLease]; l != nil {
+			delete(l.keys, p.key)
+		}
+		if l := x.s.leases[newLease]; l != nil {
+			l.keys[p.key] = struct{}{}
+		}
+	}
+}
+
+// events returns the watch events of the transaction, in the order its
+// writes were made.
+func (x *txnExec) events() []kv.Event {
+	evs := make([]kv.Event, len(x.order))
+	for i, p := range x.order {
+		if p.kv == nil {
+			evs[i] = kv.Event{Type: kv.EventDelete, KV: kv.KeyValue{Key: p.key, ModRevision: x.rev}}
+		} else {
+			evs[i] = kv.Event{Type: kv.EventPut, KV: *p.kv}
+		}
+	}
+	return evs
+}
+
+// checkTxn validates t before anything is read, and returns its approximate
+// encoded size.
+func checkTxn(t *kv.Txn) (int, error) {
+	_, _, size, err := checkNested(t)
+	return size, err
+}
+
+// perOpOverhead approximates the encoding of an op or compare beyond its key
+// and value, for the size limit.
+const perOpOverhead = 16
+
+// checkNested validates t and returns the keys its branches may put and
+// delete (Then and Else together: they exclude each other).
+func checkNested(t *kv.Txn) (puts, dels map[string]struct{}, size int, err error) {
+	for _, c := range t.If {
+		if c.Key == "" {
+			return nil, nil, 0, errors.New("localstore: compare on the empty key")
+		}
+		if c.Target < kv.Version || c.Target > kv.Value {
+			return nil, nil, 0, fmt.Errorf("localstore: compare on %q: unknown target %d", c.Key, c.Target)
+		}
+		if c.Op < kv.Equal || c.Op > kv.Greater {
+			return nil, nil, 0, fmt.Errorf("localstore: compare on %q: unknown operator %d", c.Key, c.Op)
+		}
+		size += len(c.Key) + len(c.Bytes) + perOpOverhead
+	}
+	for _, branch := range [][]kv.Op{t.Then, t.Else} {
+		p, d, n, err := checkBranch(branch)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		size += n
+		puts = union(puts, p)
+		dels = union(dels, d)
+	}
+	return puts, dels, size, nil
+}
+
+// checkBranch validates the ops of one branch: no key may be put by two ops,
+// nor put by one and deleted by another; two deletes of one key are fine.
+func checkBranch(ops []kv.Op) (puts, dels map[string]struct{}, size int, err error) {
+	for _, op := range ops {
+		switch op.Type {
+		case kv.OpGet, kv.OpPut, kv.OpDelete:
+			if op.Key == "" {
+				return nil, nil, 0, errors.New("localstore: op on the empty key")
+			}
+			size += len(op.Key) + len(op.Value) + perOpOverhead
+			switch op.Type {
+			case kv.OpPut:
+				if err := checkPut(puts, dels, op.Key); err != nil {
+					return nil, nil, 0, err
+				}
+				if puts == nil {
+					puts = map[string]struct{}{}
+				}
+				puts[op.Key] = struct{}{}
+			case kv.OpDelete:
+				if _, dup := puts[op.Key]; dup {
+					return nil, nil, 0, fmt.Errorf("%w: put and delete %q", errDuplicateKey, op.Key)
+				}
+				if dels == nil {
+					dels = map[string]struct{}{}
+				}
+				dels[op.Key] = struct{}{}
+			}
+		case kv.OpTxn:
+			if op.Txn == nil {
+				return nil, nil, 0, errors.New("localstore: nested op without a transaction")
+			}
+			p, d, n, err := checkNested(op.Txn)
+			if err != nil {
+				return nil, nil, 0, err
+			}
+			size += n + perOpOverhead
+			for k := range p {
+				if err := checkPut(puts, dels, k); err != nil {
+					return nil, nil, 0, err
+				}
+			}
+			for k := range d {
+				if _, dup := puts[k]; dup {
+					return nil, nil, 0, fmt.Errorf("%w: put and delete %q", errDuplicateKey, k)
+				}
+			}
+			puts = union(puts, p)
+			dels = union(dels, d)
+		default:
+			return nil, nil, 0, fmt.Errorf("localstore: unknown op type %d", op.Type)
+		}
+	}
+	return puts, dels, size, nil
+}
+
+// checkPut fails if key is already put or deleted in the branch.
+func checkPut(puts, dels map[string]struct{}, key string) error {
+	if _, dup := puts[key]; dup {
+		return fmt.Errorf("%w: put %q twice", errDuplicateKey, key)
+	}
+	if _, dup := dels[key]; dup {
+		return fmt.Errorf("%w: put and delete %q", errDuplicateKey, key)
+	}
+	return nil
+}
+
+// union adds src to dst, allocating dst if needed.
+func union(dst, src map[string]struct{}) map[string]struct{} {
+	if len(src) == 0 {
+		return dst
+	}
+	if dst == nil {
+		dst = make(map[string]struct{}, len(src))
+	}
+	for k := range src {
+		dst[k] = struct{}{}
+	}
+	return dst
+}

@@ -1,0 +1,164 @@
+package localstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// maxWatchEvents is how many events one watch response carries at most,
+// unless one revision alone has more: a revision is never split.
+const maxWatchEvents = 1024
+
+// Watch implements kv.Store. It streams the changes to keys with prefix
+// from revision fromRev on (0: from the next revision), replayed from the
+// in-memory history of recent events and then live, in revision order, one
+// revision never split across responses. Events are delivered only once on
+// disk.
+//
+// The watch ends with an error wrapping kv.ErrCompacted, and
+// CompactRevision set, when fromRev is older than the history holds (at
+// most Options.WatchHistory events, none from before this process opened the
+// store), or when its reader falls so far behind that the events it has not
+// read yet leave the history: writers never wait for watchers. It ends
+// without an error when ctx ends, and with kv.ErrClosed (when its buffer has
+// room for it) when the store is closed.
+func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	out := make(chan kv.WatchResponse, s.opts.WatchBuffer)
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		out <- kv.WatchResponse{Err: kv.ErrClosed} // the buffer has room: WatchBuffer >= 1
+		close(out)
+		return out
+	}
+	if fromRev <= 0 {
+		fromRev = s.rev + 1
+	}
+	s.watchers.Add(1)
+	s.mu.Unlock()
+	go s.watch(ctx, out, prefix, fromRev)
+	return out
+}
+
+func (s *Store) watch(ctx context.Context, out chan<- kv.WatchResponse, prefix string, next int64) {
+	defer s.watchers.Done()
+	defer close(out)
+	send := func(resp kv.WatchResponse) bool {
+		select {
+		case out <- resp:
+			return true
+		case <-ctx.Done():
+		case <-s.done:
+		}
+		return false
+	}
+	for {
+		synced, changed, failed := s.syncState()
+		if next <= synced {
+			evs, n, compactRev, ok := s.hist.read(next, synced, prefix, maxWatchEvents)
+			if !ok {
+				send(kv.WatchResponse{
+					Err:             fmt.Errorf("localstore: watch %q from revision %d: history starts after revision %d: %w", prefix, next, compactRev, kv.ErrCompacted),
+					CompactRevision: compactRev,
+				})
+				return
+			}
+			next = n
+			if len(evs) > 0 && !send(kv.WatchResponse{Events: evs}) {
+				return
+			}
+			continue
+		}
+		if failed != nil {
+			send(kv.WatchResponse{Err: failed})
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		case <-s.done:
+			select {
+			case out <- kv.WatchResponse{Err: kv.ErrClosed}:
+			default: // the reader is behind; the closed channel will tell it
+			}
+			return
+		}
+	}
+}
+
+// history is the bounded in-memory ring of the most recent events, in
+// revision order.
+type history struct {
+	mu   sync.RWMutex
+	buf  []kv.Event
+	head int // index of the oldest event
+	n    int // events held
+	// compact is the highest revision of which some event is no longer
+	// held (or the revision at open): every event of a later revision is.
+	compact int64
+}
+
+func newHistory(size int, rev int64) *history {
+	return &history{buf: make([]kv.Event, size), compact: rev}
+}
+
+// append adds the events of one revision. The caller holds the store's
+// mutex, so revisions arrive in order.
+func (h *history) append(evs []kv.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, e := range evs {
+		if h.n < len(h.buf) {
+			h.buf[(h.head+h.n)%len(h.buf)] = e
+			h.n++
+			continue
+		}
+		if r := h.buf[h.head].KV.ModRevision; r > h.compact {
+			h.compact = r
+		}
+		h.buf[h.head] = e
+		h.head = (h.head + 1) % len(h.buf)
+	}
+}
+
+func (h *history) at(i int) *kv.Event { return &h.buf[(h.head+i)%len(h.buf)] }
+
+// read returns copies of the events for keys with prefix, of revisions from
+// from to upto, and the revision to read from next. It stops early, between
+// two revisions, once it has max events. ok is false when events of
+// revision from are no longer held; compact then says up to which revision
+// history is lost.
+func (h *history) read(from, upto int64, prefix string, max int) (evs []kv.Event, next, compact int64, ok bool) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if from <= h.compact {
+		return nil, from, h.compact, false
+	}
+	next = upto + 1
+	last := int64(0) // revision of the last event taken
+	for i := sort.Search(h.n, func(i int) bool { return h.at(i).KV.ModRevision >= from }); i < h.n; i++ {
+		e := h.at(i)
+		r := e.KV.ModRevision
+		if r > upto {
+			break
+		}
+		if len(evs) >= max && r != last {
+			next = r
+			break
+		}
+		if strings.HasPrefix(e.KV.Key, prefix) {
+			c := *e
+			c.KV.Value = bytes.Clone(e.KV.Value) // each reader owns its events
+			evs = append(evs, c)
+			last = r
+		}
+	}
+	return evs, next, h.compact, true
+}
