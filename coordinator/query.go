@@ -221,7 +221,10 @@ func (c *Coordinator) Cancel(ctx context.Context, id string) (*Job, error) {
 			return j, fmt.Errorf("%w: job %s is already %s", ErrWrongState, id, j.State)
 		case j.State == StateRunning:
 			req, _ := json.Marshal(map[string]any{"requested_at": c.clock.Now().UTC()})
-			res, err := c.store.Txn(ctx, kv.Txn{If: guard, Then: []kv.Op{kv.Put(c.keys.cancel(id), req, 0)}})
+			// Conditional on the job still running, not on its record:
+			// the owner's checkpoints must not make a cancel lose races.
+			stillRunning := []kv.Cmp{kv.Exists(c.keys.running(id))}
+			res, err := c.store.Txn(ctx, kv.Txn{If: stillRunning, Then: []kv.Op{kv.Put(c.keys.cancel(id), req, 0)}})
 			if err != nil {
 				return nil, fmt.Errorf("coordinator: request cancel of job %s: %w", id, err)
 			}

@@ -351,6 +351,14 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 		if err == nil {
 			w.sess.Store(sess)
 			w.log.Info("new session started", slog.Int64("lease", int64(sess.Lease())))
+			// The old lease's jobs are orphans now (its revoke above, or its
+			// expiry, removed their ownership keys): give them back at once
+			// rather than waiting for a reaper.
+			if n, err := w.c.Reap(ctx, nil, w.isRunning); err != nil {
+				w.log.Warn("reaping after session loss failed", slog.Any("err", err))
+			} else if n > 0 {
+				w.log.Info("re-queued jobs of the lost session", slog.Int("jobs", n))
+			}
 			return true
 		}
 		w.log.Warn("cannot start a new session; retrying", slog.Any("err", err), slog.Duration("in", delay))

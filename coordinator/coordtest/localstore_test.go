@@ -1,0 +1,21 @@
+package coordtest_test
+
+import (
+	"testing"
+
+	"github.com/leasehold/leasehold/coordinator/coordtest"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/localstore"
+)
+
+// TestLocalstore runs the suite on the embedded Pebble store.
+func TestLocalstore(t *testing.T) {
+	coordtest.Run(t, func(t *testing.T) kv.Store {
+		s, err := localstore.Open(t.TempDir(), localstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	})
+}
