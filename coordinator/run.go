@@ -234,6 +234,9 @@ func (r *Run) appliedEarlier(ctx context.Context) bool {
 
 func (r *Run) loseLocked(err *fence.LostError, why string) error {
 	r.lost = err
+	if err.Current == 0 {
+		r.sess.RenewNow() // the lease may be gone: find out now
+	}
 	r.c.log.Warn("fenced write refused: abandoning run", slog.String("job", err.JobID), slog.String("op", err.Op),
 		slog.Int64("token", int64(err.Token)), slog.Int64("current", err.Current), slog.String("why", why))
 	return err

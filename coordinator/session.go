@@ -101,7 +101,8 @@ type Session struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the heartbeat goroutine has exited
 
-	validUntil atomic.Int64 // unix nanos
+	kick       chan struct{} // renew now
+	validUntil atomic.Int64  // unix nanos
 	renewals   atomic.Int64
 	closeOnce  sync.Once
 }
@@ -119,7 +120,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: grant session lease: %w", err)
 	}
-	s := &Session{c: c, cfg: cfg, lease: lease, done: make(chan struct{})}
+	s := &Session{c: c, cfg: cfg, lease: lease, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.validUntil.Store(sent.Add(cfg.TTL - cfg.Margin).UnixNano())
 	info := cfg.Worker
 	info.Lease = int64(lease)
@@ -163,6 +164,16 @@ func (s *Session) Valid() bool {
 	return s.ctx.Err() == nil && s.cfg.Clock.Now().Before(s.ValidUntil())
 }
 
+// RenewNow asks for a renewal at once, without waiting for the next
+// interval: a fenced write that found its ownership key gone suggests the
+// lease is gone too, and a renewal that finds it so ends the session.
+func (s *Session) RenewNow() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
 // Renewals counts acknowledged renewals (for tests and metrics).
 func (s *Session) Renewals() int64 { return s.renewals.Load() }
 
@@ -186,6 +197,7 @@ func (s *Session) heartbeat() {
 		case <-s.ctx.Done():
 			return
 		case <-s.cfg.Clock.After(max(wait, 0)):
+		case <-s.kick:
 		}
 		if !s.cfg.Clock.Now().Before(s.ValidUntil()) {
 			log.Warn("session lease not renewed before its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
