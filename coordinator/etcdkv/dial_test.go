@@ -1,0 +1,141 @@
+package etcdkv
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"io/fs"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// writeCert writes a self-signed certificate and its key as PEM files.
+func writeCert(t *testing.T, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "etcdkv-test"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func TestClientConfigTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeCert(t, dir)
+	garbage := filepath.Join(dir, "garbage.pem")
+	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	eps := []string{"https://127.0.0.1:2379"}
+
+	c, err := clientConfig(Config{Endpoints: eps, CAFile: cert, CertFile: cert, KeyFile: key, ServerName: "etcd.example"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TLS == nil || c.TLS.RootCAs == nil || len(c.TLS.Certificates) != 1 || c.TLS.ServerName != "etcd.example" {
+		t.Fatalf("TLS config not filled in: %+v", c.TLS)
+	}
+	if c.AutoSyncInterval != 0 || c.DialKeepAliveTime != DefaultKeepAliveTime ||
+		c.DialKeepAliveTimeout != DefaultKeepAliveTimeout || c.DialTimeout != DefaultDialTimeout {
+		t.Fatalf("defaults not applied: %+v", c)
+	}
+	if c, err := clientConfig(Config{Endpoints: eps}); err != nil || c.TLS != nil {
+		t.Fatalf("no TLS files: TLS %+v, %v", c.TLS, err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want []string // substrings of the error
+		is   error
+	}{
+		{"missing CA", Config{CAFile: missing}, []string{"CA file", "missing.pem"}, fs.ErrNotExist},
+		{"garbage CA", Config{CAFile: garbage}, []string{"garbage.pem", "no PEM certificate"}, nil},
+		{"missing cert", Config{CertFile: missing, KeyFile: key}, []string{"client certificate", "missing.pem"}, fs.ErrNotExist},
+		{"missing key", Config{CertFile: cert, KeyFile: missing}, []string{"client key", "missing.pem"}, fs.ErrNotExist},
+		{"garbage cert", Config{CertFile: garbage, KeyFile: key}, []string{"garbage.pem", "key.pem"}, nil},
+		{"key for another cert", Config{CertFile: cert, KeyFile: garbage}, []string{"cert.pem", "garbage.pem"}, nil},
+		{"cert without key", Config{CertFile: cert}, []string{"without a key"}, nil},
+		{"key without cert", Config{KeyFile: key}, []string{"without a certificate"}, nil},
+		{"TLS on http endpoint", Config{CAFile: cert, Endpoints: []string{"http://127.0.0.1:2379"}}, []string{"http://127.0.0.1:2379", "https://"}, nil},
+		{"user without password", Config{Username: "u"}, []string{"username and a password"}, nil},
+	} {
+		if tc.cfg.Endpoints == nil {
+			tc.cfg.Endpoints = eps
+		}
+		_, err := clientConfig(tc.cfg)
+		if err == nil {
+			t.Errorf("%s: no error", tc.name)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: error %q does not mention %q", tc.name, err, w)
+			}
+		}
+		if tc.is != nil && !errors.Is(err, tc.is) {
+			t.Errorf("%s: error %q is not %v", tc.name, err, tc.is)
+		}
+	}
+}
+
+func TestDialUnreachable(t *testing.T) {
+	if _, err := Dial(context.Background(), Config{}); err == nil {
+		t.Fatal("Dial without endpoints succeeded")
+	}
+	// A port nobody listens on.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	start := time.Now()
+	cli, err := Dial(context.Background(), Config{Endpoints: []string{ep}, DialTimeout: 500 * time.Millisecond})
+	if err == nil {
+		_ = cli.Close()
+		t.Fatal("Dial of a closed port succeeded")
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Fatalf("Dial took %v with a 500ms DialTimeout", took)
+	}
+	if !strings.Contains(err.Error(), ep) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("error %q should name the endpoint and be a deadline", err)
+	}
+}
