@@ -3,6 +3,8 @@ package coordtest_test
 import (
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/leasehold/leasehold/coordinator/coordtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/localstore"
@@ -19,3 +21,5 @@ func TestLocalstore(t *testing.T) {
 		return s
 	})
 }
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
