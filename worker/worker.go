@@ -35,8 +35,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Logger receives structured logs. Default: the coordinator's.
 	Logger *slog.Logger
-	// Maintain runs the promotion and retention loop in this worker
-	// (embedded mode). Default: false.
+	// Maintain makes this worker a candidate for running the promotion and
+	// retention loop, which runs on one elected worker at a time.
+	// Default: false.
 	Maintain bool
 	// PollInterval is a backstop for the watch that wakes the claim loop.
 	// Default: 5s.
@@ -225,7 +226,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.goLoop(func() { _ = w.c.WatchAvailable(w.loopCtx, q, w.poke) })
 	}
 	if w.cfg.Maintain {
-		w.goLoop(func() { _ = w.c.RunMaintenance(w.loopCtx, coordinator.MaintainConfig{}) })
+		w.goLoop(func() {
+			_ = w.c.RunElected(w.loopCtx, "maintenance", w.Session, func(ctx context.Context) error {
+				return w.c.RunMaintenance(ctx, coordinator.MaintainConfig{})
+			})
+		})
 	}
 	if w.cfg.Reap {
 		w.goLoop(func() { _ = w.c.RunReaper(w.loopCtx, w.isRunning, w.cfg.ReapInterval) })

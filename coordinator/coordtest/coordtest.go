@@ -46,6 +46,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"LostFinalReplyResolved", testLostFinalReply},
 		{"PriorityAndQueues", testPriorityAndQueues},
 		{"ListPaging", testListPaging},
+		{"ElectionOneLeaderAtATime", testElection},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -888,4 +889,55 @@ func testListPaging(t *testing.T, h *harness) {
 			t.Fatalf("state %q: paged %d jobs, want %d", st, len(got), len(want))
 		}
 	}
+}
+
+func testElection(t *testing.T, h *harness) {
+	s1, s2 := h.session(h.c), h.session(h.c)
+	var inside atomic.Int32
+	var revoked atomic.Bool // a paused old leader may briefly overlap after this
+	leaders := make(chan string, 8)
+	ctx, cancel := context.WithCancel(h.ctx())
+	var wg sync.WaitGroup
+	for _, s := range []*coordinator.Session{s1, s2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = h.c.RunElected(ctx, "maintenance", func() *coordinator.Session { return s }, func(ctx context.Context) error {
+				if inside.Add(1) != 1 && !revoked.Load() {
+					t.Errorf("two leaders at once")
+				}
+				leaders <- s.WorkerID()
+				<-ctx.Done()
+				inside.Add(-1)
+				return nil
+			})
+		}()
+	}
+	first := <-leaders
+	if got, err := h.c.Leader(h.ctx(), "maintenance"); err != nil || got != first {
+		t.Fatalf("Leader = %q, %v; want %q", got, err, first)
+	}
+	// The leader's lease goes: the other takes over.
+	lost := s1
+	if first == s2.WorkerID() {
+		lost = s2
+	}
+	revoked.Store(true)
+	if err := h.store.Revoke(h.ctx(), lost.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case second := <-leaders:
+		if second == first {
+			t.Fatalf("leadership stayed with %s after its lease was revoked", first)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no new leader after the first lost its lease")
+	}
+	cancel()
+	// The first leader's fn only ends when its session notices; close it.
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	_ = lost.Close(cctx)
+	wg.Wait()
 }

@@ -1,0 +1,117 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// RunElected runs fn on at most one daemon at a time per name: the one that
+// holds the name's leader key, which hangs on its session lease (the same
+// scheme as etcd's concurrency.Election, written over the seam so it works
+// on both backends). fn's context ends when the session ends or ctx does;
+// then the key is released (or expires with the lease) and another
+// candidate takes over. session returns the caller's current session, which
+// may change after a lease loss. Work done under fn must stay safe if two
+// leaders briefly overlap (a paused leader that has not yet noticed): every
+// maintenance write is conditional. It returns ctx's error.
+func (c *Coordinator) RunElected(ctx context.Context, name string, session func() *Session, fn func(ctx context.Context) error) error {
+	key := c.keys.root + "e/" + name
+	for ctx.Err() == nil {
+		sess := session()
+		if sess == nil || sess.Ctx().Err() != nil {
+			select {
+			case <-ctx.Done():
+			case <-c.clock.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		res, err := c.store.Txn(ctx, kv.Txn{
+			If:   []kv.Cmp{kv.Missing(key)},
+			Then: []kv.Op{kv.Put(key, []byte(sess.WorkerID()), sess.Lease())},
+			Else: []kv.Op{kv.Get(key)},
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("election: campaign failed", slog.String("election", name), slog.Any("err", err))
+				select {
+				case <-ctx.Done():
+				case <-c.clock.After(time.Second):
+				}
+			}
+			continue
+		}
+		leaderRev := res.Revision
+		if !res.Succeeded {
+			cur := res.Results[0].KV
+			if cur != nil && cur.Lease == sess.Lease() {
+				leaderRev = cur.ModRevision // ours already (a reply was lost)
+			} else {
+				c.waitGone(ctx, sess, key, res.Revision)
+				continue
+			}
+		}
+		c.log.Info("leader acquired", slog.String("election", name), slog.String("worker", sess.WorkerID()))
+		lctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(sess.Ctx(), cancel)
+		// Leadership also ends if the key is deleted under us.
+		go func() {
+			c.waitGone(lctx, sess, key, leaderRev)
+			cancel()
+		}()
+		err = fn(lctx)
+		cancel()
+		stop()
+		if err != nil && lctx.Err() == nil {
+			c.log.Warn("elected work failed", slog.String("election", name), slog.Any("err", err))
+		}
+		// Resign: delete our key if it is still ours.
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_, _ = c.store.Txn(rctx, kv.Txn{
+			If:   []kv.Cmp{kv.CreateRevisionIs(key, kv.Equal, leaderRev)},
+			Then: []kv.Op{kv.Delete(key)},
+		})
+		rcancel()
+		c.log.Info("leadership released", slog.String("election", name), slog.String("worker", sess.WorkerID()))
+	}
+	return ctx.Err()
+}
+
+// waitGone returns when key is deleted after rev, when sess or ctx ends.
+func (c *Coordinator) waitGone(ctx context.Context, sess *Session, key string, rev int64) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(sess.Ctx(), cancel)
+	defer stop()
+	ch := c.store.Watch(wctx, key, rev+1)
+	defer func() {
+		cancel()
+		for range ch {
+		}
+	}()
+	for resp := range ch {
+		if resp.Err != nil {
+			return // let the caller campaign again, which re-reads
+		}
+		for _, ev := range resp.Events {
+			if ev.Type == kv.EventDelete {
+				return
+			}
+		}
+	}
+}
+
+// Leader returns the worker id holding the named election, or "".
+func (c *Coordinator) Leader(ctx context.Context, name string) (string, error) {
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.root + "e/" + name})
+	if err != nil {
+		return "", fmt.Errorf("coordinator: read leader of %s: %w", name, err)
+	}
+	if len(rr.KVs) == 0 {
+		return "", nil
+	}
+	return string(rr.KVs[0].Value), nil
+}
