@@ -1,0 +1,653 @@
+package main
+
+// The HTTP API of the daemon. Every request and response body is JSON
+// (except /metrics and the dashboard at /); a job is always exactly
+// coordinator.Job's JSON. Single jobs and lists come in an envelope:
+//
+//	POST /v1/jobs                 body: createRequest
+//	    201 {"job":JOB,"existed":false}   the job was inserted
+//	    200 {"job":JOB,"existed":true}    its unique_key matched a live job,
+//	                                      which is returned; nothing written
+//	POST /v1/jobs/batch           body: {"jobs":[createRequest,...]}
+//	    201 {"jobs":[JOB,...],"existed":[bool,...]}   in request order;
+//	                                      200 if every job already existed
+//	GET  /v1/jobs                 ?state=&kind=&queue=&limit=&after=
+//	    200 {"jobs":[JOB,...],"next":"CURSOR"}  next is absent on the last
+//	                                      page; pass it as after=
+//	GET  /v1/jobs/{id}            ?wait=DURATION (long-poll, at most 5m)
+//	    200 {"job":JOB}  at once, or once the job is final, or when the
+//	                     wait expires (check job.state)
+//	POST /v1/jobs/{id}/cancel
+//	    200 {"job":JOB}  cancelled, or cancel_requested for a running job
+//	GET  /v1/workers       200 {"workers":[WORKER,...]}
+//	GET  /v1/stats         200 {"counts":{"scheduled":N,...},"total":N}
+//	GET  /v1/health        200 {"status":"ok"}   (also GET /healthz)
+//	GET  /metrics          Prometheus text format
+//	GET  /                 HTML dashboard
+//
+// A createRequest is
+//
+//	{"kind":"sleep","payload":{"ms":100},"queue":"default","priority":1,
+//	 "scheduled_at":"2030-01-02T15:04:05Z" | "delay":"90s",
+//	 "max_attempts":25,"timeout":"30s","unique_key":"..."}
+//
+// where only kind is required. Unknown fields are refused.
+//
+// Errors are {"error":"one line saying what was wrong and what to do"} with
+// 400 for bad input (malformed JSON, unknown field, unknown kind or state,
+// bad id, oversized payload), 413 for a body over the size limit, 404 for
+// an unknown job or endpoint, 405 for a wrong method, 409 for an operation
+// the job's state does not allow, 500 otherwise. A refused request writes
+// nothing.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Limits of the API.
+const (
+	// bodyOverhead is allowed on top of the payload limit for the other
+	// fields of a create request.
+	bodyOverhead = 64 << 10
+	// minBatchBody is the least body size a batch may have.
+	minBatchBody = 32 << 20
+	// maxBatchJobs bounds the jobs of one batch request.
+	maxBatchJobs = 10000
+	// maxWait bounds the long-poll of GET /v1/jobs/{id}?wait=.
+	maxWait = 5 * time.Minute
+)
+
+// createRequest is one job to enqueue, as the API takes it.
+type createRequest struct {
+	Kind        string          `json:"kind"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	Queue       string          `json:"queue,omitempty"`
+	Priority    int             `json:"priority,omitempty"`
+	ScheduledAt string          `json:"scheduled_at,omitempty"`
+	Delay       string          `json:"delay,omitempty"`
+	MaxAttempts int             `json:"max_attempts,omitempty"`
+	Timeout     string          `json:"timeout,omitempty"`
+	UniqueKey   string          `json:"unique_key,omitempty"`
+}
+
+type batchRequest struct {
+	Jobs []createRequest `json:"jobs"`
+}
+
+type createResponse struct {
+	Job     *coordinator.Job `json:"job"`
+	Existed bool             `json:"existed"`
+}
+
+type batchResponse struct {
+	Jobs    []*coordinator.Job `json:"jobs"`
+	Existed []bool             `json:"existed"`
+}
+
+type jobResponse struct {
+	Job *coordinator.Job `json:"job"`
+}
+
+type workersResponse struct {
+	Workers []coordinator.WorkerInfo `json:"workers"`
+}
+
+type statsResponse struct {
+	Counts map[coordinator.State]int `json:"counts"`
+	Total  int                       `json:"total"`
+}
+
+type errorResponse struct {
+	Error string `json:"error"`
+}
+
+// apiConfig configures the API.
+type apiConfig struct {
+	Coord *coordinator.Coordinator
+	// Kinds the daemon runs, with their payload checks. Enqueueing any
+	// other kind is refused.
+	Kinds map[string]kindSpec
+	// MaxPayload is the coordinator's payload limit, in bytes.
+	MaxPayload int
+	Logger     *slog.Logger
+	// WorkerID names the daemon's own worker on the dashboard.
+	WorkerID string
+}
+
+// api serves the HTTP API. It is an http.Handler.
+type api struct {
+	cfg       apiConfig
+	kindNames []string
+	mux       *http.ServeMux
+	log       *slog.Logger
+	reg       *prometheus.Registry
+	requests  *prometheus.CounterVec
+	latency   *prometheus.HistogramVec
+}
+
+func newAPI(cfg apiConfig) *api {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = coordinator.DefaultMaxPayloadBytes
+	}
+	a := &api{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, reg: prometheus.NewRegistry()}
+	a.kindNames = sortedKeys(cfg.Kinds)
+	a.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasehold_http_requests_total", Help: "HTTP requests served, by route and status code.",
+	}, []string{"route", "code"})
+	a.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "leasehold_http_request_seconds", Help: "HTTP request latency, by route.",
+		Buckets: prometheus.DefBuckets,
+	}, []string{"route"})
+	a.reg.MustRegister(a.requests, a.latency, &jobsCollector{c: cfg.Coord, log: cfg.Logger})
+
+	a.mux.HandleFunc("POST /v1/jobs", a.createJob)
+	a.mux.HandleFunc("POST /v1/jobs/batch", a.createBatch)
+	a.mux.HandleFunc("GET /v1/jobs", a.listJobs)
+	a.mux.HandleFunc("GET /v1/jobs/{id}", a.getJob)
+	a.mux.HandleFunc("POST /v1/jobs/{id}/cancel", a.cancelJob)
+	a.mux.HandleFunc("GET /v1/workers", a.listWorkers)
+	a.mux.HandleFunc("GET /v1/stats", a.stats)
+	a.mux.HandleFunc("GET /v1/health", a.health)
+	a.mux.HandleFunc("GET /healthz", a.health)
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{prometheus.DefaultGatherer, a.reg}, promhttp.HandlerOpts{}))
+	a.mux.HandleFunc("GET /{$}", a.dashboard)
+	return a
+}
+
+// ServeHTTP routes r, answers the mux's own 404 and 405 in JSON, and
+// counts and logs the request.
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	_, route := a.mux.Handler(r)
+	rw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+	var out http.ResponseWriter = rw
+	if route == "" {
+		route = "unmatched"
+		out = &jsonFallback{statusWriter: rw, r: r}
+	}
+	a.mux.ServeHTTP(out, r)
+	a.requests.WithLabelValues(route, strconv.Itoa(rw.code)).Inc()
+	a.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	a.log.Debug("http request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.Int("status", rw.code), slog.Duration("took", time.Since(start)))
+}
+
+// statusWriter records the status code of a response.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	s.code = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+// jsonFallback turns the mux's plain-text 404 and 405 into JSON errors.
+type jsonFallback struct {
+	*statusWriter
+	r         *http.Request
+	swallowed bool
+}
+
+func (j *jsonFallback) WriteHeader(code int) {
+	switch code {
+	case http.StatusNotFound:
+		j.swallowed = true
+		writeError(j.statusWriter, code, fmt.Sprintf("no endpoint %s %s: the API is under /v1/ (jobs, workers, stats, health)", j.r.Method, j.r.URL.Path))
+	case http.StatusMethodNotAllowed:
+		j.swallowed = true
+		writeError(j.statusWriter, code, fmt.Sprintf("method %s is not allowed on %s: use %s", j.r.Method, j.r.URL.Path, j.Header().Get("Allow")))
+	default:
+		j.statusWriter.WriteHeader(code)
+	}
+}
+
+func (j *jsonFallback) Write(p []byte) (int, error) {
+	if j.swallowed {
+		return len(p), nil
+	}
+	return j.statusWriter.Write(p)
+}
+
+// apiError is an error with its HTTP status.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func badRequest(format string, a ...any) error {
+	return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
+}
+
+// cleanCoordError strips the coordinator's sentinel prefixes from an error
+// message, leaving what was wrong.
+func cleanCoordError(err error) string {
+	s := err.Error()
+	for _, p := range []string{coordinator.ErrInvalid.Error() + ": ", "coordinator: "} {
+		s = strings.ReplaceAll(s, p, "")
+	}
+	return oneLine(s)
+}
+
+// fail answers err with its status.
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	switch {
+	case errors.As(err, &ae):
+		writeError(w, ae.status, ae.msg)
+	case errors.Is(err, coordinator.ErrInvalid):
+		writeError(w, http.StatusBadRequest, cleanCoordError(err))
+	case errors.Is(err, coordinator.ErrNotFound):
+		writeError(w, http.StatusNotFound, cleanCoordError(err))
+	case errors.Is(err, coordinator.ErrWrongState), errors.Is(err, coordinator.ErrConflict):
+		writeError(w, http.StatusConflict, cleanCoordError(err))
+	case r.Context().Err() != nil:
+		// The client went away or the daemon is stopping.
+		writeError(w, http.StatusServiceUnavailable, "request cancelled: the client disconnected or the daemon is stopping")
+	default:
+		a.log.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
+		writeError(w, http.StatusInternalServerError, cleanCoordError(err)+": see the daemon's log")
+	}
+}
+
+func writeError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, errorResponse{Error: oneLine(msg)})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b, _ = json.Marshal(errorResponse{Error: "cannot encode response: " + err.Error()})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// decodeBody decodes one JSON object of at most limit bytes into v,
+// refusing unknown fields and trailing data.
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return bodyError(err, limit)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return bodyError(err, limit)
+		}
+		return badRequest("request body has more after its JSON object: send exactly one object")
+	}
+	return nil
+}
+
+func bodyError(err error, limit int64) error {
+	var (
+		mbe *http.MaxBytesError
+		se  *json.SyntaxError
+		te  *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &mbe):
+		return &apiError{status: http.StatusRequestEntityTooLarge,
+			msg: fmt.Sprintf("request body is over the %d-byte limit: send a smaller payload or fewer jobs per batch", limit)}
+	case errors.Is(err, io.EOF):
+		return badRequest(`request body is empty: send a JSON object such as {"kind":"echo","payload":{}}`)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("request body is truncated JSON: send a complete JSON object")
+	case errors.As(err, &se):
+		return badRequest("request body is not valid JSON (at byte %d: %s): send a JSON object", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.As(err, &te):
+		if te.Field == "" {
+			return badRequest("request body is a JSON %s: send a JSON object", te.Value)
+		}
+		return badRequest("field %q is a JSON %s: want %s", te.Field, te.Value, jsonTypeName(te.Type.String()))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return badRequest("%s: the fields are kind, payload, queue, priority, scheduled_at, delay, max_attempts, timeout, unique_key", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return badRequest("cannot read request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func jsonTypeName(goType string) string {
+	switch {
+	case goType == "string":
+		return "a string"
+	case strings.HasPrefix(goType, "int"):
+		return "an integer"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array"
+	}
+	return "an object"
+}
+
+// params validates one create request against what this daemon runs and
+// turns it into enqueue parameters. It writes nothing.
+func (a *api) params(req createRequest, now time.Time) (coordinator.EnqueueParams, error) {
+	if req.Kind == "" {
+		return coordinator.EnqueueParams{}, badRequest(`kind is missing: set "kind" to one of %s`, strings.Join(a.kindNames, ", "))
+	}
+	if err := coordinator.ValidateKind(req.Kind); err != nil {
+		return coordinator.EnqueueParams{}, badRequest("%s", cleanCoordError(err))
+	}
+	spec, ok := a.cfg.Kinds[req.Kind]
+	if !ok {
+		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this daemon runs %s", req.Kind, strings.Join(a.kindNames, ", "))
+	}
+	p := coordinator.EnqueueParams{
+		Kind: req.Kind, Payload: req.Payload, Queue: req.Queue, Priority: req.Priority,
+		MaxAttempts: req.MaxAttempts, UniqueKey: req.UniqueKey,
+	}
+	if string(p.Payload) == "null" {
+		p.Payload = nil
+	}
+	if len(p.Payload) > a.cfg.MaxPayload {
+		return coordinator.EnqueueParams{}, badRequest("payload is %d bytes, over the %d-byte limit: send a smaller payload (or raise the daemon's --max-payload)", len(p.Payload), a.cfg.MaxPayload)
+	}
+	if spec.validate != nil {
+		if err := spec.validate(p.Payload); err != nil {
+			return coordinator.EnqueueParams{}, badRequest("%s payload: %v", req.Kind, err)
+		}
+	}
+	if req.ScheduledAt != "" && req.Delay != "" {
+		return coordinator.EnqueueParams{}, badRequest("scheduled_at and delay are both set: set one of them")
+	}
+	if req.ScheduledAt != "" {
+		t, err := time.Parse(time.RFC3339Nano, req.ScheduledAt)
+		if err != nil {
+			return coordinator.EnqueueParams{}, badRequest("scheduled_at %q is not an RFC 3339 time: use e.g. 2030-01-02T15:04:05Z", truncateString(req.ScheduledAt, 40))
+		}
+		p.ScheduledAt = t
+	}
+	if req.Delay != "" {
+		d, err := time.ParseDuration(req.Delay)
+		if err != nil || d < 0 {
+			return coordinator.EnqueueParams{}, badRequest("delay %q is not a duration of zero or more: use e.g. 90s or 5m", truncateString(req.Delay, 40))
+		}
+		p.ScheduledAt = now.Add(d)
+	}
+	if req.Timeout != "" {
+		d, err := time.ParseDuration(req.Timeout)
+		if err != nil || d < time.Millisecond {
+			return coordinator.EnqueueParams{}, badRequest("timeout %q is not a duration of at least 1ms: use e.g. 30s, or leave it out for the daemon's default", truncateString(req.Timeout, 40))
+		}
+		p.Timeout = d
+	}
+	return p, nil
+}
+
+func truncateString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
+
+func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
+	var req createRequest
+	if err := decodeBody(w, r, int64(a.cfg.MaxPayload)+bodyOverhead, &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	p, err := a.params(req, time.Now())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	res, err := a.cfg.Coord.Enqueue(r.Context(), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	status := http.StatusCreated
+	if res.Existed {
+		status = http.StatusOK
+	}
+	writeJSON(w, status, createResponse{Job: res.Job, Existed: res.Existed})
+}
+
+func (a *api) batchLimit() int64 {
+	return max(int64(minBatchBody), 2*int64(a.cfg.MaxPayload)+bodyOverhead)
+}
+
+func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
+	var req batchRequest
+	if err := decodeBody(w, r, a.batchLimit(), &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	switch {
+	case len(req.Jobs) == 0:
+		a.fail(w, r, badRequest(`no jobs: send {"jobs":[{"kind":...},...]}`))
+		return
+	case len(req.Jobs) > maxBatchJobs:
+		a.fail(w, r, badRequest("%d jobs in one batch, over the limit of %d: split the batch", len(req.Jobs), maxBatchJobs))
+		return
+	}
+	now := time.Now()
+	ps := make([]coordinator.EnqueueParams, len(req.Jobs))
+	for i, jr := range req.Jobs {
+		p, err := a.params(jr, now)
+		if err != nil {
+			a.fail(w, r, badRequest("job %d: %v", i, err))
+			return
+		}
+		ps[i] = p
+	}
+	res, err := a.cfg.Coord.EnqueueBatch(r.Context(), ps)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	out := batchResponse{Jobs: make([]*coordinator.Job, len(res)), Existed: make([]bool, len(res))}
+	status := http.StatusOK
+	for i, x := range res {
+		out.Jobs[i], out.Existed[i] = x.Job, x.Existed
+		if !x.Existed {
+			status = http.StatusCreated
+		}
+	}
+	writeJSON(w, status, out)
+}
+
+// checkQuery refuses query parameters other than allowed, so that a typo
+// is not silently ignored.
+func checkQuery(r *http.Request, allowed ...string) error {
+	for k := range r.URL.Query() {
+		ok := false
+		for _, a := range allowed {
+			ok = ok || k == a
+		}
+		if !ok {
+			if len(allowed) == 0 {
+				return badRequest("unknown query parameter %q: this endpoint takes none", k)
+			}
+			return badRequest("unknown query parameter %q: use %s", k, strings.Join(allowed, ", "))
+		}
+	}
+	return nil
+}
+
+func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r, "state", "kind", "queue", "limit", "after"); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	p := coordinator.ListParams{Kind: q.Get("kind"), Queue: q.Get("queue"), After: q.Get("after")}
+	if s := q.Get("state"); s != "" {
+		st, err := coordinator.ParseState(s)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		p.State = st
+	}
+	if p.Kind != "" {
+		if err := coordinator.ValidateKind(p.Kind); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > coordinator.MaxListLimit {
+			a.fail(w, r, badRequest("limit %q: want a number from 1 to %d", truncateString(s, 20), coordinator.MaxListLimit))
+			return
+		}
+		p.Limit = n
+	}
+	page, err := a.cfg.Coord.List(r.Context(), p)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r, "wait"); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	if err := coordinator.ValidateID(id); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var wait time.Duration
+	if s := r.URL.Query().Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 {
+			a.fail(w, r, badRequest("wait %q is not a duration of zero or more: use e.g. wait=30s (at most %s)", truncateString(s, 20), maxWait))
+			return
+		}
+		wait = min(d, maxWait)
+	}
+	if wait > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		j, err := a.cfg.Coord.Wait(ctx, id)
+		expired := ctx.Err() != nil
+		cancel()
+		switch {
+		case err == nil:
+			writeJSON(w, http.StatusOK, jobResponse{Job: j})
+			return
+		case !expired:
+			a.fail(w, r, err)
+			return
+		}
+		// The wait expired (or the daemon is stopping): answer with the
+		// job as it is now.
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+	defer cancel()
+	j, err := a.cfg.Coord.Get(ctx, id)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobResponse{Job: j})
+}
+
+func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	id := r.PathValue("id")
+	j, err := a.cfg.Coord.Cancel(r.Context(), id)
+	if errors.Is(err, coordinator.ErrWrongState) && j != nil {
+		a.fail(w, r, &apiError{status: http.StatusConflict, msg: fmt.Sprintf("job %s is already %s: only unfinished jobs can be cancelled", id, j.State)})
+		return
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobResponse{Job: j})
+}
+
+func (a *api) listWorkers(w http.ResponseWriter, r *http.Request) {
+	ws, err := a.cfg.Coord.Workers(r.Context())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, workersResponse{Workers: ws})
+}
+
+func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+	counts, err := a.cfg.Coord.Counts(r.Context())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	writeJSON(w, http.StatusOK, statsResponse{Counts: counts, Total: total})
+}
+
+func (a *api) health(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// jobsCollector exports the number of jobs in each state at scrape time.
+type jobsCollector struct {
+	c   *coordinator.Coordinator
+	log *slog.Logger
+}
+
+var jobsDesc = prometheus.NewDesc("leasehold_jobs", "Jobs in each state.", []string{"state"}, nil)
+
+func (jc *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
+
+func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := jc.c.Counts(ctx)
+	if err != nil {
+		jc.log.Warn("metrics: counting jobs failed", slog.Any("err", err))
+		return
+	}
+	for _, st := range coordinator.States {
+		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

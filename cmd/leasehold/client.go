@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// defaultServer is where the CLI finds the daemon.
+const defaultServer = "http://127.0.0.1:7420"
+
+// requestTimeout bounds one API call that is not a long-poll.
+const requestTimeout = 30 * time.Second
+
+// client calls the daemon's HTTP API (see api.go).
+type client struct {
+	server string // as given, for messages
+	base   *url.URL
+	hc     *http.Client
+}
+
+// addServerFlag adds --server to cmd.
+func addServerFlag(cmd *cobra.Command, server *string) {
+	cmd.Flags().StringVar(server, "server", defaultServer, "URL of the daemon's HTTP API")
+}
+
+func newClient(server string) (*client, error) {
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" {
+		return nil, usagef("--server %q is not an http:// or https:// URL: use e.g. %s", server, defaultServer)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil // the daemon is local or addressed directly
+	return &client{server: server, base: u, hc: &http.Client{Transport: tr}}, nil
+}
+
+// close releases the client's idle connections.
+func (c *client) close() { c.hc.CloseIdleConnections() }
+
+// call sends method path?query with body (if not nil) as JSON and decodes
+// a successful answer into out (if not nil). Failures come back as
+// cliErrors: an unreachable daemon, a timeout, or the API's own error with
+// exit code 2 for bad input (400, 413) and 1 otherwise.
+func (c *client) call(ctx context.Context, method, path string, query url.Values, body, out any) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+	}
+	u := *c.base
+	u.Path += path
+	u.RawQuery = query.Encode()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return usagef("bad request URL %s: %v: check --server", u.String(), err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return c.transportError(ctx, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return c.transportError(ctx, err)
+	}
+	if resp.StatusCode >= 300 {
+		return c.statusError(resp, b)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return failf("the server at %s sent an answer that is not leasehold's JSON (%v): is --server a leasehold daemon?", c.server, err)
+	}
+	return nil
+}
+
+func (c *client) transportError(ctx context.Context, err error) error {
+	var oe *net.OpError
+	switch {
+	case errors.As(err, &oe) && oe.Op == "dial":
+		return &cliError{code: exitFailure, bare: true,
+			msg: fmt.Sprintf("cannot reach the daemon at %s: is 'leasehold daemon' running? (set --server)", c.server)}
+	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return failf("the daemon at %s did not answer in time: check that it is healthy (its log, %s/healthz) and retry", c.server, strings.TrimSuffix(c.server, "/"))
+	case ctx.Err() != nil:
+		return failf("interrupted")
+	}
+	return failf("request to the daemon at %s failed: %v: check that it is running and retry", c.server, err)
+}
+
+func (c *client) statusError(resp *http.Response, body []byte) error {
+	var e errorResponse
+	msg := ""
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		msg = e.Error
+	} else {
+		first, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
+		msg = fmt.Sprintf("the server at %s answered %s (%s): is --server a leasehold daemon?", c.server, resp.Status, truncateString(first, 120))
+	}
+	switch resp.StatusCode {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
+		return usagef("%s", msg)
+	}
+	return failf("%s", msg)
+}
+
+func (c *client) getJob(ctx context.Context, id string, wait time.Duration) (*jobResponse, error) {
+	var q url.Values
+	if wait > 0 {
+		q = url.Values{"wait": {wait.String()}}
+	}
+	var out jobResponse
+	if err := c.call(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), q, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Job == nil {
+		return nil, failf("the daemon at %s answered without a job: is --server a leasehold daemon?", c.server)
+	}
+	return &out, nil
+}
+
+func (c *client) stats(ctx context.Context) (*statsResponse, error) {
+	var out statsResponse
+	if err := c.call(ctx, http.MethodGet, "/v1/stats", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}

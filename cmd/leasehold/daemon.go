@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/localstore"
+	"github.com/leasehold/leasehold/worker"
+	"github.com/spf13/cobra"
+)
+
+// Defaults of the daemon's flags.
+const (
+	defaultData            = "./leasehold-data"
+	defaultListen          = "127.0.0.1:7420"
+	defaultConcurrency     = 20
+	defaultShutdownTimeout = 30 * time.Second
+	// httpShutdownTimeout bounds the wait for in-flight API requests at
+	// stop; long-polls are woken at once.
+	httpShutdownTimeout = 5 * time.Second
+)
+
+type daemonOpts struct {
+	data            string
+	etcd            []string
+	namespace       string
+	listen          string
+	concurrency     int
+	queues          []string
+	leaseTTL        time.Duration
+	shutdownTimeout time.Duration
+	retention       time.Duration
+	defaultTimeout  time.Duration
+	maxPayload      sizeValue
+	execs           []string
+}
+
+func newDaemonCmd(g *globalOpts) *cobra.Command {
+	o := &daemonOpts{maxPayload: sizeValue(coordinator.DefaultMaxPayloadBytes)}
+	cmd := &cobra.Command{
+		Use:   "daemon",
+		Short: "Run the daemon: claim and run jobs, serve the HTTP API",
+		Long: `Run the daemon in embedded mode: it owns the Pebble directory --data (no other
+process may open it), re-queues the jobs a previous run left running, runs
+jobs of the built-in kinds (sleep, echo, fail) and of each --exec kind, and
+serves the HTTP API and dashboard on --listen. SIGINT or SIGTERM stops it
+gracefully: running jobs get --shutdown-timeout to finish, then they are
+interrupted and re-queued. A second signal stops it at once.`,
+		Example: `  leasehold daemon --data /var/lib/leasehold --listen 127.0.0.1:7420
+  leasehold daemon --exec 'thumbnail=./thumbnail.sh' --exec 'mail=python3 send.py' --concurrency 50`,
+		Args: argsBetween(0, 0, "[--data DIR] [--listen ADDR] [--concurrency N] [--exec KIND=COMMAND]..."),
+		RunE: action(func(cmd *cobra.Command, _ []string) error { return runDaemon(cmd, g, o) }),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.data, "data", defaultData, "data directory (embedded mode)")
+	f.StringSliceVar(&o.etcd, "etcd", nil, "etcd endpoints (shared mode; not available in this build yet)")
+	f.StringVar(&o.namespace, "namespace", coordinator.DefaultNamespace, "namespace of the queues in the store")
+	f.StringVar(&o.listen, "listen", defaultListen, "address of the HTTP API and dashboard")
+	f.IntVar(&o.concurrency, "concurrency", defaultConcurrency, "jobs run at once")
+	f.StringSliceVar(&o.queues, "queues", []string{coordinator.DefaultQueue}, "queues to serve, comma-separated")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", coordinator.DefaultLeaseTTL, "session lease TTL (whole seconds, at least 2s)")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long running jobs may finish at stop before they are interrupted")
+	f.DurationVar(&o.retention, "retention", coordinator.DefaultRetention, "how long finished jobs are kept")
+	f.DurationVar(&o.defaultTimeout, "default-timeout", 0, "bound on an attempt of a job that sets no timeout (0: none)")
+	f.Var(&o.maxPayload, "max-payload", "largest job payload accepted (e.g. 1MiB, 256KiB, 65536)")
+	f.StringArrayVar(&o.execs, "exec", nil, "run jobs of KIND with COMMAND (sh -c; payload on stdin), as KIND=COMMAND; repeatable (LEASEHOLD_EXEC: one per line)")
+	return cmd
+}
+
+// daemonKinds returns the kinds a daemon runs: the built-in ones and each
+// --exec (which may replace a built-in one).
+func daemonKinds(execs []string, log *slog.Logger) (map[string]kindSpec, error) {
+	kinds := builtinKinds()
+	seen := map[string]bool{}
+	for _, s := range execs {
+		spec, err := parseExec(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[spec.kind] {
+			return nil, usagef("--exec: kind %s is given twice: give each kind one command", spec.kind)
+		}
+		seen[spec.kind] = true
+		kinds[spec.kind] = kindSpec{handler: execHandler(spec, log)}
+	}
+	return kinds, nil
+}
+
+func (o *daemonOpts) validate() error {
+	if err := checkNoEtcd(o.etcd); err != nil {
+		return err
+	}
+	switch {
+	case o.data == "":
+		return usagef("--data is empty: pass a data directory")
+	case o.concurrency < 1:
+		return usagef("--concurrency %d: want 1 or more", o.concurrency)
+	case o.leaseTTL < coordinator.MinLeaseTTL || o.leaseTTL%time.Second != 0:
+		return usagef("--lease-ttl %s: want whole seconds, at least %s", o.leaseTTL, coordinator.MinLeaseTTL)
+	case o.shutdownTimeout < 0:
+		return usagef("--shutdown-timeout %s is negative", o.shutdownTimeout)
+	case o.retention <= 0:
+		return usagef("--retention %s: want a positive duration such as 24h", o.retention)
+	case o.defaultTimeout < 0:
+		return usagef("--default-timeout %s is negative", o.defaultTimeout)
+	case o.maxPayload <= 0:
+		return usagef("--max-payload %s: want a positive size such as 1MiB", o.maxPayload)
+	}
+	if err := coordinator.ValidateQueue(o.namespace); err != nil {
+		return usagef("--namespace: %s", strings.Replace(cleanCoordError(err), "queue", "namespace", 1))
+	}
+	if len(o.queues) == 0 {
+		return usagef("--queues is empty: pass at least one queue")
+	}
+	for _, q := range o.queues {
+		if err := coordinator.ValidateQueue(q); err != nil {
+			return usagef("--queues: %s", cleanCoordError(err))
+		}
+	}
+	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+		return usagef("--listen %q is not HOST:PORT: use e.g. %s", o.listen, defaultListen)
+	}
+	return nil
+}
+
+func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	log, err := newLogger(g, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	kinds, err := daemonKinds(o.execs, log)
+	if err != nil {
+		return err
+	}
+	ctx, stopSignals := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+
+	store, err := localstore.Open(o.data, localstore.Options{Logger: log})
+	if err != nil {
+		msg := strings.TrimPrefix(oneLine(err.Error()), "localstore: ")
+		if errors.Is(err, localstore.ErrLocked) {
+			return failf("%s", msg)
+		}
+		return failf("cannot open data directory %s: %s", o.data, msg)
+	}
+	defer func() {
+		if err := store.Close(); err != nil {
+			log.Error("closing the store failed", slog.Any("err", err))
+		}
+	}()
+	log.Info("store opened", slog.String("dir", store.Dir()))
+
+	coord, err := coordinator.New(store, coordinator.Config{
+		Namespace:       o.namespace,
+		Logger:          log,
+		Retention:       o.retention,
+		MaxPayloadBytes: int(o.maxPayload),
+	})
+	if err != nil {
+		if errors.Is(err, coordinator.ErrInvalid) {
+			return usagef("%s", cleanCoordError(err))
+		}
+		return err
+	}
+	// The directory lock proves that whoever ran the jobs left running is
+	// gone: re-queue them all now.
+	n, err := coord.Reap(ctx, nil, nil)
+	if err != nil {
+		return failf("re-queueing the jobs left running: %v", cleanCoordError(err))
+	}
+	log.Info(fmt.Sprintf("re-queued %d jobs left running", n), slog.Int("jobs", n))
+
+	w, err := worker.New(coord, worker.Config{
+		Concurrency:    o.concurrency,
+		Queues:         o.queues,
+		DefaultTimeout: o.defaultTimeout,
+		LeaseTTL:       o.leaseTTL,
+		Logger:         log,
+		Maintain:       true,
+	})
+	if err != nil {
+		if errors.Is(err, coordinator.ErrInvalid) {
+			return usagef("%s", cleanCoordError(err))
+		}
+		return err
+	}
+	for kind, spec := range kinds {
+		w.Handle(kind, spec.handler)
+	}
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return failf("cannot listen on %s: %s: stop what uses it or pass another --listen", o.listen, oneLine(err.Error()))
+	}
+	reqCtx, cancelRequests := context.WithCancel(context.Background())
+	defer cancelRequests()
+	srv := &http.Server{
+		Handler: newAPI(apiConfig{
+			Coord: coord, Kinds: kinds, MaxPayload: int(o.maxPayload), Logger: log, WorkerID: w.ID(),
+		}),
+		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	if err := w.Start(ctx); err != nil {
+		_ = ln.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return failf("starting the worker: %s", cleanCoordError(err))
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	addr := ln.Addr().String()
+	log.Info("listening", slog.String("addr", addr), slog.String("url", "http://"+addr),
+		slog.String("worker", w.ID()), slog.Any("kinds", w.Kinds()), slog.Int("concurrency", o.concurrency))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: signal received; a second one stops at once")
+	case err := <-serveErr:
+		runErr = failf("HTTP server failed: %v", err)
+		log.Error("HTTP server failed; stopping", slog.Any("err", err))
+	}
+	stopSignals() // a second signal now kills the process
+
+	// Stop taking requests (waking long-polls), then drain the worker.
+	cancelRequests()
+	hctx, hcancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+	if err := srv.Shutdown(hctx); err != nil {
+		log.Warn("HTTP server did not stop cleanly", slog.Any("err", err))
+		_ = srv.Close()
+	}
+	hcancel()
+	wctx, wcancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
+	if err := w.Stop(wctx); err != nil {
+		log.Warn("running jobs did not finish within the shutdown timeout; they were interrupted and re-queued",
+			slog.Duration("shutdown_timeout", o.shutdownTimeout), slog.Any("err", err))
+	}
+	wcancel()
+	log.Info("stopped")
+	return runErr
+}
+
+// sizeValue is a byte size flag: 1048576, 1MiB, 512KiB, 2MB, ...
+type sizeValue int
+
+var sizeUnits = []struct {
+	suffix string
+	mult   int64
+}{
+	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30},
+	{"KB", 1000}, {"MB", 1000 * 1000}, {"GB", 1000 * 1000 * 1000},
+	{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1},
+}
+
+func (s sizeValue) String() string {
+	n := int64(s)
+	switch {
+	case n > 0 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + "MiB"
+	case n > 0 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + "KiB"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (s *sizeValue) Set(v string) error {
+	v = strings.TrimSpace(v)
+	mult := int64(1)
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(strings.ToUpper(v), strings.ToUpper(u.suffix)) {
+			v, mult = strings.TrimSpace(v[:len(v)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > (1<<40)/mult {
+		return fmt.Errorf("not a size: use e.g. 1MiB, 256KiB or a number of bytes")
+	}
+	*s = sizeValue(n * mult)
+	return nil
+}
+
+func (s *sizeValue) Type() string { return "size" }

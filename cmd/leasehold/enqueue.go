@@ -1,0 +1,225 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/spf13/cobra"
+)
+
+// enqueueChunk is how many jobs one batch request carries.
+const enqueueChunk = 1000
+
+type enqueueOpts struct {
+	server      string
+	etcd        []string
+	count       int
+	queue       string
+	priority    int
+	delay       time.Duration
+	at          string
+	maxAttempts int
+	timeout     time.Duration
+	uniqueKey   string
+	json        bool
+}
+
+func newEnqueueCmd() *cobra.Command {
+	o := &enqueueOpts{}
+	cmd := &cobra.Command{
+		Use:   "enqueue KIND [PAYLOAD_JSON]",
+		Short: "Enqueue jobs and print their ids",
+		Long: `Enqueue a job of KIND with PAYLOAD_JSON (default {}; "-" reads it from
+stdin) and print its id. With --count N, enqueue N such jobs and print one id
+per line. With --unique-key, a live job with the same key is returned instead
+of inserting a second one; its id is printed and stderr says so.`,
+		Example: `  leasehold enqueue sleep '{"ms":100}'
+  leasehold enqueue echo '{"hello":"world"}' --count 1000 --queue bulk
+  leasehold enqueue report '{}' --delay 10m --unique-key nightly-2030-01-02`,
+		Args: argsBetween(1, 2, "KIND [PAYLOAD_JSON]"),
+		RunE: action(func(cmd *cobra.Command, args []string) error { return runEnqueue(cmd, o, args) }),
+	}
+	f := cmd.Flags()
+	addServerFlag(cmd, &o.server)
+	f.StringSliceVar(&o.etcd, "etcd", nil, "etcd endpoints (shared mode; not available in this build yet)")
+	f.IntVar(&o.count, "count", 1, "number of identical jobs to enqueue")
+	f.StringVar(&o.queue, "queue", coordinator.DefaultQueue, "queue")
+	f.IntVar(&o.priority, "priority", coordinator.DefaultPriority, "priority from 1 (first) to 4 (last)")
+	f.DurationVar(&o.delay, "delay", 0, "run no earlier than this long from now (e.g. 90s, 10m)")
+	f.StringVar(&o.at, "at", "", "run no earlier than this RFC 3339 time (e.g. 2030-01-02T15:04:05Z)")
+	f.IntVar(&o.maxAttempts, "max-attempts", coordinator.DefaultMaxAttempts, "attempts before the job is discarded")
+	f.DurationVar(&o.timeout, "timeout", 0, "bound on each attempt (0: the daemon's default)")
+	f.StringVar(&o.uniqueKey, "unique-key", "", "do not enqueue if a live job has this key")
+	f.BoolVar(&o.json, "json", false, "print the jobs as one JSON array")
+	return cmd
+}
+
+// enqueueRequest validates the command line and builds the request. It
+// sends nothing.
+func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRequest, error) {
+	if err := checkNoEtcd(o.etcd); err != nil {
+		return createRequest{}, err
+	}
+	req := createRequest{Kind: args[0], Queue: o.queue, UniqueKey: o.uniqueKey}
+	if err := coordinator.ValidateKind(req.Kind); err != nil {
+		return req, usagef("%s", cleanCoordError(err))
+	}
+	if len(args) > 1 {
+		raw := []byte(args[1])
+		if args[1] == "-" {
+			b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<30))
+			if err != nil {
+				return req, failf("read payload from stdin: %v", err)
+			}
+			raw = b
+		}
+		var v any
+		if err := json.Unmarshal(raw, &v); err != nil {
+			return req, usagef(`payload is not valid JSON (%s): pass a JSON object such as '{"ms":100}'`, strings.TrimPrefix(err.Error(), "json: "))
+		}
+		req.Payload = json.RawMessage(raw)
+	}
+	if err := coordinator.ValidateQueue(o.queue); err != nil {
+		return req, usagef("%s", cleanCoordError(err))
+	}
+	if o.count < 1 {
+		return req, usagef("--count %d: want 1 or more", o.count)
+	}
+	if o.priority < 1 || o.priority > 4 {
+		return req, usagef("--priority %d: want 1 (first) to 4 (last)", o.priority)
+	}
+	if req.Priority = o.priority; req.Priority == coordinator.DefaultPriority {
+		req.Priority = 0
+	}
+	if o.maxAttempts < 1 {
+		return req, usagef("--max-attempts %d: want 1 or more", o.maxAttempts)
+	}
+	if req.MaxAttempts = o.maxAttempts; req.MaxAttempts == coordinator.DefaultMaxAttempts {
+		req.MaxAttempts = 0
+	}
+	if o.timeout < 0 {
+		return req, usagef("--timeout %s is negative: want a duration such as 30s, or 0 for the daemon's default", o.timeout)
+	}
+	if o.timeout > 0 {
+		if o.timeout < time.Millisecond {
+			return req, usagef("--timeout %s is under 1ms: want a duration such as 30s", o.timeout)
+		}
+		req.Timeout = o.timeout.String()
+	}
+	if cmd.Flags().Changed("delay") && cmd.Flags().Changed("at") {
+		return req, usagef("--delay and --at are both set: pass one of them")
+	}
+	if o.delay < 0 {
+		return req, usagef("--delay %s is negative: want a duration such as 90s", o.delay)
+	}
+	if o.delay > 0 {
+		req.Delay = o.delay.String()
+	}
+	if o.at != "" {
+		t, err := time.Parse(time.RFC3339Nano, o.at)
+		if err != nil {
+			return req, usagef("--at %q is not an RFC 3339 time: use e.g. 2030-01-02T15:04:05Z", o.at)
+		}
+		req.ScheduledAt = t.Format(time.RFC3339Nano)
+	}
+	if o.uniqueKey != "" && o.count > 1 {
+		return req, usagef("--unique-key with --count %d would give %d jobs one key: enqueue one job per key", o.count, o.count)
+	}
+	return req, nil
+}
+
+func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
+	req, err := enqueueRequest(cmd, o, args)
+	if err != nil {
+		return err
+	}
+	c, err := newClient(o.server)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	ctx := cmd.Context()
+	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+
+	if o.count == 1 {
+		var res createResponse
+		if err := c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &res); err != nil {
+			return err
+		}
+		if res.Job == nil {
+			return failf("the daemon at %s answered without a job: is --server a leasehold daemon?", o.server)
+		}
+		if o.json {
+			if err := printJSON(stdout, []*coordinator.Job{res.Job}); err != nil {
+				return err
+			}
+		} else {
+			fmt.Fprintln(stdout, res.Job.ID)
+		}
+		if res.Existed {
+			fmt.Fprintf(stderr, "leasehold: enqueue: job %s already exists with unique key %s (state %s); nothing enqueued\n", res.Job.ID, o.uniqueKey, res.Job.State)
+		}
+		return nil
+	}
+
+	var all []*coordinator.Job
+	done := 0
+	for done < o.count {
+		n := min(enqueueChunk, o.count-done)
+		batch := batchRequest{Jobs: make([]createRequest, n)}
+		for i := range batch.Jobs {
+			batch.Jobs[i] = req
+		}
+		var res batchResponse
+		if err := c.call(ctx, http.MethodPost, "/v1/jobs/batch", nil, batch, &res); err != nil {
+			if done > 0 {
+				var ce *cliError
+				if errors.As(err, &ce) {
+					ce.msg = fmt.Sprintf("enqueued %d of %d jobs (their ids are printed), then: %s", done, o.count, ce.msg)
+				}
+			}
+			if o.json {
+				_ = printJSON(stdout, all)
+			}
+			return err
+		}
+		if len(res.Jobs) != n {
+			return failf("the daemon answered %d jobs for a batch of %d: is --server a leasehold daemon?", len(res.Jobs), n)
+		}
+		if o.json {
+			all = append(all, res.Jobs...)
+		} else {
+			var b strings.Builder
+			for _, j := range res.Jobs {
+				b.WriteString(j.ID)
+				b.WriteByte('\n')
+			}
+			if _, err := io.WriteString(stdout, b.String()); err != nil {
+				return failf("write output: %v", err)
+			}
+		}
+		done += n
+	}
+	if o.json {
+		return printJSON(stdout, all)
+	}
+	return nil
+}
+
+// printJSON writes v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode output: %w", err)
+	}
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return failf("write output: %v", err)
+	}
+	return nil
+}

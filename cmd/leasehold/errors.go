@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Exit codes, part of the CLI contract.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// cliError is an error that knows its exit code. Its message says what was
+// wrong and what to do; it is printed on one line after "leasehold: " and,
+// unless bare, the command's name.
+type cliError struct {
+	code int
+	msg  string
+	bare bool // printed without the command name
+}
+
+func (e *cliError) Error() string { return e.msg }
+
+// usagef is a usage error or bad input: exit code 2.
+func usagef(format string, a ...any) error {
+	return &cliError{code: exitUsage, msg: fmt.Sprintf(format, a...)}
+}
+
+// failf is a failure: exit code 1.
+func failf(format string, a ...any) error {
+	return &cliError{code: exitFailure, msg: fmt.Sprintf(format, a...)}
+}
+
+// exitCode maps an error returned by the command tree to an exit code.
+// Errors that are not cliErrors come from cobra itself (unknown command,
+// unknown flag, bad arguments): usage errors.
+func exitCode(err error) int {
+	var ce *cliError
+	if errors.As(err, &ce) {
+		return ce.code
+	}
+	return exitUsage
+}
+
+// withCommand prefixes the message of a cliError with the command's name
+// (e.g. "jobs get"); any other error becomes a failure (exit 1).
+func withCommand(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *cliError
+	if !errors.As(err, &ce) {
+		return &cliError{code: exitFailure, msg: name + ": " + err.Error()}
+	}
+	if ce.bare || name == "" {
+		return ce
+	}
+	return &cliError{code: ce.code, msg: name + ": " + ce.msg, bare: true}
+}
+
+// reportError prints err on one line to w.
+func reportError(w io.Writer, err error) {
+	msg := err.Error()
+	var ce *cliError
+	if !errors.As(err, &ce) {
+		// A cobra error: unknown command or flag, wrong arguments.
+		msg += ": run 'leasehold --help' for usage"
+	}
+	fmt.Fprintln(w, "leasehold: "+oneLine(msg))
+}
+
+// oneLine collapses line breaks and runs of blanks so that an error is one
+// line whatever its source.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if !strings.ContainsAny(s, "\r\n\t") {
+		return s
+	}
+	return strings.Join(strings.Fields(strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(s)), " ")
+}

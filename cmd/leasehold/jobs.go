@@ -1,0 +1,453 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/spf13/cobra"
+)
+
+func newJobsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "jobs",
+		Short: "List, show, cancel and wait for jobs",
+		Args:  cobra.ArbitraryArgs,
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q: use list, get, cancel or wait", args[0])
+			}
+			return usagef("missing command: use list, get, cancel or wait")
+		}),
+	}
+	cmd.AddCommand(newJobsListCmd(), newJobsGetCmd(), newJobsCancelCmd(), newJobsWaitCmd())
+	return cmd
+}
+
+// --- jobs list ---
+
+type listOpts struct {
+	server string
+	state  string
+	kind   string
+	queue  string
+	limit  int
+	after  string
+	json   bool
+}
+
+func newJobsListCmd() *cobra.Command {
+	o := &listOpts{}
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List jobs, oldest first (with --state, in that state's order)",
+		Args:  argsBetween(0, 0, "[--state S] [--kind K] [--queue Q] [--limit N] [--json]"),
+		RunE:  action(func(cmd *cobra.Command, _ []string) error { return runJobsList(cmd, o) }),
+	}
+	f := cmd.Flags()
+	addServerFlag(cmd, &o.server)
+	f.StringVar(&o.state, "state", "", "only jobs in this state: scheduled, available, running, retryable, completed, discarded or cancelled")
+	f.StringVar(&o.kind, "kind", "", "only jobs of this kind")
+	f.StringVar(&o.queue, "queue", "", "only jobs in this queue")
+	f.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many jobs (1 to %d)", coordinator.MaxListLimit))
+	f.StringVar(&o.after, "after", "", "start after this cursor (printed on stderr when there are more jobs)")
+	f.BoolVar(&o.json, "json", false, "print the jobs as a JSON array")
+	return cmd
+}
+
+func runJobsList(cmd *cobra.Command, o *listOpts) error {
+	q := url.Values{}
+	if o.state != "" {
+		if _, err := coordinator.ParseState(o.state); err != nil {
+			return usagef("--state: %s", cleanCoordError(err))
+		}
+		q.Set("state", o.state)
+	}
+	if o.kind != "" {
+		if err := coordinator.ValidateKind(o.kind); err != nil {
+			return usagef("--kind: %s", cleanCoordError(err))
+		}
+		q.Set("kind", o.kind)
+	}
+	if o.queue != "" {
+		if err := coordinator.ValidateQueue(o.queue); err != nil {
+			return usagef("--queue: %s", cleanCoordError(err))
+		}
+		q.Set("queue", o.queue)
+	}
+	if o.limit < 1 || o.limit > coordinator.MaxListLimit {
+		return usagef("--limit %d: want 1 to %d", o.limit, coordinator.MaxListLimit)
+	}
+	q.Set("limit", strconv.Itoa(o.limit))
+	if o.after != "" {
+		q.Set("after", o.after)
+	}
+	c, err := newClient(o.server)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var page coordinator.ListPage
+	if err := c.call(cmd.Context(), http.MethodGet, "/v1/jobs", q, nil, &page); err != nil {
+		return err
+	}
+	if page.Jobs == nil {
+		page.Jobs = []*coordinator.Job{}
+	}
+	out := cmd.OutOrStdout()
+	if o.json {
+		if err := printJSON(out, page.Jobs); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tCREATED")
+		for _, j := range page.Jobs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Kind, j.Queue, stateLabel(j), j.Attempt, j.MaxAttempts, fmtTime(j.CreatedAt))
+		}
+		if err := tw.Flush(); err != nil {
+			return failf("write output: %v", err)
+		}
+	}
+	if page.Next != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: more jobs: run again with --after %s\n", page.Next)
+	}
+	return nil
+}
+
+func stateLabel(j *coordinator.Job) string {
+	if j.CancelRequested {
+		return string(j.State) + " (cancel requested)"
+	}
+	return string(j.State)
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
+
+func fmtTimePtr(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format(time.RFC3339Nano)
+}
+
+// jobIDArg validates a job id argument before any request is made.
+func jobIDArg(id string) error {
+	if err := coordinator.ValidateID(id); err != nil {
+		return usagef("%s: job ids are printed by 'leasehold enqueue' and 'leasehold jobs list'", cleanCoordError(err))
+	}
+	return nil
+}
+
+// --- jobs get ---
+
+func newJobsGetCmd() *cobra.Command {
+	var server string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "get ID",
+		Short: "Show one job",
+		Args:  argsBetween(1, 1, "ID [--json]"),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			if err := jobIDArg(args[0]); err != nil {
+				return err
+			}
+			c, err := newClient(server)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			res, err := c.getJob(cmd.Context(), args[0], 0)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), res.Job)
+			}
+			return printJob(cmd.OutOrStdout(), res.Job)
+		}),
+	}
+	addServerFlag(cmd, &server)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
+	return cmd
+}
+
+func printJob(w io.Writer, j *coordinator.Job) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, v string) { fmt.Fprintf(tw, "%s:\t%s\n", k, v) }
+	row("id", j.ID)
+	row("kind", j.Kind)
+	row("queue", j.Queue)
+	row("state", stateLabel(j))
+	row("priority", strconv.Itoa(j.Priority))
+	row("attempt", fmt.Sprintf("%d of %d", j.Attempt, j.MaxAttempts))
+	row("created_at", fmtTimePtr(&j.CreatedAt))
+	row("scheduled_at", fmtTimePtr(&j.ScheduledAt))
+	row("attempted_at", fmtTimePtr(j.AttemptedAt))
+	row("finalized_at", fmtTimePtr(j.FinalizedAt))
+	if j.Timeout() > 0 {
+		row("timeout", j.Timeout().String())
+	}
+	if j.UniqueKey != "" {
+		row("unique_key", j.UniqueKey)
+	}
+	if j.Owner != "" {
+		row("owner", j.Owner)
+		row("token", j.Token.String())
+	}
+	row("payload", compact(j.Payload))
+	if len(j.Checkpoint) > 0 {
+		row("checkpoint", compact(j.Checkpoint))
+	}
+	if len(j.Result) > 0 {
+		row("result", compact(j.Result))
+	}
+	for _, e := range j.Errors {
+		row("error", fmt.Sprintf("attempt %d at %s: %s", e.Attempt, fmtTimePtr(&e.At), oneLine(e.Error)))
+	}
+	if err := tw.Flush(); err != nil {
+		return failf("write output: %v", err)
+	}
+	return nil
+}
+
+// compact shortens JSON for one line of output.
+func compact(b []byte) string {
+	s := oneLine(string(b))
+	if s == "" {
+		return "-"
+	}
+	return truncateString(s, 200)
+}
+
+// --- jobs cancel ---
+
+func newJobsCancelCmd() *cobra.Command {
+	var server string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "cancel ID",
+		Short: "Cancel a job (a running one is stopped by its daemon)",
+		Args:  argsBetween(1, 1, "ID"),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := jobIDArg(id); err != nil {
+				return err
+			}
+			c, err := newClient(server)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			var res jobResponse
+			if err := c.call(cmd.Context(), http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, nil, &res); err != nil {
+				return err
+			}
+			if res.Job == nil {
+				return failf("the daemon answered without a job: is --server a leasehold daemon?")
+			}
+			out := cmd.OutOrStdout()
+			switch {
+			case asJSON:
+				return printJSON(out, res.Job)
+			case res.Job.CancelRequested:
+				fmt.Fprintf(out, "%s cancel requested: it is running; its daemon stops it (see 'leasehold jobs wait %s')\n", id, id)
+			default:
+				fmt.Fprintf(out, "%s %s\n", id, res.Job.State)
+			}
+			return nil
+		}),
+	}
+	addServerFlag(cmd, &server)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
+	return cmd
+}
+
+// --- jobs wait ---
+
+type waitOpts struct {
+	server  string
+	all     bool
+	timeout time.Duration
+	json    bool
+}
+
+// Long-poll and polling intervals of jobs wait.
+const (
+	waitPoll    = 30 * time.Second
+	waitAllPoll = 250 * time.Millisecond
+)
+
+func newJobsWaitCmd() *cobra.Command {
+	o := &waitOpts{}
+	cmd := &cobra.Command{
+		Use:   "wait [ID... | --all]",
+		Short: "Wait until jobs are final (completed, discarded or cancelled)",
+		Long: `Wait until the given jobs are final and print each one's id and final state,
+or with --all until no job is scheduled, available, running or retryable.
+Progress is shown on stderr when it is a terminal. Exits 0 once everything
+waited for is final, whatever the final states; 1 if --timeout passes first.`,
+		Args: argsBetween(0, -1, "[ID... | --all] [--timeout DUR]"),
+		RunE: action(func(cmd *cobra.Command, args []string) error { return runJobsWait(cmd, o, args) }),
+	}
+	addServerFlag(cmd, &o.server)
+	cmd.Flags().BoolVar(&o.all, "all", false, "wait until every job is final")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: wait forever)")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the final jobs as a JSON array (with --all: the counts)")
+	return cmd
+}
+
+func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
+	switch {
+	case o.all && len(ids) > 0:
+		return usagef("pass job ids or --all, not both")
+	case !o.all && len(ids) == 0:
+		return usagef("nothing to wait for: pass job ids or --all")
+	case o.timeout < 0:
+		return usagef("--timeout %s is negative: want a duration such as 5m, or 0 to wait forever", o.timeout)
+	}
+	for _, id := range ids {
+		if err := jobIDArg(id); err != nil {
+			return err
+		}
+	}
+	c, err := newClient(o.server)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	ctx := cmd.Context()
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	p := &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr())}
+	defer p.clear()
+	if o.all {
+		return waitAll(ctx, c, o, cmd.OutOrStdout(), p)
+	}
+	return waitIDs(ctx, c, o, ids, cmd.OutOrStdout(), p)
+}
+
+func waitIDs(ctx context.Context, c *client, o *waitOpts, ids []string, out io.Writer, p *progress) error {
+	var final []*coordinator.Job
+	for i, id := range ids {
+		for {
+			p.show(fmt.Sprintf("waiting: %d of %d jobs final; %s is not yet", i, len(ids), id))
+			wait := waitPoll
+			if dl, ok := ctx.Deadline(); ok {
+				wait = min(wait, max(time.Until(dl), time.Millisecond))
+			}
+			rctx, cancel := context.WithTimeout(ctx, wait+requestTimeout)
+			res, err := c.getJob(rctx, id, wait)
+			cancel()
+			if ctx.Err() != nil {
+				p.clear()
+				return failf("timed out after %s: %d of %d jobs are not final yet (%s first): raise --timeout or wait again", o.timeout, len(ids)-i, len(ids), id)
+			}
+			if err != nil {
+				return err
+			}
+			if res.Job.State.Final() {
+				p.clear()
+				if o.json {
+					final = append(final, res.Job)
+				} else {
+					fmt.Fprintf(out, "%s %s\n", res.Job.ID, res.Job.State)
+				}
+				break
+			}
+		}
+	}
+	if o.json {
+		return printJSON(out, final)
+	}
+	return nil
+}
+
+func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *progress) error {
+	var last *statsResponse
+	for {
+		st, err := c.stats(ctx)
+		if ctx.Err() != nil {
+			p.clear()
+			pending := ""
+			if last != nil {
+				pending = ": " + pendingCounts(last.Counts)
+			}
+			return failf("timed out after %s with jobs not final yet%s: raise --timeout or wait again", o.timeout, pending)
+		}
+		if err != nil {
+			return err
+		}
+		last = st
+		if pendingTotal(st.Counts) == 0 {
+			p.clear()
+			if o.json {
+				return printJSON(out, st.Counts)
+			}
+			fmt.Fprintf(out, "all jobs final: completed=%d discarded=%d cancelled=%d\n",
+				st.Counts[coordinator.StateCompleted], st.Counts[coordinator.StateDiscarded], st.Counts[coordinator.StateCancelled])
+			return nil
+		}
+		p.show("waiting: " + pendingCounts(st.Counts) + fmt.Sprintf(" (completed=%d)", st.Counts[coordinator.StateCompleted]))
+		select {
+		case <-ctx.Done():
+		case <-time.After(waitAllPoll):
+		}
+	}
+}
+
+var pendingStates = []coordinator.State{coordinator.StateScheduled, coordinator.StateAvailable, coordinator.StateRunning, coordinator.StateRetryable}
+
+func pendingTotal(counts map[coordinator.State]int) int {
+	n := 0
+	for _, st := range pendingStates {
+		n += counts[st]
+	}
+	return n
+}
+
+func pendingCounts(counts map[coordinator.State]int) string {
+	parts := make([]string, len(pendingStates))
+	for i, st := range pendingStates {
+		parts[i] = fmt.Sprintf("%s=%d", st, counts[st])
+	}
+	return strings.Join(parts, " ")
+}
+
+// progress shows one self-overwriting status line on a terminal.
+type progress struct {
+	w     io.Writer
+	on    bool
+	shown bool
+	last  string
+}
+
+func (p *progress) show(s string) {
+	if !p.on || s == p.last {
+		return
+	}
+	p.last, p.shown = s, true
+	fmt.Fprintf(p.w, "\r\033[K%s", s)
+}
+
+func (p *progress) clear() {
+	if p.on && p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.shown, p.last = false, ""
+	}
+}

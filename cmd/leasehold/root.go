@@ -1,0 +1,192 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"golang.org/x/term"
+)
+
+// envPrefix: every flag is also read from LEASEHOLD_<FLAG> (upper case,
+// dashes as underscores) when it is not set on the command line.
+const envPrefix = "LEASEHOLD_"
+
+// globalOpts are the flags every command has.
+type globalOpts struct {
+	logFormat string
+	logLevel  string
+}
+
+func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	g := &globalOpts{}
+	root := &cobra.Command{
+		Use:   "leasehold",
+		Short: "A durable job queue and worker daemon",
+		Long: `leasehold is a durable job queue and worker daemon.
+
+Run 'leasehold daemon' to serve a data directory; the other commands talk to
+it over HTTP (--server). Every flag can also be set with an environment
+variable LEASEHOLD_<FLAG>, e.g. LEASEHOLD_SERVER or LEASEHOLD_LEASE_TTL; a
+flag given on the command line wins. Exit codes: 0 success, 1 failure,
+2 usage error or bad input.`,
+		SilenceUsage:      true,
+		SilenceErrors:     true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef("missing command: run 'leasehold --help' to list them")
+		},
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: text, json, or auto (text on a terminal, json otherwise)")
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		name := cmdName(cmd)
+		return &cliError{code: exitUsage, bare: true,
+			msg: fmt.Sprintf("%s%v: see 'leasehold %s--help'", prefixed(name), err, suffixed(name))}
+	})
+	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd())
+	return root
+}
+
+func prefixed(name string) string {
+	if name == "" {
+		return ""
+	}
+	return name + ": "
+}
+
+func suffixed(name string) string {
+	if name == "" {
+		return ""
+	}
+	return name + " "
+}
+
+// cmdName is the command's path without the program name: "jobs get".
+func cmdName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(strings.TrimPrefix(cmd.CommandPath(), "leasehold"), " ")
+}
+
+// action wraps a command's body so that its errors carry the command's name
+// and an exit code.
+func action(fn func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		return withCommand(cmdName(cmd), fn(cmd, args))
+	}
+}
+
+// argsBetween accepts lo to hi positional arguments (hi < 0: no upper
+// bound); usage names them for the error.
+func argsBetween(lo, hi int, usage string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) >= lo && (hi < 0 || len(args) <= hi) {
+			return nil
+		}
+		name := cmdName(cmd)
+		what := "too many arguments"
+		if len(args) < lo {
+			what = "missing arguments"
+		}
+		return &cliError{code: exitUsage, bare: true,
+			msg: fmt.Sprintf("%s: %s: usage: leasehold %s %s", name, what, name, usage)}
+	}
+}
+
+// envName is the environment variable of a flag.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// bindEnv sets every flag not given on the command line from its
+// environment variable, if that is set and not empty. A repeatable flag
+// takes one value per line of its variable.
+func bindEnv(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		name := envName(f.Name)
+		v, ok := os.LookupEnv(name)
+		if !ok || strings.TrimSpace(v) == "" {
+			return
+		}
+		values := []string{v}
+		if _, isSlice := f.Value.(pflag.SliceValue); isSlice {
+			values = nonEmptyLines(v)
+		}
+		for _, x := range values {
+			if serr := cmd.Flags().Set(f.Name, x); serr != nil {
+				err = &cliError{code: exitUsage, bare: true,
+					msg: fmt.Sprintf("%senvironment variable %s=%q: %v: fix or unset it", prefixed(cmdName(cmd)), name, x, serr)}
+				return
+			}
+		}
+	})
+	return err
+}
+
+func nonEmptyLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// newLogger builds the structured logger that g describes, writing to w.
+func newLogger(g *globalOpts, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	switch strings.ToLower(g.logLevel) {
+	case "debug":
+		level = slog.LevelDebug
+	case "info", "":
+		level = slog.LevelInfo
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		return nil, usagef("--log-level %q: want debug, info, warn or error", g.logLevel)
+	}
+	format := strings.ToLower(g.logFormat)
+	switch format {
+	case "auto", "":
+		format = "json"
+		if isTerminal(w) {
+			format = "text"
+		}
+	case "text", "json":
+	default:
+		return nil, usagef("--log-format %q: want text, json or auto", g.logFormat)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return slog.New(slog.NewTextHandler(w, opts)), nil
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// checkNoEtcd refuses --etcd until shared mode is built in.
+func checkNoEtcd(endpoints []string) error {
+	if len(endpoints) == 0 {
+		return nil
+	}
+	return usagef("shared mode (--etcd) is not available in this build yet: use embedded mode (leasehold daemon --data DIR) and leave --etcd and LEASEHOLD_ETCD unset")
+}

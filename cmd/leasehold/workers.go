@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/spf13/cobra"
+)
+
+func newWorkersCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "workers",
+		Short: "Show the live daemons",
+		Args:  cobra.ArbitraryArgs,
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q: use list", args[0])
+			}
+			return usagef("missing command: use list")
+		}),
+	}
+	var server string
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List the live daemons and how many jobs each runs",
+		Args:  argsBetween(0, 0, "[--json]"),
+		RunE: action(func(cmd *cobra.Command, _ []string) error {
+			c, err := newClient(server)
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			var res workersResponse
+			if err := c.call(cmd.Context(), http.MethodGet, "/v1/workers", nil, nil, &res); err != nil {
+				return err
+			}
+			if res.Workers == nil {
+				res.Workers = []coordinator.WorkerInfo{}
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(out, res.Workers)
+			}
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tHOST\tPID\tRUNNING\tCONCURRENCY\tQUEUES\tKINDS\tSTARTED")
+			for _, w := range res.Workers {
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", w.ID, w.Host, w.PID, w.Running, w.Concurrency,
+					strings.Join(w.Queues, ","), strings.Join(w.Kinds, ","), w.StartedAt.Local().Format(time.DateTime))
+			}
+			if err := tw.Flush(); err != nil {
+				return failf("write output: %v", err)
+			}
+			return nil
+		}),
+	}
+	addServerFlag(list, &server)
+	list.Flags().BoolVar(&asJSON, "json", false, "print the workers as a JSON array")
+	cmd.AddCommand(list)
+	return cmd
+}
