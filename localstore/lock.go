@@ -31,7 +31,8 @@ var openDirs = struct {
 
 // dirLock is a held data directory.
 type dirLock struct {
-	dir string   // absolute and clean
+	dir string   // absolute and clean, as given
+	key string   // dir with symlinks resolved: the registry key
 	f   *os.File // holds the flock while open
 }
 
@@ -64,14 +65,21 @@ func lockDir(dir string) (*dirLock, error) {
 		return nil, fmt.Errorf("localstore: data directory %s: %w", dir, err)
 	}
 	abs = filepath.Clean(abs)
+	// Creating a missing directory cannot disturb a holder.
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("localstore: create data directory: %w", err)
+	}
+	// The registry is keyed by the resolved path, so that two spellings of
+	// one directory (through a symlink, say) are one entry.
+	resolved, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("localstore: data directory %s: %w", abs, err)
+	}
 
 	openDirs.Lock()
 	defer openDirs.Unlock()
-	if openDirs.m[abs] {
+	if openDirs.m[resolved] {
 		return nil, &lockedError{dir: abs, pid: os.Getpid(), inProcess: true}
-	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, fmt.Errorf("localstore: create data directory: %w", err)
 	}
 	path := filepath.Join(abs, lockFileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -81,7 +89,8 @@ func lockDir(dir string) (*dirLock, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		_ = f.Close() // closing our descriptor does not release the holder's flock
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &lockedError{dir: abs, pid: readPID(path)}
+			pid := readPID(path)
+			return nil, &lockedError{dir: abs, pid: pid, inProcess: pid == os.Getpid()}
 		}
 		return nil, fmt.Errorf("localstore: lock %s: %w", path, err)
 	}
@@ -90,8 +99,8 @@ func lockDir(dir string) (*dirLock, error) {
 		_ = f.Close()
 		return nil, fmt.Errorf("localstore: write lock file %s: %w", path, err)
 	}
-	openDirs.m[abs] = true
-	return &dirLock{dir: abs, f: f}, nil
+	openDirs.m[resolved] = true
+	return &dirLock{dir: abs, key: resolved, f: f}, nil
 }
 
 func writePID(f *os.File) error {
@@ -120,7 +129,7 @@ func (l *dirLock) unlock() error {
 	openDirs.Lock()
 	defer openDirs.Unlock()
 	err := l.f.Close() // releases the flock
-	delete(openDirs.m, l.dir)
+	delete(openDirs.m, l.key)
 	if err != nil {
 		return fmt.Errorf("localstore: release lock of %s: %w", l.dir, err)
 	}

@@ -39,7 +39,10 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 		rev := s.rev
 		s.mu.Unlock()
 		defer s.ops.Done()
-		return kv.RangeResult{Revision: rev}, s.waitSynced(ctx, rev)
+		if err := s.waitSynced(ctx, rev); err != nil {
+			return kv.RangeResult{}, err
+		}
+		return kv.RangeResult{Revision: rev}, nil
 	}
 
 	s.mu.Lock()
@@ -61,8 +64,11 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 	if err != nil {
 		return kv.RangeResult{}, err
 	}
+	if err := s.waitSynced(ctx, rev); err != nil {
+		return kv.RangeResult{}, err
+	}
 	res.Revision = rev
-	return res, s.waitSynced(ctx, rev)
+	return res, nil
 }
 
 func readRange(ctx context.Context, it *pebble.Iterator, r kv.RangeRequest) (kv.RangeResult, error) {

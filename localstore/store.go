@@ -93,7 +93,8 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 		CacheSize:    opts.CacheSize,
 		Logger:       pebbleLogger{opts.Logger},
 		MemTableSize: opts.MemTableSize,
-		// Two memtables queued for flush before writes stall.
+		// Up to four memtables queued for flush before writes stall,
+		// rather than Pebble's two: absorbs bursts of enqueues.
 		MemTableStopWritesThreshold: 4,
 		FormatMajorVersion:          pebble.FormatNewest,
 	}

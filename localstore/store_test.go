@@ -60,6 +60,19 @@ func TestLockSameProcess(t *testing.T) {
 		}
 		checkLockedMessage(t, err.Error(), dir)
 	}
+	// And through a symlink.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(link, Options{}); !errors.Is(err, ErrLocked) {
+		if err == nil {
+			_ = s.Close()
+		}
+		t.Fatalf("Open through a symlink: %v, want ErrLocked", err)
+	} else if !strings.Contains(err.Error(), "already open in this process") {
+		t.Fatalf("Open through a symlink: %v, want the in-process message", err)
+	}
 	// The first store is untouched: it reads, writes and keeps its lock
 	// against other processes.
 	if got := mustGet(t, first, "k"); got == nil || got.ModRevision != rev {

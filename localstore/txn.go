@@ -34,7 +34,9 @@ var errDuplicateKey = errors.New("localstore: a key is written twice in one tran
 //
 // A transaction that writes is applied in revision order under the store's
 // mutex and then waits, outside it, for the fsync that it shares with the
-// transactions committed alongside it. It returns only once on disk.
+// transactions committed alongside it. It returns only once on disk. ctx is
+// checked on entry: a transaction once applied is waited for, not
+// abandoned, so a cancelled caller may still have committed (as with etcd).
 func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if err := ctx.Err(); err != nil {
 		return kv.TxnResult{}, err
@@ -65,7 +67,10 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 		x.setRevision(&res, rev)
 		// What was read may have been written by a transaction that is
 		// still waiting for its fsync: do not report it before it is safe.
-		return res, s.waitSynced(ctx, rev)
+		if err := s.waitSynced(ctx, rev); err != nil {
+			return kv.TxnResult{}, err
+		}
+		return res, nil
 	}
 	b, err := x.batch()
 	if err != nil {
