@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -90,7 +91,8 @@ func WithConfig(f func(*embed.Config)) Option {
 // Cluster is a set of embedded etcd members, each in its own directory under
 // the test's temporary directory, reached through per-member loopback proxies.
 type Cluster struct {
-	t       testing.TB
+	t       testing.TB // nil for NewCluster
+	dir     string     // removed by Close when not from t.TempDir
 	cfg     config
 	token   string
 	members []*Member
@@ -98,6 +100,7 @@ type Cluster struct {
 
 	clientsMu sync.Mutex
 	clients   map[*clientv3.Client]struct{}
+	closeOnce sync.Once
 }
 
 // Server is a single-member cluster.
@@ -131,12 +134,55 @@ func Start(t testing.TB, opts ...Option) *Server {
 }
 
 // StartCluster starts a cluster of n members for the test, waits until all
-// are ready, and stops it when the test ends.
+// are ready, and stops it when the test ends. Its methods that can fail
+// (Restart, Leader, WaitReady) fail the test, and must be called from the
+// test's goroutine.
 func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	if n < 1 {
 		t.Fatalf("etcdtest: StartCluster: need at least one member, got %d", n)
 	}
+	dir := t.TempDir() // before Cleanup below: removed after the members stop
+	c := newCluster(n, dir, opts)
+	c.t = t
+	t.Cleanup(c.Close)
+	if err := c.init(); err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	return c
+}
+
+// New starts a single-member server outside of a test, for example in
+// TestMain to share one server among the tests of a package. The caller
+// must Close it. Its methods that can fail panic instead.
+func New(opts ...Option) (*Server, error) {
+	c, err := NewCluster(1, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{Cluster: c}, nil
+}
+
+// NewCluster starts a cluster of n members outside of a test, in a new
+// temporary directory; Close stops it and removes the directory. Its methods
+// that can fail panic instead.
+func NewCluster(n int, opts ...Option) (*Cluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("etcdtest: NewCluster: need at least one member, got %d", n)
+	}
+	dir, err := os.MkdirTemp("", "etcdtest-")
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: %w", err)
+	}
+	c := newCluster(n, dir, opts)
+	if err := c.init(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("etcdtest: %w", err)
+	}
+	return c, nil
+}
+
+func newCluster(n int, dir string, opts []Option) *Cluster {
 	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
@@ -144,38 +190,58 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	var tok [6]byte
 	_, _ = rand.Read(tok[:])
 	c := &Cluster{
-		t:       t,
+		dir:     dir,
 		cfg:     cfg,
 		token:   "etcdtest-" + hex.EncodeToString(tok[:]),
 		logs:    &logBuffer{max: 256 << 10},
 		clients: make(map[*clientv3.Client]struct{}),
 	}
-	dir := t.TempDir() // before Cleanup below: removed after the members stop
-	t.Cleanup(c.close)
 	for i := range n {
-		m := &Member{c: c, name: fmt.Sprintf("m%d", i), dir: filepath.Join(dir, fmt.Sprintf("m%d", i))}
+		name := fmt.Sprintf("m%d", i)
+		c.members = append(c.members, &Member{c: c, name: name, dir: filepath.Join(dir, name)})
+	}
+	return c
+}
+
+// init creates the members' proxies and starts them all.
+func (c *Cluster) init() error {
+	for _, m := range c.members {
 		var err error
 		if m.cli, err = newProxy(""); err != nil {
-			t.Fatalf("etcdtest: %v", err)
+			return err
 		}
 		if m.peer, err = newProxy(""); err != nil {
-			t.Fatalf("etcdtest: %v", err)
+			return err
 		}
-		c.members = append(c.members, m)
 	}
 	var g errgroup.Group
 	for _, m := range c.members {
 		g.Go(m.start)
 	}
 	if err := g.Wait(); err != nil {
-		t.Fatalf("etcdtest: starting %d member(s): %v", n, err)
+		return fmt.Errorf("starting %d member(s): %w", len(c.members), err)
 	}
 	for _, m := range c.members {
-		if err := m.waitReady(cfg.startTimeout); err != nil {
-			t.Fatalf("etcdtest: %v", err)
+		if err := m.waitReady(c.cfg.startTimeout); err != nil {
+			return err
 		}
 	}
-	return c
+	return nil
+}
+
+// fail fails the test, or panics for a cluster from NewCluster.
+func (c *Cluster) fail(format string, args ...any) {
+	if c.t != nil {
+		c.t.Helper()
+		c.t.Fatalf("etcdtest: "+format, args...)
+	}
+	panic(fmt.Sprintf("etcdtest: "+format, args...))
+}
+
+func (c *Cluster) helper() {
+	if c.t != nil {
+		c.t.Helper()
+	}
 }
 
 func (c *Cluster) initialCluster() string {
@@ -262,6 +328,14 @@ func (m *Member) stop(crash bool) {
 	e.Close()
 }
 
+// Close stops every member and waits for them, closes the clients made by
+// Client, and removes the data directories of a cluster from NewCluster.
+// A cluster from StartCluster is closed when its test ends. Close is
+// idempotent.
+func (c *Cluster) Close() {
+	c.closeOnce.Do(c.close)
+}
+
 func (c *Cluster) close() {
 	c.clientsMu.Lock()
 	clients := make([]*clientv3.Client, 0, len(c.clients))
@@ -274,7 +348,9 @@ func (c *Cluster) close() {
 	}
 	var wg sync.WaitGroup
 	for _, m := range c.members {
-		wg.Go(func() { m.stop(true) })
+		if m.cli != nil && m.peer != nil {
+			wg.Go(func() { m.stop(true) })
+		}
 	}
 	wg.Wait()
 	for _, m := range c.members {
@@ -285,12 +361,18 @@ func (c *Cluster) close() {
 			_ = m.peer.Close()
 		}
 	}
-	if c.t.Failed() {
+	if c.t == nil {
+		_ = os.RemoveAll(c.dir)
+	} else if c.t.Failed() {
 		if logs := c.logs.String(); logs != "" {
 			c.t.Logf("etcdtest: etcd logs (level %v and above):\n%s", c.cfg.logLevel, logs)
 		}
 	}
 }
+
+// Logs returns the last 256 KiB of the members' logs (at the level set by
+// WithLogLevel). A cluster from StartCluster prints them when its test failed.
+func (c *Cluster) Logs() string { return c.logs.String() }
 
 // Endpoints returns the client URLs of all members (running or not), for
 // clientv3.Config.Endpoints.
@@ -340,14 +422,14 @@ func (c *Cluster) Member(i int) *Member { return c.members[i] }
 // Leader waits until the running members agree on a leader and returns its
 // index. It fails the test if there is none within the start timeout.
 func (c *Cluster) Leader() int {
-	c.t.Helper()
+	c.helper()
 	deadline := time.Now().Add(c.cfg.startTimeout)
 	for {
 		if i, ok := c.leader(); ok {
 			return i
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("etcdtest: no leader after %v", c.cfg.startTimeout)
+			c.fail("no leader after %v", c.cfg.startTimeout)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -397,13 +479,13 @@ func (c *Cluster) Stop(i int) {
 // test on timeout); otherwise it returns at once, and the member becomes
 // ready when enough others are restarted ([Member.WaitReady]).
 func (c *Cluster) Restart(i int) {
-	c.t.Helper()
+	c.helper()
 	m := c.members[i]
 	if m.Etcd() != nil {
-		c.t.Fatalf("etcdtest: Restart(%d): member %s is running", i, m.name)
+		c.fail("Restart(%d): member %s is running", i, m.name)
 	}
 	if err := m.start(); err != nil {
-		c.t.Fatalf("etcdtest: Restart(%d): %v", i, err)
+		c.fail("Restart(%d): %v", i, err)
 	}
 	running := 0
 	for _, o := range c.members {
@@ -413,7 +495,7 @@ func (c *Cluster) Restart(i int) {
 	}
 	if running > len(c.members)/2 {
 		if err := c.waitAllReady(); err != nil {
-			c.t.Fatalf("etcdtest: Restart(%d): %v", i, err)
+			c.fail("Restart(%d): %v", i, err)
 		}
 	}
 }
@@ -467,9 +549,9 @@ func (m *Member) Client(t testing.TB) *clientv3.Client {
 
 // WaitReady waits until the member is ready, failing the test on timeout.
 func (m *Member) WaitReady() {
-	m.c.t.Helper()
+	m.c.helper()
 	if err := m.waitReady(m.c.cfg.startTimeout); err != nil {
-		m.c.t.Fatalf("etcdtest: %v", err)
+		m.c.fail("%v", err)
 	}
 }
 
