@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -153,6 +152,3 @@ func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*
 	}
 	return runs, nil
 }
-
-// errIsLost reports whether err is a refused fenced write.
-func errIsLost(err error) bool { return errors.Is(err, fence.ErrLeaseLost) }

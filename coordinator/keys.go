@@ -52,6 +52,3 @@ func indexValue(j *Job) []byte { return []byte(j.State) }
 
 // idFromIndex returns the job id at the end of an index key.
 func idFromIndex(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
-
-// suffix strips the root and the given sub-prefix.
-func (k keys) trim(key, prefix string) string { return strings.TrimPrefix(key, prefix) }

@@ -416,7 +416,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
 	var trace string
 	go func() {
 		defer close(done)
-		herr, trace = w.call(ctx, job)
+		trace, herr = w.call(ctx, job)
 	}()
 	defer func() {
 		<-w.slots
@@ -442,17 +442,17 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
 }
 
 // call runs the handler, turning a panic into an error with its stack.
-func (w *Worker) call(ctx context.Context, j *Job) (err error, trace string) {
+func (w *Worker) call(ctx context.Context, j *Job) (trace string, err error) {
 	h := w.handlers[j.Kind]
 	if h == nil {
-		return fmt.Errorf("%w %q on worker %s (it runs %v)", ErrUnknownKind, j.Kind, w.cfg.WorkerID, w.Kinds()), ""
+		return "", fmt.Errorf("%w %q on worker %s (it runs %v)", ErrUnknownKind, j.Kind, w.cfg.WorkerID, w.Kinds())
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			err, trace = fmt.Errorf("handler panicked: %v", p), string(debug.Stack())
+			trace, err = string(debug.Stack()), fmt.Errorf("handler panicked: %v", p)
 		}
 	}()
-	return h(ctx, j), ""
+	return "", h(ctx, j)
 }
 
 // record writes the outcome of a run under its fence.

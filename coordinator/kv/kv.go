@@ -79,7 +79,8 @@ const (
 )
 
 // Cmp is one condition of a transaction. A missing key has Version,
-// CreateRevision and ModRevision zero and an empty Value.
+// CreateRevision and ModRevision zero; a Value compare on a missing key is
+// false whatever the operator (as in etcd).
 type Cmp struct {
 	Key    string
 	Target Target

@@ -1,0 +1,37 @@
+# The README's commands. `make test` is what CI runs (after `make lint`).
+
+GO ?= go
+FUZZTIME ?= 10s
+
+.PHONY: all build daemon test test-unit fuzz-short lint bench clean
+
+all: build
+
+build:
+	$(GO) build -o leasehold ./cmd/leasehold
+
+# Runs the daemon on the embedded default (./leasehold-data, 127.0.0.1:7420).
+daemon:
+	$(GO) run ./cmd/leasehold daemon
+
+# Every test, with the race detector, then a short run of each fuzz target.
+test: test-unit fuzz-short
+
+test-unit:
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+fuzz-short:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./coordinator/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $(FUZZTIME) ./localstore/
+	$(GO) test -run '^$$' -fuzz '^FuzzCreateRequest$$' -fuzztime $(FUZZTIME) ./cmd/leasehold/
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./coordinator/... ./localstore/...
+
+clean:
+	rm -f leasehold
