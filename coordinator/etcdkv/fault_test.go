@@ -209,3 +209,30 @@ func keepAliveRetry(t *testing.T, s kv.Store, id kv.LeaseID) (time.Duration, err
 		}
 	}
 }
+
+// An endpoint that does not answer does not use up the time of one that
+// does, in Dial and in ServerVersion.
+func TestDeadEndpointDoesNotStall(t *testing.T) {
+	srv := etcdtest.Start(t)
+	dead := etcdtest.NewProxy(t, srv.Endpoint())
+	dead.Blackhole()
+	start := time.Now()
+	cli, err := etcdkv.Dial(ctxT(t, 10*time.Second), etcdkv.Config{
+		Endpoints:   []string{dead.URL(), srv.Endpoint()},
+		DialTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("Dial with one dead endpoint: %v", err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("Dial took %v", took)
+	}
+	s := etcdkv.New(cli, etcdkv.Options{})
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if v, err := s.ServerVersion(ctx); err != nil || v == "" {
+		t.Fatalf("ServerVersion with one dead endpoint: %q, %v", v, err)
+	}
+}

@@ -6,35 +6,54 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
 
-// ServerVersion asks every endpoint of the client for its status and
-// returns the lowest server version among those that answer (during a
-// rolling upgrade the oldest member decides which bugs can bite). It fails
-// only if none answers.
+// ServerVersion asks every endpoint of the client for its status, all at
+// once and within ctx (give it a deadline: an unreachable endpoint is
+// waited for until then), and returns the lowest server version among those
+// that answered (during a rolling upgrade the oldest member decides which
+// bugs can bite). It fails only if none answered.
 func (s *Store) ServerVersion(ctx context.Context) (string, error) {
 	if s.isClosed() {
 		return "", fmt.Errorf("etcdkv: server version: %w", kv.ErrClosed)
 	}
+	eps := s.cli.Endpoints()
+	type result struct {
+		version string
+		err     error
+	}
+	results := make([]result, len(eps))
+	var wg sync.WaitGroup
+	for i, ep := range eps {
+		wg.Go(func() {
+			st, err := s.cli.Status(ctx, ep)
+			if err != nil {
+				results[i].err = fmt.Errorf("%s: %w", ep, err)
+				return
+			}
+			results[i].version = st.Version
+		})
+	}
+	wg.Wait()
 	var (
 		lowest    string
 		lowestVer version
 		errs      []error
 	)
-	for _, ep := range s.cli.Endpoints() {
-		st, err := s.cli.Status(ctx, ep)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", ep, err))
+	for _, r := range results {
+		if r.err != nil {
+			errs = append(errs, r.err)
 			continue
 		}
-		v, ok := parseVersion(st.Version)
+		v, ok := parseVersion(r.version)
 		switch {
 		case lowest == "":
-			lowest, lowestVer = st.Version, v
+			lowest, lowestVer = r.version, v
 		case ok && v.less(lowestVer):
-			lowest, lowestVer = st.Version, v
+			lowest, lowestVer = r.version, v
 		}
 	}
 	if lowest == "" {

@@ -201,16 +201,15 @@ func (p *Proxy) acceptLoop() {
 			continue
 		}
 		client := c.(*net.TCPConn)
-		target := p.state().target
-		if target == "" {
-			resetConn(client)
-			continue
-		}
+		// Read the target and register the connection under one lock, so
+		// that after setTarget("") and DropConnections no connection to the
+		// old target remains.
 		p.mu.Lock()
-		if p.closed {
+		target := p.target
+		if p.closed || target == "" {
 			p.mu.Unlock()
 			resetConn(client)
-			return
+			continue
 		}
 		pc := &proxyConn{client: client, done: make(chan struct{})}
 		p.conns[pc] = struct{}{}
