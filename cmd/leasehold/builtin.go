@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/worker"
@@ -62,10 +63,15 @@ func decodeStrict(p json.RawMessage, v any) error {
 	}
 	dec := json.NewDecoder(bytes.NewReader(p))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
+	err := dec.Decode(v)
+	var te *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Errorf("%s is a JSON %s, want %s", te.Field, te.Value, jsonTypeName(te.Type.String()))
 	}
-	return nil
+	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
 }
 
 func decodeSleep(p json.RawMessage) (time.Duration, error) {

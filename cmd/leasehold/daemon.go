@@ -218,7 +218,10 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 
-	if err := w.Start(ctx); err != nil {
+	// The session the worker opens in Start derives from Start's context:
+	// give it one that outlives the signal, so that a signal leads to the
+	// graceful Stop below rather than to a lost session.
+	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
 		_ = ln.Close()
 		if ctx.Err() != nil {
 			return nil

@@ -208,10 +208,10 @@ func printJob(w io.Writer, j *coordinator.Job) error {
 		row("token", j.Token.String())
 	}
 	row("payload", compact(j.Payload))
-	if len(j.Checkpoint) > 0 {
+	if isSet(j.Checkpoint) {
 		row("checkpoint", compact(j.Checkpoint))
 	}
-	if len(j.Result) > 0 {
+	if isSet(j.Result) {
 		row("result", compact(j.Result))
 	}
 	for _, e := range j.Errors {
@@ -221,6 +221,12 @@ func printJob(w io.Writer, j *coordinator.Job) error {
 		return failf("write output: %v", err)
 	}
 	return nil
+}
+
+// isSet reports whether b holds a JSON value other than null.
+func isSet(b []byte) bool {
+	s := strings.TrimSpace(string(b))
+	return s != "" && s != "null"
 }
 
 // compact shortens JSON for one line of output.

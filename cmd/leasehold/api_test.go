@@ -1,0 +1,647 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/localstore"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// apiEnv is a daemon in the test process: a real localstore in a temporary
+// directory, a coordinator, a worker (unless noWorker) and the API on an
+// httptest server.
+type apiEnv struct {
+	t     *testing.T
+	coord *coordinator.Coordinator
+	w     *worker.Worker
+	srv   *httptest.Server
+	hc    *http.Client
+}
+
+type envOpts struct {
+	noWorker bool
+	execs    []string
+}
+
+func quietLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+func newAPIEnv(t testing.TB, o envOpts) *apiEnv {
+	t.Helper()
+	log := quietLogger(t)
+	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	coord, err := coordinator.New(store, coordinator.Config{Logger: log})
+	if err != nil {
+		_ = store.Close()
+		t.Fatal(err)
+	}
+	kinds, err := daemonKinds(o.execs, log)
+	if err != nil {
+		_ = store.Close()
+		t.Fatal(err)
+	}
+	e := &apiEnv{coord: coord}
+	if tt, ok := t.(*testing.T); ok {
+		e.t = tt
+	}
+	if !o.noWorker {
+		w, err := worker.New(coord, worker.Config{Concurrency: 4, Logger: log, Maintain: true, LeaseTTL: 2 * time.Second})
+		if err != nil {
+			_ = store.Close()
+			t.Fatal(err)
+		}
+		for k, s := range kinds {
+			w.Handle(k, s.handler)
+		}
+		if err := w.Start(context.Background()); err != nil {
+			_ = store.Close()
+			t.Fatal(err)
+		}
+		e.w = w
+	}
+	e.srv = httptest.NewServer(newAPI(apiConfig{Coord: coord, Kinds: kinds, MaxPayload: coordinator.DefaultMaxPayloadBytes, Logger: log}))
+	e.hc = e.srv.Client()
+	t.Cleanup(func() {
+		e.srv.Close()
+		if e.w != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if err := e.w.Stop(ctx); err != nil {
+				t.Errorf("worker stop: %v", err)
+			}
+			cancel()
+		}
+		if err := store.Close(); err != nil {
+			t.Errorf("store close: %v", err)
+		}
+	})
+	return e
+}
+
+// do sends a request with a raw body and returns the status and body.
+func (e *apiEnv) do(t testing.TB, method, path, body string) (int, []byte) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, e.srv.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); path != "/" && path != "/metrics" && ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q, want application/json", method, path, ct)
+	}
+	return resp.StatusCode, b
+}
+
+// doJSON sends body (marshalled unless a string) and decodes the answer
+// into out, failing the test unless the status is want.
+func (e *apiEnv) doJSON(t testing.TB, method, path string, body any, want int, out any) {
+	t.Helper()
+	var s string
+	switch b := body.(type) {
+	case nil:
+	case string:
+		s = b
+	default:
+		bb, err := json.Marshal(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s = string(bb)
+	}
+	code, resp := e.do(t, method, path, s)
+	if code != want {
+		t.Fatalf("%s %s: status %d, want %d; body %s", method, path, code, want, resp)
+	}
+	if out != nil {
+		if err := json.Unmarshal(resp, out); err != nil {
+			t.Fatalf("%s %s: decode %s: %v", method, path, resp, err)
+		}
+	}
+}
+
+func (e *apiEnv) total(t testing.TB) int {
+	t.Helper()
+	counts, err := e.coord.Counts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
+}
+
+func (e *apiEnv) create(t testing.TB, req createRequest) *coordinator.Job {
+	t.Helper()
+	var res createResponse
+	e.doJSON(t, "POST", "/v1/jobs", req, http.StatusCreated, &res)
+	if res.Job == nil || res.Existed {
+		t.Fatalf("create: %+v", res)
+	}
+	return res.Job
+}
+
+// waitFinal long-polls until job id is final.
+func (e *apiEnv) waitFinal(t testing.TB, id string) *coordinator.Job {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		var res jobResponse
+		e.doJSON(t, "GET", "/v1/jobs/"+id+"?wait=5s", nil, http.StatusOK, &res)
+		if res.Job.State.Final() {
+			return res.Job
+		}
+	}
+	t.Fatalf("job %s not final in time", id)
+	return nil
+}
+
+func TestAPICreateGetList(t *testing.T) {
+	e := newAPIEnv(t, envOpts{})
+	j := e.create(t, createRequest{Kind: "echo", Payload: json.RawMessage(`{"hello":"world"}`), Queue: "default", Priority: 2, MaxAttempts: 3, Timeout: "5s"})
+	if j.Kind != "echo" || j.Priority != 2 || j.MaxAttempts != 3 || j.TimeoutMS != 5000 || j.Queue != "default" {
+		t.Errorf("created job: %+v", j)
+	}
+	var got jobResponse
+	e.doJSON(t, "GET", "/v1/jobs/"+j.ID, nil, http.StatusOK, &got)
+	if got.Job.ID != j.ID {
+		t.Errorf("get: %+v", got.Job)
+	}
+	final := e.waitFinal(t, j.ID)
+	if final.State != coordinator.StateCompleted || string(final.Result) != `{"hello":"world"}` {
+		t.Errorf("final: state %s result %s", final.State, final.Result)
+	}
+
+	// A scheduled job is listed as such; filters combine.
+	s := e.create(t, createRequest{Kind: "sleep", Delay: "1h"})
+	if s.State != coordinator.StateScheduled || time.Until(s.ScheduledAt) < 59*time.Minute {
+		t.Errorf("delayed job: state %s scheduled_at %s", s.State, s.ScheduledAt)
+	}
+	at := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
+	s2 := e.create(t, createRequest{Kind: "sleep", ScheduledAt: at.Format(time.RFC3339)})
+	if !s2.ScheduledAt.Equal(at) {
+		t.Errorf("scheduled_at: got %s, want %s", s2.ScheduledAt, at)
+	}
+	var page coordinator.ListPage
+	e.doJSON(t, "GET", "/v1/jobs?state=scheduled&kind=sleep", nil, http.StatusOK, &page)
+	if len(page.Jobs) != 2 || page.Jobs[0].ID != s.ID || page.Jobs[1].ID != s2.ID {
+		t.Errorf("list scheduled: %d jobs", len(page.Jobs))
+	}
+	var first, second coordinator.ListPage
+	e.doJSON(t, "GET", "/v1/jobs?limit=2", nil, http.StatusOK, &first)
+	if len(first.Jobs) != 2 || first.Next == "" {
+		t.Fatalf("first page: %d jobs, next %q", len(first.Jobs), first.Next)
+	}
+	e.doJSON(t, "GET", "/v1/jobs?limit=2&after="+first.Next, nil, http.StatusOK, &second)
+	if len(second.Jobs) != 1 || second.Jobs[0].ID != s2.ID || second.Next != "" {
+		t.Errorf("second page: %+v", second)
+	}
+	var raw map[string]json.RawMessage
+	e.doJSON(t, "GET", "/v1/jobs?state=cancelled", nil, http.StatusOK, &raw)
+	if string(raw["jobs"]) != "[]" {
+		t.Errorf("empty list: jobs is %s, want []", raw["jobs"])
+	}
+}
+
+func TestAPIJobJSONIsCoordinatorJob(t *testing.T) {
+	e := newAPIEnv(t, envOpts{noWorker: true})
+	j := e.create(t, createRequest{Kind: "echo"})
+	_, body := e.do(t, "GET", "/v1/jobs/"+j.ID, "")
+	var env map[string]json.RawMessage
+	if err := json.Unmarshal(body, &env); err != nil {
+		t.Fatal(err)
+	}
+	var fields map[string]any
+	if err := json.Unmarshal(env["job"], &fields); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"id", "kind", "queue", "priority", "state", "payload", "attempt", "max_attempts", "errors",
+		"created_at", "scheduled_at", "attempted_at", "finalized_at", "owner", "token", "checkpoint", "result"} {
+		if _, ok := fields[f]; !ok {
+			t.Errorf("job JSON lacks %q: %s", f, env["job"])
+		}
+	}
+	stored, err := e.coord.Get(context.Background(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.Marshal(stored)
+	if !bytes.Equal(bytes.TrimSpace(env["job"]), want) {
+		t.Errorf("job JSON differs from coordinator.Job's:\n got %s\nwant %s", env["job"], want)
+	}
+}
+
+func TestAPIBatchAndUniqueKey(t *testing.T) {
+	e := newAPIEnv(t, envOpts{noWorker: true})
+	var res batchResponse
+	e.doJSON(t, "POST", "/v1/jobs/batch", batchRequest{Jobs: []createRequest{
+		{Kind: "echo", Payload: json.RawMessage(`1`)},
+		{Kind: "sleep", Payload: json.RawMessage(`{"ms":1}`), Queue: "other"},
+		{Kind: "fail", UniqueKey: "u1"},
+	}}, http.StatusCreated, &res)
+	if len(res.Jobs) != 3 || len(res.Existed) != 3 || res.Existed[0] || res.Existed[1] || res.Existed[2] {
+		t.Fatalf("batch: %+v", res)
+	}
+	if res.Jobs[1].Queue != "other" || res.Jobs[2].UniqueKey != "u1" {
+		t.Errorf("batch jobs: %+v %+v", res.Jobs[1], res.Jobs[2])
+	}
+
+	// The unique key matches the live job: it is returned, nothing written.
+	var one createResponse
+	e.doJSON(t, "POST", "/v1/jobs", createRequest{Kind: "fail", UniqueKey: "u1"}, http.StatusOK, &one)
+	if !one.Existed || one.Job.ID != res.Jobs[2].ID {
+		t.Errorf("unique create: existed %v id %s, want %s", one.Existed, one.Job.ID, res.Jobs[2].ID)
+	}
+	var again batchResponse
+	e.doJSON(t, "POST", "/v1/jobs/batch", batchRequest{Jobs: []createRequest{{Kind: "fail", UniqueKey: "u1"}}}, http.StatusOK, &again)
+	if !again.Existed[0] || again.Jobs[0].ID != res.Jobs[2].ID {
+		t.Errorf("unique batch: %+v", again)
+	}
+	if n := e.total(t); n != 3 {
+		t.Errorf("%d jobs stored, want 3", n)
+	}
+	// Once the job is final, its key is free again.
+	e.doJSON(t, "POST", "/v1/jobs/"+res.Jobs[2].ID+"/cancel", nil, http.StatusOK, nil)
+	e.doJSON(t, "POST", "/v1/jobs", createRequest{Kind: "fail", UniqueKey: "u1"}, http.StatusCreated, &one)
+	if one.Existed || one.Job.ID == res.Jobs[2].ID {
+		t.Errorf("key of a cancelled job not reusable: %+v", one)
+	}
+}
+
+func TestAPICancel(t *testing.T) {
+	e := newAPIEnv(t, envOpts{})
+	s := e.create(t, createRequest{Kind: "sleep", Delay: "1h"})
+	var res jobResponse
+	e.doJSON(t, "POST", "/v1/jobs/"+s.ID+"/cancel", nil, http.StatusOK, &res)
+	if res.Job.State != coordinator.StateCancelled {
+		t.Errorf("cancel scheduled: state %s", res.Job.State)
+	}
+	var er errorResponse
+	e.doJSON(t, "POST", "/v1/jobs/"+s.ID+"/cancel", nil, http.StatusConflict, &er)
+	if !strings.Contains(er.Error, "already cancelled") {
+		t.Errorf("second cancel: %q", er.Error)
+	}
+
+	// A running job is cancelled by its worker.
+	r := e.create(t, createRequest{Kind: "sleep", Payload: json.RawMessage(`{"ms":60000}`)})
+	waitState(t, e, r.ID, coordinator.StateRunning)
+	e.doJSON(t, "POST", "/v1/jobs/"+r.ID+"/cancel", nil, http.StatusOK, &res)
+	if res.Job.State != coordinator.StateRunning || !res.Job.CancelRequested {
+		t.Errorf("cancel running: state %s cancel_requested %v", res.Job.State, res.Job.CancelRequested)
+	}
+	if j := e.waitFinal(t, r.ID); j.State != coordinator.StateCancelled {
+		t.Errorf("cancelled running job ended %s", j.State)
+	}
+	e.doJSON(t, "POST", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV/cancel", nil, http.StatusNotFound, &er)
+}
+
+func waitState(t *testing.T, e *apiEnv, id string, st coordinator.State) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var res jobResponse
+		e.doJSON(t, "GET", "/v1/jobs/"+id, nil, http.StatusOK, &res)
+		if res.Job.State == st {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("job %s never %s", id, st)
+}
+
+func TestAPIWaitExpires(t *testing.T) {
+	e := newAPIEnv(t, envOpts{noWorker: true})
+	j := e.create(t, createRequest{Kind: "echo"})
+	start := time.Now()
+	var res jobResponse
+	e.doJSON(t, "GET", "/v1/jobs/"+j.ID+"?wait=200ms", nil, http.StatusOK, &res)
+	if took := time.Since(start); took < 200*time.Millisecond || took > 5*time.Second {
+		t.Errorf("wait=200ms took %s", took)
+	}
+	if res.Job.State != coordinator.StateAvailable {
+		t.Errorf("state %s, want available", res.Job.State)
+	}
+}
+
+func TestAPIFailAndRetry(t *testing.T) {
+	e := newAPIEnv(t, envOpts{})
+	j := e.create(t, createRequest{Kind: "fail", Payload: json.RawMessage(`{"times":1}`)})
+	final := e.waitFinal(t, j.ID)
+	if final.State != coordinator.StateCompleted || final.Attempt != 2 || len(final.Errors) != 1 {
+		t.Errorf("fail times=1: state %s attempt %d errors %+v", final.State, final.Attempt, final.Errors)
+	}
+	d := e.create(t, createRequest{Kind: "fail", MaxAttempts: 1})
+	if final := e.waitFinal(t, d.ID); final.State != coordinator.StateDiscarded {
+		t.Errorf("fail without times, one attempt: %s", final.State)
+	}
+}
+
+// TestAPIBadInputWritesNothing sends every kind of bad request and checks
+// that each gets a 4xx JSON error on one line and that nothing is written.
+func TestAPIBadInputWritesNothing(t *testing.T) {
+	e := newAPIEnv(t, envOpts{})
+	big := `{"kind":"echo","payload":"` + strings.Repeat("x", 2*coordinator.DefaultMaxPayloadBytes) + `"}`
+	justOver := `{"kind":"echo","payload":"` + strings.Repeat("x", coordinator.DefaultMaxPayloadBytes-1) + `"}`
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		want                     string // in the error
+	}{
+		{"empty body", "POST", "/v1/jobs", "", 400, "empty"},
+		{"malformed JSON", "POST", "/v1/jobs", `{"kind":"echo",`, 400, "JSON"},
+		{"malformed payload", "POST", "/v1/jobs", `{"kind":"echo","payload":{ms:1}}`, 400, "not valid JSON"},
+		{"not an object", "POST", "/v1/jobs", `["echo"]`, 400, "array"},
+		{"trailing data", "POST", "/v1/jobs", `{"kind":"echo"} {"kind":"echo"}`, 400, "exactly one"},
+		{"unknown field", "POST", "/v1/jobs", `{"kind":"echo","colour":"red"}`, 400, `unknown field "colour"`},
+		{"wrong type", "POST", "/v1/jobs", `{"kind":"echo","priority":"high"}`, 400, `"priority"`},
+		{"missing kind", "POST", "/v1/jobs", `{"payload":{}}`, 400, "kind is missing"},
+		{"unknown kind", "POST", "/v1/jobs", `{"kind":"resize"}`, 400, "unknown kind resize: this daemon runs echo, fail, sleep"},
+		{"bad kind name", "POST", "/v1/jobs", `{"kind":"a b"}`, 400, "kind"},
+		{"bad queue", "POST", "/v1/jobs", `{"kind":"echo","queue":"no/slash"}`, 400, "queue"},
+		{"bad priority", "POST", "/v1/jobs", `{"kind":"echo","priority":9}`, 400, "priority 9"},
+		{"negative max attempts", "POST", "/v1/jobs", `{"kind":"echo","max_attempts":-1}`, 400, "max attempts"},
+		{"bad delay", "POST", "/v1/jobs", `{"kind":"echo","delay":"soon"}`, 400, "delay"},
+		{"negative delay", "POST", "/v1/jobs", `{"kind":"echo","delay":"-1s"}`, 400, "delay"},
+		{"delay and scheduled_at", "POST", "/v1/jobs", `{"kind":"echo","delay":"1s","scheduled_at":"2030-01-02T15:04:05Z"}`, 400, "both"},
+		{"bad scheduled_at", "POST", "/v1/jobs", `{"kind":"echo","scheduled_at":"tomorrow"}`, 400, "RFC 3339"},
+		{"bad timeout", "POST", "/v1/jobs", `{"kind":"echo","timeout":"-5s"}`, 400, "timeout"},
+		{"long unique key", "POST", "/v1/jobs", `{"kind":"echo","unique_key":"` + strings.Repeat("k", 300) + `"}`, 400, "unique key"},
+		{"bad sleep payload", "POST", "/v1/jobs", `{"kind":"sleep","payload":{"ms":"long"}}`, 400, "ms is a JSON string"},
+		{"sleep payload not object", "POST", "/v1/jobs", `{"kind":"sleep","payload":[1]}`, 400, "object"},
+		{"bad fail payload", "POST", "/v1/jobs", `{"kind":"fail","payload":{"times":-1}}`, 400, "negative"},
+		{"payload of 2 MiB", "POST", "/v1/jobs", big, 413, "limit"},
+		{"payload just over 1 MiB", "POST", "/v1/jobs", justOver, 400, "over the 1048576-byte limit"},
+		{"empty batch", "POST", "/v1/jobs/batch", `{"jobs":[]}`, 400, "no jobs"},
+		{"batch with one bad job", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo"},{"kind":"resize"}]}`, 400, "job 1: unknown kind resize"},
+		{"batch with duplicate unique keys", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo","unique_key":"a"},{"kind":"echo","unique_key":"a"}]}`, 400, "same unique key"},
+		{"batch unknown field", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo"}],"x":1}`, 400, "unknown field"},
+		{"bad id", "GET", "/v1/jobs/nope", "", 400, "bad job id"},
+		{"bad id lower case", "GET", "/v1/jobs/01arz3ndektsv4rrffq69g5fav!", "", 400, "bad job id"},
+		{"bad id cancel", "POST", "/v1/jobs/nope/cancel", "", 400, "bad job id"},
+		{"unknown job", "GET", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV", "", 404, "not found"},
+		{"unknown job wait", "GET", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV?wait=1s", "", 404, "not found"},
+		{"bad wait", "GET", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV?wait=forever", "", 400, "wait"},
+		{"unknown state filter", "GET", "/v1/jobs?state=done", "", 400, `unknown state "done"`},
+		{"bad limit", "GET", "/v1/jobs?limit=0", "", 400, "limit"},
+		{"huge limit", "GET", "/v1/jobs?limit=1000000", "", 400, "limit"},
+		{"unknown query parameter", "GET", "/v1/jobs?stat=running", "", 400, `unknown query parameter "stat"`},
+		{"unknown endpoint", "GET", "/v1/queues", "", 404, "no endpoint"},
+		{"wrong method", "DELETE", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV", "", 405, "not allowed"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := e.do(t, c.method, c.path, c.body)
+			if code != c.status {
+				t.Errorf("status %d, want %d; body %.300s", code, c.status, body)
+			}
+			var er errorResponse
+			if err := json.Unmarshal(body, &er); err != nil || er.Error == "" {
+				t.Fatalf("body is not a JSON error: %.300s", body)
+			}
+			if strings.ContainsAny(er.Error, "\r\n") {
+				t.Errorf("error is not one line: %q", er.Error)
+			}
+			if !strings.Contains(er.Error, c.want) {
+				t.Errorf("error %q does not contain %q", er.Error, c.want)
+			}
+			if strings.Contains(er.Error, "coordinator:") {
+				t.Errorf("error leaks an internal prefix: %q", er.Error)
+			}
+		})
+	}
+	if n := e.total(t); n != 0 {
+		t.Errorf("%d jobs written by bad requests, want 0", n)
+	}
+}
+
+func TestAPIWorkersStatsHealthMetricsDashboard(t *testing.T) {
+	e := newAPIEnv(t, envOpts{})
+	j := e.create(t, createRequest{Kind: "echo", Payload: json.RawMessage(`{"<script>":"x"}`)})
+	e.waitFinal(t, j.ID)
+
+	var ws workersResponse
+	e.doJSON(t, "GET", "/v1/workers", nil, http.StatusOK, &ws)
+	if len(ws.Workers) != 1 || ws.Workers[0].ID != e.w.ID() || strings.Join(ws.Workers[0].Kinds, ",") != "echo,fail,sleep" {
+		t.Errorf("workers: %+v", ws.Workers)
+	}
+	var st statsResponse
+	e.doJSON(t, "GET", "/v1/stats", nil, http.StatusOK, &st)
+	if st.Total != 1 || st.Counts[coordinator.StateCompleted] != 1 || len(st.Counts) != len(coordinator.States) {
+		t.Errorf("stats: %+v", st)
+	}
+	for _, p := range []string{"/v1/health", "/healthz"} {
+		var h map[string]string
+		e.doJSON(t, "GET", p, nil, http.StatusOK, &h)
+		if h["status"] != "ok" {
+			t.Errorf("%s: %v", p, h)
+		}
+	}
+	code, body := e.do(t, "GET", "/metrics", "")
+	if code != 200 || !bytes.Contains(body, []byte(`leasehold_jobs{state="completed"} 1`)) || !bytes.Contains(body, []byte("leasehold_http_requests_total")) {
+		t.Errorf("metrics: %d\n%.2000s", code, body)
+	}
+	code, body = e.do(t, "GET", "/", "")
+	if code != 200 || !bytes.Contains(body, []byte(j.ID)) || !bytes.Contains(body, []byte(e.w.ID())) {
+		t.Errorf("dashboard: %d\n%.2000s", code, body)
+	}
+	if bytes.Contains(body, []byte("<script>")) {
+		t.Error("dashboard does not escape job data")
+	}
+}
+
+func TestLatestJobs(t *testing.T) {
+	log := quietLogger(t)
+	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	clock := &stepClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	coord, err := coordinator.New(store, coordinator.Config{Logger: log, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var ids []string
+	enqueue := func(n int, gap time.Duration) {
+		for range n {
+			clock.now = clock.now.Add(gap)
+			r, err := coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "echo"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, r.Job.ID)
+		}
+	}
+	check := func(what string, n int) {
+		t.Helper()
+		got, err := latestJobs(ctx, coord, n, clock.now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := min(n, len(ids))
+		if len(got) != want {
+			t.Fatalf("%s: %d jobs, want %d", what, len(got), want)
+		}
+		for i, j := range got {
+			if j.ID != ids[len(ids)-1-i] {
+				t.Fatalf("%s: job %d is %s, want %s", what, i, j.ID, ids[len(ids)-1-i])
+			}
+		}
+	}
+	check("empty", 50)
+	enqueue(10, 72*time.Hour) // sparse and old
+	check("fewer than asked", 50)
+	enqueue(30, time.Minute)
+	check("widening window", 20)
+	enqueue(300, 0) // one millisecond holds more than a page
+	check("dense tail", 50)
+	enqueue(400, time.Millisecond)
+	check("bisected window", 50)
+	check("bisected window, small page", 3)
+}
+
+// stepClock is a coordinator.Clock moved by hand.
+type stepClock struct{ now time.Time }
+
+func (c *stepClock) Now() time.Time                         { return c.now }
+func (c *stepClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+func TestExecKinds(t *testing.T) {
+	old := execKillGrace
+	execKillGrace = 300 * time.Millisecond
+	t.Cleanup(func() { execKillGrace = old })
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	e := newAPIEnv(t, envOpts{execs: []string{
+		`upper=tr a-z A-Z`,
+		`env=printf '{"id":"%s","attempt":%s,"token":%s,"kind":"%s"}' "$LEASEHOLD_JOB_ID" "$LEASEHOLD_ATTEMPT" "$LEASEHOLD_TOKEN" "$LEASEHOLD_KIND"`,
+		`text=echo plain text`,
+		`broken=echo first >&2; echo oops >&2; exit 3`,
+		`stubborn=trap "" TERM; sleep 30 & echo $! > ` + pidFile + `; wait`,
+		`echo=cat`, // replaces the built-in
+	}})
+	up := e.create(t, createRequest{Kind: "upper", Payload: json.RawMessage(`"hello"`)})
+	if j := e.waitFinal(t, up.ID); j.State != coordinator.StateCompleted || string(j.Result) != `"HELLO"` {
+		t.Errorf("upper: %s %s", j.State, j.Result)
+	}
+	env := e.create(t, createRequest{Kind: "env"})
+	j := e.waitFinal(t, env.ID)
+	want := fmt.Sprintf(`{"id":"%s","attempt":1,"token":%d,"kind":"env"}`, env.ID, j.Token)
+	if j.State != coordinator.StateCompleted || string(j.Result) != want || j.Token == 0 {
+		t.Errorf("env: %s %s, want %s", j.State, j.Result, want)
+	}
+	txt := e.create(t, createRequest{Kind: "text"})
+	if j := e.waitFinal(t, txt.ID); string(j.Result) != `"plain text"` {
+		t.Errorf("text result: %s", j.Result)
+	}
+	cat := e.create(t, createRequest{Kind: "echo", Payload: json.RawMessage(`{"a":1}`)})
+	if j := e.waitFinal(t, cat.ID); string(j.Result) != `{"a":1}` {
+		t.Errorf("echo replaced by cat: %s", j.Result)
+	}
+	br := e.create(t, createRequest{Kind: "broken", MaxAttempts: 1})
+	j = e.waitFinal(t, br.ID)
+	if j.State != coordinator.StateDiscarded || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "exited with status 3: first | oops") {
+		t.Errorf("broken: %s %+v", j.State, j.Errors)
+	}
+
+	// A command that ignores SIGTERM is killed with its process group.
+	st := e.create(t, createRequest{Kind: "stubborn"})
+	waitState(t, e, st.ID, coordinator.StateRunning)
+	var pid int
+	deadline := time.Now().Add(5 * time.Second)
+	for pid == 0 && time.Now().Before(deadline) {
+		b, _ := os.ReadFile(pidFile)
+		_, _ = fmt.Sscan(string(b), &pid)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if pid == 0 {
+		t.Fatal("stubborn command did not start")
+	}
+	start := time.Now()
+	e.doJSON(t, "POST", "/v1/jobs/"+st.ID+"/cancel", nil, http.StatusOK, nil)
+	j = e.waitFinal(t, st.ID)
+	if j.State != coordinator.StateCancelled {
+		t.Errorf("stubborn: %s", j.State)
+	}
+	if took := time.Since(start); took < execKillGrace || took > 5*time.Second {
+		t.Errorf("stubborn command stopped after %s; want SIGKILL after %s", took, execKillGrace)
+	}
+	for !processGone(pid) {
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("grandchild %d survived the kill of its process group", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	_, rest, ok := strings.Cut(string(b), ") ")
+	return ok && strings.HasPrefix(rest, "Z")
+}
+
+func TestParseExec(t *testing.T) {
+	for _, bad := range []string{"", "kind", "=cmd", "kind=", "a b=cmd"} {
+		if _, err := parseExec(bad); err == nil || exitCode(err) != exitUsage {
+			t.Errorf("parseExec(%q): %v, want a usage error", bad, err)
+		}
+	}
+	s, err := parseExec("resize = ./resize.sh --w=100")
+	if err != nil || s.kind != "resize" || s.command != "./resize.sh --w=100" {
+		t.Errorf("parseExec: %+v %v", s, err)
+	}
+	if _, err := daemonKinds([]string{"a=x", "a=y"}, slog.Default()); err == nil {
+		t.Error("duplicate --exec kind accepted")
+	}
+}
+
+func TestSizeValue(t *testing.T) {
+	for in, want := range map[string]int{"1048576": 1 << 20, "1MiB": 1 << 20, "512KiB": 512 << 10, "2MB": 2000000, "64k": 64 << 10, "10B": 10} {
+		var s sizeValue
+		if err := s.Set(in); err != nil || int(s) != want {
+			t.Errorf("Set(%q) = %d, %v; want %d", in, s, err, want)
+		}
+	}
+	for _, in := range []string{"", "x", "-1", "1.5MiB", "1TiB"} {
+		var s sizeValue
+		if err := s.Set(in); err == nil {
+			t.Errorf("Set(%q) accepted", in)
+		}
+	}
+}
