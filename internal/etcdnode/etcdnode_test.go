@@ -1,0 +1,57 @@
+package etcdnode
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestStartServeStop(t *testing.T) {
+	cu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	pu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, Config{Dir: t.TempDir(), ClientURL: cu, PeerURL: pu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	cli.Close()
+	wctx, wcancel := context.WithCancel(context.Background())
+	wcancel()
+	if err := n.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	if _, err := Start(context.Background(), Config{Name: "a", InitialCluster: "b=http://127.0.0.1:1"}); err == nil {
+		t.Fatal("a cluster that does not name the member was accepted")
+	}
+	if _, err := Start(context.Background(), Config{ClientURL: "127.0.0.1:2379"}); err == nil {
+		t.Fatal("a URL without a scheme was accepted")
+	}
+}
