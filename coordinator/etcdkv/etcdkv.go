@@ -101,6 +101,13 @@ func (s *Store) isClosed() bool {
 
 // Limits reports the transaction limits given in Options (or etcd's
 // defaults), the byte limit less [RequestBytesMargin].
+//
+// etcd applies MaxOps per nesting path, not to the total: a transaction's
+// max(len(If), len(Then), len(Else)) plus that of each nested transaction
+// below it, level by level, must not exceed it; sibling nested transactions
+// do not add up (100 nested transactions of 2 puts each pass the default
+// 128). Keeping the flattened total within MaxOps is therefore safe but
+// conservative; MaxBytes bounds such batches anyway.
 func (s *Store) Limits() kv.Limits { return s.limits }
 
 // Txn applies t as one etcd transaction.

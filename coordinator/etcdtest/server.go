@@ -305,11 +305,12 @@ func (m *Member) waitReady(timeout time.Duration) error {
 	}
 }
 
-// stop resets every connection to the member, then shuts it down. With
-// crash set, raft stops first, so a leader does not hand over its leadership
-// as etcd's graceful shutdown does. Resetting the connections first makes
-// the shutdown immediate: with open client streams etcd otherwise waits for
-// its request timeout (about 7 s).
+// stop resets every client connection to the member, then shuts it down.
+// With crash set, its peer connections are reset too and raft stops first,
+// so a leader does not hand over its leadership as etcd's graceful shutdown
+// does. Resetting client connections first makes the shutdown immediate:
+// with open client streams etcd otherwise waits for its request timeout
+// (about 7 s).
 func (m *Member) stop(crash bool) {
 	m.mu.Lock()
 	e := m.etcd
@@ -319,13 +320,15 @@ func (m *Member) stop(crash bool) {
 		return
 	}
 	m.cli.setTarget("")
-	m.peer.setTarget("")
 	m.cli.DropConnections()
-	m.peer.DropConnections()
 	if crash {
+		m.peer.setTarget("")
+		m.peer.DropConnections()
 		e.Server.HardStop()
 	}
 	e.Close()
+	m.peer.setTarget("")
+	m.peer.DropConnections()
 }
 
 // Close stops every member and waits for them, closes the clients made by
@@ -469,7 +472,8 @@ func (c *Cluster) Kill(i int) {
 
 // Stop stops member i gracefully, as etcd does on SIGTERM: a leader first
 // transfers its leadership to another member. Client connections are reset
-// all the same. Restart it with [Cluster.Restart].
+// all the same. It takes about a second (etcd gives its peers' connections
+// that long to close). Restart it with [Cluster.Restart].
 func (c *Cluster) Stop(i int) {
 	c.members[i].stop(false)
 }
