@@ -160,13 +160,13 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 	return res, nil
 }
 
-// Watch streams the changes to keys with prefix from fromRev on.
+// Watch streams the changes to keys with prefix from fromRev on (0: from
+// the revision after the store's current one).
 //
-// With fromRev 0 the watch starts at the revision after the store's current
-// one, and Watch returns only once etcd has created it (or ctx ended), so
-// that every write made after Watch returns is seen. With fromRev > 0 it
-// returns at once; etcd replays history from fromRev, or the watch ends with
-// kv.ErrCompacted.
+// Watch returns once etcd has created the watch (clientv3 waits for it), so
+// a watch from revision 0 sees every write made after Watch returned; while
+// no member answers, Watch waits, until ctx ends. With fromRev > 0 etcd
+// replays history from fromRev, or the watch ends with kv.ErrCompacted.
 //
 // The watch requires a leader: when the member it is connected to loses its
 // leader, the watch ends with an error instead of silently falling behind.
@@ -188,12 +188,8 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	stop := context.AfterFunc(s.ctx, cancel) // Close ends the watch
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
-	created := make(chan struct{})
 	if fromRev > 0 {
 		opts = append(opts, clientv3.WithRev(fromRev))
-		close(created)
-	} else {
-		opts = append(opts, clientv3.WithCreatedNotify())
 	}
 	wch := s.cli.Watch(wctx, prefix, opts...)
 	go func() {
@@ -201,28 +197,14 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 		defer close(out)
 		defer cancel()
 		defer stop()
-		s.pumpWatch(wctx, wch, out, created)
+		s.pumpWatch(wctx, wch, out)
 	}()
-	select {
-	case <-created:
-	case <-wctx.Done():
-	}
 	return out
 }
 
-// pumpWatch translates clientv3's responses until the watch ends. It closes
-// created (if still open) once etcd has created the watch or the watch ended.
-func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<- kv.WatchResponse, created chan struct{}) {
-	markCreated := sync.OnceFunc(func() {
-		select {
-		case <-created:
-		default:
-			close(created)
-		}
-	})
-	defer markCreated()
+// pumpWatch translates clientv3's responses until the watch ends.
+func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<- kv.WatchResponse) {
 	send := func(r kv.WatchResponse) bool {
-		markCreated()
 		select {
 		case out <- r:
 			return true
@@ -260,9 +242,6 @@ func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<
 				send(kv.WatchResponse{Err: mapErr("watch", err)})
 			}
 			return
-		}
-		if resp.Created {
-			markCreated()
 		}
 		if len(resp.Events) == 0 { // created or progress notification
 			continue
