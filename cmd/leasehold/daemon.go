@@ -255,7 +255,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	wctx, wcancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	if err := w.Stop(wctx); err != nil {
 		log.Warn("running jobs did not finish within the shutdown timeout; they were interrupted and re-queued",
-			slog.Duration("shutdown_timeout", o.shutdownTimeout), slog.Any("err", err))
+			slog.String("shutdown_timeout", o.shutdownTimeout.String()), slog.Any("err", err))
 	}
 	wcancel()
 	log.Info("stopped")

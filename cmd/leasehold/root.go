@@ -188,5 +188,5 @@ func checkNoEtcd(endpoints []string) error {
 	if len(endpoints) == 0 {
 		return nil
 	}
-	return usagef("shared mode (--etcd) is not available in this build yet: use embedded mode (leasehold daemon --data DIR) and leave --etcd and LEASEHOLD_ETCD unset")
+	return usagef("shared mode is not available in this build yet (--etcd): use embedded mode (leasehold daemon --data DIR) and leave --etcd and LEASEHOLD_ETCD unset")
 }

@@ -1,0 +1,472 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+)
+
+// cliEnv is the environment of the binary under test: ours without any
+// LEASEHOLD_* variable, plus extra.
+func cliEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, envPrefix) {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+type cliResult struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs the binary with args and returns what it printed and its
+// exit code.
+func runCLI(t *testing.T, env []string, stdin string, args ...string) cliResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = cliEnv(env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run %v: %v", args, err)
+	}
+	return cliResult{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// ok runs the binary and fails the test unless it exits 0.
+func okCLI(t *testing.T, args ...string) string {
+	t.Helper()
+	r := runCLI(t, nil, "", args...)
+	if r.code != 0 {
+		t.Fatalf("leasehold %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// checkOneLineError checks that r failed with code and one line on stderr
+// that contains want.
+func checkOneLineError(t *testing.T, what string, r cliResult, code int, want string) {
+	t.Helper()
+	if r.code != code {
+		t.Errorf("%s: exit %d, want %d (stderr %q)", what, r.code, code, r.stderr)
+	}
+	if !strings.HasPrefix(r.stderr, "leasehold: ") || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+		t.Errorf("%s: stderr is not one 'leasehold: ' line: %q", what, r.stderr)
+	}
+	if !strings.Contains(r.stderr, want) {
+		t.Errorf("%s: stderr %q does not contain %q", what, r.stderr, want)
+	}
+	if r.stdout != "" {
+		t.Errorf("%s: unexpected stdout %q", what, r.stdout)
+	}
+}
+
+// closedPort returns a local address where nothing listens.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	return addr
+}
+
+// daemonProc is a running `leasehold daemon`.
+type daemonProc struct {
+	cmd    *exec.Cmd
+	server string
+	log    *logWatcher
+	done   chan struct{}
+	err    error
+}
+
+// logWatcher collects a daemon's output and spots its "listening" line.
+type logWatcher struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	seen  int
+	ready chan string
+}
+
+func (l *logWatcher) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for {
+		rest := l.buf.Bytes()[l.seen:]
+		i := bytes.IndexByte(rest, '\n')
+		if i < 0 {
+			break
+		}
+		line := rest[:i]
+		l.seen += i + 1
+		var rec struct {
+			Msg  string `json:"msg"`
+			Addr string `json:"addr"`
+		}
+		if json.Unmarshal(line, &rec) == nil && rec.Msg == "listening" {
+			select {
+			case l.ready <- rec.Addr:
+			default:
+			}
+		}
+	}
+	return len(p), nil
+}
+
+func (l *logWatcher) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+func startDaemon(t *testing.T, dir string, args ...string) *daemonProc {
+	t.Helper()
+	all := append([]string{"daemon", "--data", dir, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
+	cmd := exec.Command(binPath, all...)
+	cmd.Env = cliEnv()
+	lw := &logWatcher{ready: make(chan string, 1)}
+	cmd.Stdout, cmd.Stderr = lw, lw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemonProc{cmd: cmd, log: lw, done: make(chan struct{})}
+	go func() {
+		d.err = cmd.Wait()
+		close(d.done)
+	}()
+	t.Cleanup(func() { d.stop(t, syscall.SIGTERM) })
+	select {
+	case addr := <-lw.ready:
+		d.server = "http://" + addr
+	case <-d.done:
+		t.Fatalf("daemon exited at start (%v):\n%s", d.err, lw)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("daemon not listening after 20s:\n%s", lw)
+	}
+	return d
+}
+
+// stop signals the daemon and waits for it to exit; it returns its exit
+// code.
+func (d *daemonProc) stop(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	select {
+	case <-d.done:
+	default:
+		_ = d.cmd.Process.Signal(sig)
+		select {
+		case <-d.done:
+		case <-time.After(20 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-d.done
+			t.Errorf("daemon did not stop within 20s of %s:\n%s", sig, d.log)
+		}
+	}
+	return d.cmd.ProcessState.ExitCode()
+}
+
+func getJobCLI(t *testing.T, server, id string) *coordinator.Job {
+	t.Helper()
+	var j coordinator.Job
+	out := okCLI(t, "jobs", "get", id, "--json", "--server", server)
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatalf("jobs get --json: %v\n%s", err, out)
+	}
+	return &j
+}
+
+func waitStateCLI(t *testing.T, server, id string, st coordinator.State) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if getJobCLI(t, server, id).State == st {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("job %s never %s", id, st)
+}
+
+func TestCLIUsageErrors(t *testing.T) {
+	// Nothing listens at the server: a command that sent a request would
+	// exit 1 (unreachable), so exit 2 also shows that nothing was sent.
+	srv := "http://" + closedPort(t)
+	data := filepath.Join(t.TempDir(), "data")
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"no command", nil, nil, "missing command"},
+		{"unknown command", nil, []string{"frob"}, `unknown command "frob"`},
+		{"enqueue without kind", nil, []string{"enqueue"}, "missing arguments"},
+		{"malformed payload", nil, []string{"enqueue", "sleep", `{"ms":`}, `enqueue: payload is not valid JSON`},
+		{"negative count", nil, []string{"enqueue", "sleep", "--count", "-1"}, "--count -1"},
+		{"zero count", nil, []string{"enqueue", "sleep", "--count", "0"}, "--count 0"},
+		{"delay and at", nil, []string{"enqueue", "sleep", "--delay", "1s", "--at", "2030-01-02T15:04:05Z"}, "--delay and --at"},
+		{"bad at", nil, []string{"enqueue", "sleep", "--at", "tomorrow"}, "RFC 3339"},
+		{"bad delay", nil, []string{"enqueue", "sleep", "--delay", "soon"}, "--delay"},
+		{"bad priority", nil, []string{"enqueue", "sleep", "--priority", "9"}, "--priority 9"},
+		{"bad max attempts", nil, []string{"enqueue", "sleep", "--max-attempts", "0"}, "--max-attempts 0"},
+		{"bad kind", nil, []string{"enqueue", "no kind"}, "kind"},
+		{"unique key with count", nil, []string{"enqueue", "echo", "--unique-key", "k", "--count", "2"}, "--unique-key"},
+		{"enqueue etcd", nil, []string{"enqueue", "echo", "--etcd", "http://127.0.0.1:2379"}, "shared mode is not available in this build yet"},
+		{"enqueue unknown flag", nil, []string{"enqueue", "echo", "--colour", "red"}, "unknown flag: --colour"},
+		{"bad id", nil, []string{"jobs", "get", "nope"}, `bad job id "nope"`},
+		{"get without id", nil, []string{"jobs", "get"}, "missing arguments"},
+		{"cancel bad id", nil, []string{"jobs", "cancel", "01ARZ3NDEKTSV4RRFFQ69G5FA"}, "bad job id"},
+		{"wait nothing", nil, []string{"jobs", "wait"}, "nothing to wait for"},
+		{"wait ids and all", nil, []string{"jobs", "wait", "--all", "01ARZ3NDEKTSV4RRFFQ69G5FAV"}, "not both"},
+		{"unknown state", nil, []string{"jobs", "list", "--state", "done"}, `unknown state "done"`},
+		{"bad limit", nil, []string{"jobs", "list", "--limit", "0"}, "--limit 0"},
+		{"jobs unknown command", nil, []string{"jobs", "frob"}, `unknown command "frob"`},
+		{"bad server URL", nil, []string{"workers", "list", "--server", "ftp://x"}, "--server"},
+		{"bad env value", []string{"LEASEHOLD_COUNT=many"}, []string{"enqueue", "echo"}, "LEASEHOLD_COUNT"},
+		{"daemon etcd", nil, []string{"daemon", "--data", data, "--etcd", "http://127.0.0.1:2379"}, "shared mode is not available in this build yet"},
+		{"daemon etcd from env", []string{"LEASEHOLD_ETCD=http://127.0.0.1:2379"}, []string{"daemon", "--data", data}, "shared mode is not available in this build yet"},
+		{"daemon lease ttl", nil, []string{"daemon", "--data", data, "--lease-ttl", "1500ms"}, "--lease-ttl"},
+		{"daemon concurrency", nil, []string{"daemon", "--data", data, "--concurrency", "0"}, "--concurrency 0"},
+		{"daemon exec", nil, []string{"daemon", "--data", data, "--exec", "nocommand"}, "KIND=COMMAND"},
+		{"daemon log level", nil, []string{"daemon", "--data", data, "--log-level", "loud"}, "--log-level"},
+		{"daemon listen", nil, []string{"daemon", "--data", data, "--listen", "7420"}, "--listen"},
+		{"daemon argument", nil, []string{"daemon", "extra"}, "too many arguments"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := c.args
+			switch {
+			case len(args) == 0, args[0] == "daemon", args[0] == "frob", len(args) > 1 && args[1] == "frob",
+				strings.Contains(strings.Join(args, " "), "--server"):
+			default:
+				args = append(append([]string{}, args...), "--server", srv)
+			}
+			r := runCLI(t, c.env, "", args...)
+			checkOneLineError(t, strings.Join(c.args, " "), r, exitUsage, c.want)
+		})
+	}
+	if _, err := os.Stat(data); err == nil {
+		t.Errorf("a refused daemon created its data directory %s", data)
+	}
+}
+
+func TestCLIUnreachableDaemon(t *testing.T) {
+	srv := "http://" + closedPort(t)
+	want := "leasehold: cannot reach the daemon at " + srv + ": is 'leasehold daemon' running? (set --server)\n"
+	for _, args := range [][]string{
+		{"enqueue", "echo", "--server", srv},
+		{"jobs", "list", "--server", srv},
+		{"jobs", "wait", "--all", "--server", srv},
+		{"workers", "list", "--server", srv},
+	} {
+		r := runCLI(t, nil, "", args...)
+		if r.code != exitFailure || r.stderr != want || r.stdout != "" {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", args, r.code, r.stderr, want)
+		}
+	}
+	// The server can come from the environment.
+	r := runCLI(t, []string{"LEASEHOLD_SERVER=" + srv}, "", "jobs", "list")
+	if r.code != exitFailure || r.stderr != want {
+		t.Errorf("LEASEHOLD_SERVER: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+func TestCLIDaemonFlow(t *testing.T) {
+	d := startDaemon(t, t.TempDir(), "--exec", "upper=tr a-z A-Z", "--concurrency", "8")
+	srv := d.server
+
+	id := strings.TrimSpace(okCLI(t, "enqueue", "sleep", `{"ms":50}`, "--server", srv))
+	if err := coordinator.ValidateID(id); err != nil {
+		t.Fatalf("enqueue printed %q: %v", id, err)
+	}
+	if out := okCLI(t, "jobs", "wait", id, "--server", srv, "--timeout", "20s"); out != id+" completed\n" {
+		t.Errorf("jobs wait: %q", out)
+	}
+	j := getJobCLI(t, srv, id)
+	if j.State != coordinator.StateCompleted || compactJSON(t, j.Result) != `{"slept_ms":50}` || j.Attempt != 1 {
+		t.Errorf("jobs get --json: %+v", j)
+	}
+	if out := okCLI(t, "jobs", "get", id, "--server", srv); !strings.Contains(out, "state:") || !strings.Contains(out, "completed") {
+		t.Errorf("jobs get: %s", out)
+	}
+
+	// --json prints the job objects; an exec kind runs.
+	var jobs []coordinator.Job
+	out := okCLI(t, "enqueue", "upper", `"shout"`, "--json", "--queue", "default", "--priority", "2", "--server", srv)
+	if err := json.Unmarshal([]byte(out), &jobs); err != nil || len(jobs) != 1 || jobs[0].Priority != 2 {
+		t.Fatalf("enqueue --json: %v %s", err, out)
+	}
+	okCLI(t, "jobs", "wait", jobs[0].ID, "--server", srv)
+	if j := getJobCLI(t, srv, jobs[0].ID); compactJSON(t, j.Result) != `"SHOUT"` {
+		t.Errorf("exec result: %s", j.Result)
+	}
+
+	// --count uses batches of 1000 and prints one id per line.
+	out = okCLI(t, "enqueue", "echo", `{"n":1}`, "--count", "2100", "--server", srv)
+	ids := strings.Fields(out)
+	seen := map[string]bool{}
+	for _, x := range ids {
+		seen[x] = true
+	}
+	if len(ids) != 2100 || len(seen) != 2100 {
+		t.Fatalf("enqueue --count 2100 printed %d ids (%d distinct)", len(ids), len(seen))
+	}
+	if out := okCLI(t, "jobs", "wait", "--all", "--timeout", "30s", "--server", srv); out != "all jobs final: completed=2102 discarded=0 cancelled=0\n" {
+		t.Errorf("jobs wait --all: %q", out)
+	}
+	out = okCLI(t, "jobs", "list", "--json", "--limit", "10000", "--state", "completed", "--server", srv)
+	if err := json.Unmarshal([]byte(out), &jobs); err != nil || len(jobs) != 2102 {
+		t.Errorf("jobs list --json: %v, %d jobs", err, len(jobs))
+	}
+	out = okCLI(t, "jobs", "list", "--kind", "upper", "--server", srv)
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[1], "upper") {
+		t.Errorf("jobs list table:\n%s", out)
+	}
+	var workers []coordinator.WorkerInfo
+	out = okCLI(t, "workers", "list", "--json", "--server", srv)
+	if err := json.Unmarshal([]byte(out), &workers); err != nil || len(workers) != 1 || workers[0].Concurrency != 8 ||
+		strings.Join(workers[0].Kinds, ",") != "echo,fail,sleep,upper" {
+		t.Errorf("workers list --json: %v %s", err, out)
+	}
+
+	// Bad input the daemon refuses: exit 2, one line, nothing written.
+	r := runCLI(t, nil, "", "enqueue", "resize", "--server", srv)
+	checkOneLineError(t, "unknown kind", r, exitUsage, "unknown kind resize: this daemon runs echo, fail, sleep, upper")
+	big := `{"blob":"` + strings.Repeat("x", 1<<20) + `"}`
+	r = runCLI(t, nil, big, "enqueue", "echo", "-", "--server", srv)
+	checkOneLineError(t, "oversized payload", r, exitUsage, "1048576-byte limit")
+	r = runCLI(t, nil, "", "enqueue", "sleep", `{"ms":-5}`, "--server", srv)
+	checkOneLineError(t, "bad sleep payload", r, exitUsage, "out of range")
+	r = runCLI(t, nil, "", "jobs", "get", "01ARZ3NDEKTSV4RRFFQ69G5FAV", "--server", srv)
+	checkOneLineError(t, "unknown job", r, exitFailure, "not found")
+
+	// Unique keys.
+	first := strings.TrimSpace(okCLI(t, "enqueue", "echo", "--unique-key", "nightly", "--delay", "1h", "--server", srv))
+	r = runCLI(t, nil, "", "enqueue", "echo", "--unique-key", "nightly", "--server", srv)
+	if r.code != 0 || strings.TrimSpace(r.stdout) != first || !strings.Contains(r.stderr, "job "+first+" already exists with unique key nightly") {
+		t.Errorf("unique key hit: %+v", r)
+	}
+	r = runCLI(t, nil, "", "jobs", "wait", first, "--timeout", "300ms", "--server", srv)
+	checkOneLineError(t, "wait timeout", r, exitFailure, "timed out")
+	if out := okCLI(t, "jobs", "cancel", first, "--server", srv); out != first+" cancelled\n" {
+		t.Errorf("jobs cancel: %q", out)
+	}
+	r = runCLI(t, nil, "", "jobs", "cancel", first, "--server", srv)
+	checkOneLineError(t, "cancel twice", r, exitFailure, "already cancelled")
+
+	var st statsResponse
+	if err := json.Unmarshal([]byte(httpGet(t, srv+"/v1/stats")), &st); err != nil || st.Total != 2103 {
+		t.Errorf("stats after bad input: %v %+v", err, st)
+	}
+	if code := d.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("daemon exit code %d after SIGTERM:\n%s", code, d.log)
+	}
+}
+
+func compactJSON(t *testing.T, b []byte) string {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		t.Fatalf("compact %s: %v", b, err)
+	}
+	return buf.String()
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{}, Timeout: 10 * time.Second}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
+}
+
+func TestCLISecondDaemonRefused(t *testing.T) {
+	dir := t.TempDir()
+	d := startDaemon(t, dir)
+	r := runCLI(t, nil, "", "daemon", "--data", dir, "--listen", closedPort(t), "--log-format", "json")
+	checkOneLineError(t, "second daemon", r, exitFailure, "data directory "+dir+" is in use")
+	if !strings.Contains(r.stderr, fmt.Sprintf("pid %d", d.cmd.Process.Pid)) || !strings.Contains(r.stderr, "--data") {
+		t.Errorf("refusal does not name the holder or the fix: %q", r.stderr)
+	}
+	// The first daemon is untouched.
+	id := strings.TrimSpace(okCLI(t, "enqueue", "echo", "--server", d.server))
+	if out := okCLI(t, "jobs", "wait", id, "--timeout", "20s", "--server", d.server); out != id+" completed\n" {
+		t.Errorf("first daemon after the refusal: %q", out)
+	}
+}
+
+func TestCLIRecoveryAndGracefulStop(t *testing.T) {
+	dir := t.TempDir()
+	// Killed with a job running: the restart re-queues it at once and it
+	// runs again without using an attempt.
+	a := startDaemon(t, dir)
+	id := strings.TrimSpace(okCLI(t, "enqueue", "sleep", `{"ms":1000}`, "--server", a.server))
+	waitStateCLI(t, a.server, id, coordinator.StateRunning)
+	a.stop(t, syscall.SIGKILL)
+
+	b := startDaemon(t, dir, "--shutdown-timeout", "100ms")
+	if !strings.Contains(b.log.String(), "re-queued 1 jobs left running") {
+		t.Errorf("restart did not re-queue the job:\n%s", b.log)
+	}
+	okCLI(t, "jobs", "wait", id, "--timeout", "20s", "--server", b.server)
+	j := getJobCLI(t, b.server, id)
+	if j.State != coordinator.StateCompleted || j.Attempt != 1 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "run lost") {
+		t.Errorf("job after recovery: state %s attempt %d errors %+v", j.State, j.Attempt, j.Errors)
+	}
+
+	// SIGTERM with a job running past --shutdown-timeout: the daemon stops
+	// promptly, exits 0, and the job is released for the next run.
+	id2 := strings.TrimSpace(okCLI(t, "enqueue", "sleep", `{"ms":60000}`, "--server", b.server))
+	waitStateCLI(t, b.server, id2, coordinator.StateRunning)
+	start := time.Now()
+	if code := b.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit code %d after SIGTERM", code)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("graceful stop took %s with --shutdown-timeout 100ms", took)
+	}
+	c := startDaemon(t, dir, "--shutdown-timeout", "100ms")
+	if strings.Contains(c.log.String(), "re-queued 1 jobs") {
+		t.Errorf("graceful stop left its job running:\n%s", b.log)
+	}
+	j = getJobCLI(t, c.server, id2)
+	if j.State.Final() || j.Attempt > 2 {
+		t.Errorf("released job: state %s attempt %d", j.State, j.Attempt)
+	}
+}
