@@ -251,6 +251,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"jobs unknown command", nil, []string{"jobs", "frob"}, `unknown command "frob"`},
 		{"bad server URL", nil, []string{"workers", "list", "--server", "ftp://x"}, "--server"},
 		{"bad env value", []string{"LEASEHOLD_COUNT=many"}, []string{"enqueue", "echo"}, "LEASEHOLD_COUNT"},
+		{"delay and at from env", []string{"LEASEHOLD_DELAY=1s", "LEASEHOLD_AT=2030-01-02T15:04:05Z"}, []string{"enqueue", "echo"}, "LEASEHOLD_DELAY and LEASEHOLD_AT"},
 		{"daemon etcd", nil, []string{"daemon", "--data", data, "--etcd", "http://127.0.0.1:2379"}, "shared mode is not available in this build yet"},
 		{"daemon etcd from env", []string{"LEASEHOLD_ETCD=http://127.0.0.1:2379"}, []string{"daemon", "--data", data}, "shared mode is not available in this build yet"},
 		{"daemon lease ttl", nil, []string{"daemon", "--data", data, "--lease-ttl", "1500ms"}, "--lease-ttl"},
@@ -382,8 +383,25 @@ func TestCLIDaemonFlow(t *testing.T) {
 	r = runCLI(t, nil, "", "jobs", "cancel", first, "--server", srv)
 	checkOneLineError(t, "cancel twice", r, exitFailure, "already cancelled")
 
+	// Flags come from LEASEHOLD_* when not on the command line; the
+	// command line wins, also over the environment variable of a
+	// conflicting flag.
+	at := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Second)
+	r = runCLI(t, []string{"LEASEHOLD_SERVER=" + srv, "LEASEHOLD_PRIORITY=3", "LEASEHOLD_DELAY=1h", "LEASEHOLD_JSON=true"}, "",
+		"enqueue", "echo", "--at", at.Format(time.RFC3339), "--max-attempts", "7")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &jobs) != nil || len(jobs) != 1 {
+		t.Fatalf("enqueue with env: %+v", r)
+	}
+	if j := jobs[0]; j.Priority != 3 || j.MaxAttempts != 7 || !j.ScheduledAt.Equal(at) {
+		t.Errorf("enqueue with env: priority %d max_attempts %d scheduled_at %s", j.Priority, j.MaxAttempts, j.ScheduledAt)
+	}
+	r = runCLI(t, []string{"LEASEHOLD_SERVER=" + srv, "LEASEHOLD_PRIORITY=3"}, "", "enqueue", "echo", "--priority", "4", "--json", "--delay", "1h")
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &jobs) != nil || jobs[0].Priority != 4 {
+		t.Errorf("command line over env: %+v", r)
+	}
+
 	var st statsResponse
-	if err := json.Unmarshal([]byte(httpGet(t, srv+"/v1/stats")), &st); err != nil || st.Total != 2103 {
+	if err := json.Unmarshal([]byte(httpGet(t, srv+"/v1/stats")), &st); err != nil || st.Total != 2105 {
 		t.Errorf("stats after bad input: %v %+v", err, st)
 	}
 	if code := d.stop(t, syscall.SIGTERM); code != 0 {

@@ -113,7 +113,20 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		req.Timeout = o.timeout.String()
 	}
 	if cmd.Flags().Changed("delay") && cmd.Flags().Changed("at") {
-		return req, usagef("--delay and --at are both set: pass one of them")
+		// One given on the command line wins over the other's
+		// environment variable; both from one source is a mistake.
+		dEnv, dFromEnv := fromEnv(cmd, "delay")
+		aEnv, aFromEnv := fromEnv(cmd, "at")
+		switch {
+		case dFromEnv && !aFromEnv:
+			o.delay = 0
+		case aFromEnv && !dFromEnv:
+			o.at = ""
+		case dFromEnv && aFromEnv:
+			return req, usagef("%s and %s are both set: set one of them", dEnv, aEnv)
+		default:
+			return req, usagef("--delay and --at are both set: pass one of them")
+		}
 	}
 	if o.delay < 0 {
 		return req, usagef("--delay %s is negative: want a duration such as 90s", o.delay)

@@ -52,7 +52,7 @@ func parseExec(s string) (execSpec, error) {
 
 // execHandler runs spec.command with sh -c for each job: the payload on
 // stdin; LEASEHOLD_JOB_ID, LEASEHOLD_ATTEMPT, LEASEHOLD_TOKEN,
-// LEASEHOLD_KIND, LEASEHOLD_QUEUE and LEASEHOLD_IDEMPOTENCY_KEY in its
+// LEASEHOLD_KIND and LEASEHOLD_IDEMPOTENCY_KEY in its
 // environment. Exit status 0 completes the job with stdout as its result
 // (as JSON if it is JSON, else as a JSON string); any other status fails
 // the attempt with the end of stderr as the error. The command runs in its
@@ -75,7 +75,6 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			"LEASEHOLD_ATTEMPT="+strconv.Itoa(j.Attempt),
 			"LEASEHOLD_TOKEN="+j.Token.String(),
 			"LEASEHOLD_KIND="+j.Kind,
-			"LEASEHOLD_QUEUE="+j.Queue,
 			"LEASEHOLD_IDEMPOTENCY_KEY="+j.IdempotencyKey(),
 		)
 		if err := cmd.Start(); err != nil {

@@ -123,6 +123,10 @@ func bindEnv(cmd *cobra.Command) error {
 		if _, isSlice := f.Value.(pflag.SliceValue); isSlice {
 			values = nonEmptyLines(v)
 		}
+		if f.Annotations == nil {
+			f.Annotations = map[string][]string{}
+		}
+		f.Annotations[envAnnotation] = []string{name}
 		for _, x := range values {
 			if serr := cmd.Flags().Set(f.Name, x); serr != nil {
 				err = &cliError{code: exitUsage, bare: true,
@@ -132,6 +136,18 @@ func bindEnv(cmd *cobra.Command) error {
 		}
 	})
 	return err
+}
+
+// envAnnotation marks a flag set from its environment variable.
+const envAnnotation = "leasehold-from-env"
+
+// fromEnv returns the environment variable that set flag name, if one did.
+func fromEnv(cmd *cobra.Command, name string) (string, bool) {
+	f := cmd.Flags().Lookup(name)
+	if f == nil || len(f.Annotations[envAnnotation]) == 0 {
+		return "", false
+	}
+	return f.Annotations[envAnnotation][0], true
 }
 
 func nonEmptyLines(s string) []string {
