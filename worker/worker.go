@@ -39,6 +39,12 @@ type Config struct {
 	// retention loop, which runs on one elected worker at a time.
 	// Default: false.
 	Maintain bool
+	// OnOutcome, if set, is called once per run after its outcome was
+	// written, refused or abandoned: for metrics, tracing and the cluster
+	// test's histories. It must not block for long.
+	OnOutcome func(Outcome)
+	// OnStart, if set, is called when a handler is about to start.
+	OnStart func(j coordinator.Job, token fence.Token)
 	// PollInterval is a backstop for the watch that wakes the claim loop.
 	// Default: 5s.
 	PollInterval time.Duration
@@ -132,7 +138,25 @@ type Worker struct {
 	abandoned   atomic.Int64
 }
 
+// Outcome says how one run ended (see Config.OnOutcome).
+type Outcome struct {
+	// Job is the job as claimed; Token the run's fencing token.
+	Job   coordinator.Job
+	Token fence.Token
+	// Op is the write attempted: complete, fail, snooze, cancel, release;
+	// or abandon when nothing was written because the session was lost.
+	Op string
+	// Err is nil when the store accepted the write. An error wrapping
+	// fence.ErrLeaseLost means it was refused: another run owns the job.
+	Err error
+	// HandlerErr is what the handler returned.
+	HandlerErr error
+	// Started and Ended bound the handler's run.
+	Started, Ended time.Time
+}
+
 type active struct {
+	started         time.Time
 	run             *coordinator.Run
 	cancel          context.CancelCauseFunc
 	cancelRequested atomic.Bool
@@ -402,7 +426,10 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
 		ctx, tcancel = context.WithTimeout(ctx, d)
 		defer tcancel()
 	}
-	a := &active{run: r, cancel: cancel}
+	a := &active{run: r, cancel: cancel, started: time.Now()}
+	if w.cfg.OnStart != nil {
+		w.cfg.OnStart(jc, r.Token())
+	}
 	w.active.Store(jc.ID, a)
 	defer w.active.Delete(jc.ID)
 	if jc.CancelRequested {
@@ -457,8 +484,18 @@ func (w *Worker) call(ctx context.Context, j *Job) (trace string, err error) {
 
 // record writes the outcome of a run under its fence.
 func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, ctx context.Context, herr error, trace string, a *active, log *slog.Logger) {
+	out := Outcome{Job: j.Job, Token: r.Token(), HandlerErr: herr, Started: a.started, Ended: time.Now()}
+	defer func() {
+		if w.cfg.OnOutcome != nil {
+			w.cfg.OnOutcome(out)
+		}
+	}()
 	cause := context.Cause(ctx)
-	if r.Lost() != nil || errors.Is(cause, coordinator.ErrSessionExpired) || !sess.Valid() {
+	if lost := r.Lost(); lost != nil || errors.Is(cause, coordinator.ErrSessionExpired) || !sess.Valid() {
+		out.Op, out.Err = "abandon", lost
+		if lost == nil {
+			out.Err = fmt.Errorf("%w: session ended (%v)", fence.ErrLeaseLost, cause)
+		}
 		log.Warn("run abandoned: the session's lease was lost; recording nothing", slog.Any("cause", cause))
 		return
 	}
@@ -472,26 +509,34 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 	var op func(context.Context) error
 	switch {
 	case herr == nil:
+		out.Op = "complete"
 		op = func(ctx context.Context) error { return r.Complete(ctx, j.getResult()) }
 	case errors.As(herr, &snooze):
+		out.Op = "snooze"
 		op = func(ctx context.Context) error { return r.Snooze(ctx, snooze.d) }
 	case errors.As(herr, &cancelled):
+		out.Op = "cancel"
 		op = func(ctx context.Context) error { return r.Cancel(ctx, cancelled.err) }
 	case a.cancelRequested.Load():
+		out.Op = "cancel"
 		op = func(ctx context.Context) error { return r.Cancel(ctx, ErrCancelRequested) }
 	case errors.Is(cause, ErrShutdown):
+		out.Op = "release"
 		op = r.Release
 	case errors.As(herr, &retryAt):
+		out.Op = "fail"
 		op = func(ctx context.Context) error { return r.Fail(ctx, herr, coordinator.FailOpts{RetryAt: retryAt.at}) }
 	default:
 		if errors.Is(cause, context.DeadlineExceeded) && ctx.Err() != nil {
 			herr = fmt.Errorf("attempt timed out: %w", herr)
 		}
+		out.Op = "fail"
 		op = func(ctx context.Context) error { return r.Fail(ctx, herr, coordinator.FailOpts{Trace: trace}) }
 	}
 	delay := 50 * time.Millisecond
 	for {
 		err := op(wctx)
+		out.Err = err
 		switch {
 		case err == nil:
 			if herr != nil {
