@@ -293,8 +293,14 @@ func TestCLIUnreachableDaemon(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", args, r.code, r.stderr, want)
 		}
 	}
+	// Inside an --exec job, LEASEHOLD_KIND is the job's kind, not --kind
+	// (an invalid --kind would be refused with exit 2 before any request).
+	r := runCLI(t, []string{"LEASEHOLD_JOB_ID=01ARZ3NDEKTSV4RRFFQ69G5FAV", "LEASEHOLD_KIND=not a kind"}, "", "jobs", "list", "--server", srv)
+	if r.code != exitFailure || r.stderr != want {
+		t.Errorf("LEASEHOLD_KIND inside a job: exit %d, stderr %q", r.code, r.stderr)
+	}
 	// The server can come from the environment.
-	r := runCLI(t, []string{"LEASEHOLD_SERVER=" + srv}, "", "jobs", "list")
+	r = runCLI(t, []string{"LEASEHOLD_SERVER=" + srv}, "", "jobs", "list")
 	if r.code != exitFailure || r.stderr != want {
 		t.Errorf("LEASEHOLD_SERVER: exit %d, stderr %q", r.code, r.stderr)
 	}

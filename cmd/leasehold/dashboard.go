@@ -36,7 +36,7 @@ th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
 code{font-size:12px}.s-completed{color:#176f2c}.s-discarded,.s-cancelled{color:#a11}.s-running{color:#0b5cad}
 .err{color:#a11}
 </style></head><body>
-<h1>leasehold <small>namespace {{.Namespace}}</small></h1>
+<h1>leasehold <small>namespace {{.Namespace}}{{with .Self}}, served by worker <code>{{.}}</code>{{end}}</small></h1>
 {{if .Err}}<p class="err">{{.Err}}</p>{{end}}
 <h2>Jobs by state</h2>
 <table><tr>{{range .States}}<th>{{.}}</th>{{end}}<th>total</th></tr>
@@ -55,6 +55,7 @@ code{font-size:12px}.s-completed{color:#176f2c}.s-discarded,.s-cancelled{color:#
 
 type dashboardData struct {
 	Namespace string
+	Self      string
 	Err       string
 	States    []coordinator.State
 	Counts    map[coordinator.State]int
@@ -65,7 +66,7 @@ type dashboardData struct {
 
 func (a *api) dashboard(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	d := dashboardData{Namespace: a.cfg.Coord.Namespace(), States: coordinator.States}
+	d := dashboardData{Namespace: a.cfg.Coord.Namespace(), Self: a.cfg.WorkerID, States: coordinator.States}
 	var err error
 	if d.Counts, err = a.cfg.Coord.Counts(ctx); err == nil {
 		for _, n := range d.Counts {

@@ -32,7 +32,8 @@ func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 Run 'leasehold daemon' to serve a data directory; the other commands talk to
 it over HTTP (--server). Every flag can also be set with an environment
 variable LEASEHOLD_<FLAG>, e.g. LEASEHOLD_SERVER or LEASEHOLD_LEASE_TTL; a
-flag given on the command line wins. Exit codes: 0 success, 1 failure,
+flag given on the command line wins. (Inside a job run by --exec,
+LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 success, 1 failure,
 2 usage error or bad input.`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
@@ -116,7 +117,7 @@ func bindEnv(cmd *cobra.Command) error {
 		}
 		name := envName(f.Name)
 		v, ok := os.LookupEnv(name)
-		if !ok || strings.TrimSpace(v) == "" {
+		if !ok || strings.TrimSpace(v) == "" || jobEnv(name) {
 			return
 		}
 		values := []string{v}
@@ -136,6 +137,14 @@ func bindEnv(cmd *cobra.Command) error {
 		}
 	})
 	return err
+}
+
+// jobEnv reports whether the variable name describes the job that an
+// --exec command runs (see exec.go) rather than a flag: LEASEHOLD_KIND is
+// the job's kind when LEASEHOLD_JOB_ID is set, and must not turn into
+// --kind for a leasehold command run by that job.
+func jobEnv(name string) bool {
+	return name == envPrefix+"KIND" && os.Getenv(envPrefix+"JOB_ID") != ""
 }
 
 // envAnnotation marks a flag set from its environment variable.
