@@ -118,10 +118,11 @@ type Worker struct {
 	handlers map[string]Handler
 	started  atomic.Bool
 
-	sess   atomic.Pointer[coordinator.Session]
-	slots  chan struct{} // one token per occupied slot
-	wake   chan struct{} // new work may be available, or a slot freed
-	active sync.Map      // job id -> *active
+	sess       atomic.Pointer[coordinator.Session]
+	sessCancel context.CancelFunc // ends the first session's parent at Stop
+	slots      chan struct{}      // one token per occupied slot
+	wake       chan struct{}      // new work may be available, or a slot freed
+	active     sync.Map           // job id -> *active
 
 	loopCtx     context.Context // claiming, watches, maintenance
 	loopCancel  context.CancelFunc
@@ -233,10 +234,18 @@ func (w *Worker) Start(ctx context.Context) error {
 		return ErrStopped
 	default:
 	}
-	sess, err := w.newSession(ctx)
-	if err != nil {
+	// ctx bounds the start only: the session must outlive it.
+	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
+	stopBound := context.AfterFunc(ctx, scancel)
+	sess, err := w.newSession(sctx)
+	if !stopBound() || err != nil {
+		scancel()
+		if err == nil {
+			err = fmt.Errorf("worker: start: %w", ctx.Err())
+		}
 		return err
 	}
+	w.sessCancel = scancel
 	w.sess.Store(sess)
 	w.loopCtx, w.loopCancel = context.WithCancel(context.Background())
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
@@ -539,7 +548,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		out.Err = err
 		switch {
 		case err == nil:
-			if herr != nil {
+			if out.Op == "fail" {
 				log.Info("attempt failed", slog.Any("err", herr))
 			}
 			return
@@ -593,6 +602,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		if cerr := w.sess.Load().Close(cctx); cerr != nil {
 			w.log.Warn("closing session", slog.Any("err", cerr))
 		}
+		w.sessCancel()
 		w.log.Info("worker stopped")
 	})
 	return err
