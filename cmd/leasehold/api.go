@@ -119,8 +119,12 @@ type errorResponse struct {
 type apiConfig struct {
 	Coord *coordinator.Coordinator
 	// Kinds the daemon runs, with their payload checks. Enqueueing any
-	// other kind is refused.
+	// other kind is refused, unless Shared is set.
 	Kinds map[string]kindSpec
+	// Shared (shared mode) also accepts the kinds of every live daemon of
+	// the namespace, and any kind while no daemon is live: jobs wait for
+	// a daemon that knows them.
+	Shared bool
 	// MaxPayload is the coordinator's payload limit, in bytes.
 	MaxPayload int
 	Logger     *slog.Logger
@@ -349,7 +353,7 @@ func jsonTypeName(goType string) string {
 
 // params validates one create request against what this daemon runs and
 // turns it into enqueue parameters. It writes nothing.
-func (a *api) params(req createRequest, now time.Time) (coordinator.EnqueueParams, error) {
+func (a *api) params(ctx context.Context, req createRequest, now time.Time) (coordinator.EnqueueParams, error) {
 	if req.Kind == "" {
 		return coordinator.EnqueueParams{}, badRequest(`kind is missing: set "kind" to one of %s`, strings.Join(a.kindNames, ", "))
 	}
@@ -357,6 +361,17 @@ func (a *api) params(req createRequest, now time.Time) (coordinator.EnqueueParam
 		return coordinator.EnqueueParams{}, badRequest("%s", cleanCoordError(err))
 	}
 	spec, ok := a.cfg.Kinds[req.Kind]
+	if !ok && a.cfg.Shared {
+		names, err := a.liveKinds(ctx)
+		if err != nil {
+			return coordinator.EnqueueParams{}, err
+		}
+		ok = names == nil || slices.Contains(names, req.Kind)
+		if !ok {
+			return coordinator.EnqueueParams{}, badRequest("unknown kind %s: the live daemons run %s", req.Kind, strings.Join(names, ", "))
+		}
+		spec = builtinKinds()[req.Kind]
+	}
 	if !ok {
 		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this daemon runs %s", req.Kind, strings.Join(a.kindNames, ", "))
 	}
@@ -415,7 +430,7 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	p, err := a.params(req, time.Now())
+	p, err := a.params(r.Context(), req, time.Now())
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -453,7 +468,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	ps := make([]coordinator.EnqueueParams, len(req.Jobs))
 	for i, jr := range req.Jobs {
-		p, err := a.params(jr, now)
+		p, err := a.params(r.Context(), jr, now)
 		if err != nil {
 			a.fail(w, r, badRequest("job %d: %v", i, err))
 			return
@@ -650,4 +665,26 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// liveKinds returns the kinds this daemon and every live daemon of the
+// namespace run, sorted; nil when no daemon is live.
+func (a *api) liveKinds(ctx context.Context) ([]string, error) {
+	ws, err := a.cfg.Coord.Workers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the live daemons' kinds: %w", err)
+	}
+	if len(ws) == 0 && len(a.cfg.Kinds) == 0 {
+		return nil, nil
+	}
+	set := map[string]bool{}
+	for k := range a.cfg.Kinds {
+		set[k] = true
+	}
+	for _, w := range ws {
+		for _, k := range w.Kinds {
+			set[k] = true
+		}
+	}
+	return sortedKeys(set), nil
 }

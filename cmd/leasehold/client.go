@@ -24,9 +24,10 @@ const requestTimeout = 30 * time.Second
 
 // client calls the daemon's HTTP API (see api.go).
 type client struct {
-	server string // as given, for messages
-	base   *url.URL
-	hc     *http.Client
+	server  string // as given, for messages
+	base    *url.URL
+	hc      *http.Client
+	onClose func() // releases a shared-mode connection
 }
 
 // addServerFlag adds --server to cmd.
@@ -46,7 +47,12 @@ func newClient(server string) (*client, error) {
 }
 
 // close releases the client's idle connections.
-func (c *client) close() { c.hc.CloseIdleConnections() }
+func (c *client) close() {
+	c.hc.CloseIdleConnections()
+	if c.onClose != nil {
+		c.onClose()
+	}
+}
 
 // call sends method path?query with body (if not nil) as JSON and decodes
 // a successful answer into out (if not nil). Failures come back as

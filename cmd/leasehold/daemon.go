@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/spf13/cobra"
@@ -32,8 +33,7 @@ const (
 
 type daemonOpts struct {
 	data            string
-	etcd            []string
-	namespace       string
+	etcd            etcdFlags
 	listen          string
 	concurrency     int
 	queues          []string
@@ -43,6 +43,7 @@ type daemonOpts struct {
 	defaultTimeout  time.Duration
 	maxPayload      sizeValue
 	execs           []string
+	reapInterval    time.Duration
 }
 
 func newDaemonCmd(g *globalOpts) *cobra.Command {
@@ -50,8 +51,12 @@ func newDaemonCmd(g *globalOpts) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the daemon: claim and run jobs, serve the HTTP API",
-		Long: `Run the daemon in embedded mode: it owns the Pebble directory --data (no other
-process may open it), re-queues the jobs a previous run left running, runs
+		Long: `Run the daemon. In embedded mode (the default) it owns the Pebble directory
+--data (no other process may open it) and re-queues the jobs a previous run
+left running. In shared mode (--etcd) any number of daemons share the queues
+of one etcd cluster: each holds its running jobs on its own lease, fences
+itself when it cannot renew it, and re-queues the jobs of daemons whose lease
+expired. Either way it runs
 jobs of the built-in kinds (sleep, echo, fail) and of each --exec kind, and
 serves the HTTP API and dashboard on --listen. SIGINT or SIGTERM stops it
 gracefully: running jobs get --shutdown-timeout to finish, then they are
@@ -63,8 +68,8 @@ interrupted and re-queued. A second signal stops it at once.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.data, "data", defaultData, "data directory (embedded mode)")
-	f.StringSliceVar(&o.etcd, "etcd", nil, "etcd endpoints (shared mode; not available in this build yet)")
-	f.StringVar(&o.namespace, "namespace", coordinator.DefaultNamespace, "namespace of the queues in the store")
+	addEtcdFlags(cmd, &o.etcd, true)
+	f.DurationVar(&o.reapInterval, "reap-interval", worker.DefaultReapInterval, "shared mode: period of the scan for jobs whose daemon lost its lease (a watch reacts at once; this is the backstop)")
 	f.StringVar(&o.listen, "listen", defaultListen, "address of the HTTP API and dashboard")
 	f.IntVar(&o.concurrency, "concurrency", defaultConcurrency, "jobs run at once")
 	f.StringSliceVar(&o.queues, "queues", []string{coordinator.DefaultQueue}, "queues to serve, comma-separated")
@@ -97,10 +102,12 @@ func daemonKinds(execs []string, log *slog.Logger) (map[string]kindSpec, error) 
 }
 
 func (o *daemonOpts) validate() error {
-	if err := checkNoEtcd(o.etcd); err != nil {
+	if err := o.etcd.validate(); err != nil {
 		return err
 	}
 	switch {
+	case o.reapInterval <= 0:
+		return usagef("--reap-interval %s: want a positive duration such as 10s", o.reapInterval)
 	case o.data == "":
 		return usagef("--data is empty: pass a data directory")
 	case o.concurrency < 1:
@@ -115,9 +122,6 @@ func (o *daemonOpts) validate() error {
 		return usagef("--default-timeout %s is negative", o.defaultTimeout)
 	case o.maxPayload <= 0:
 		return usagef("--max-payload %s: want a positive size such as 1MiB", o.maxPayload)
-	}
-	if err := coordinator.ValidateQueue(o.namespace); err != nil {
-		return usagef("--namespace: %s", strings.Replace(cleanCoordError(err), "queue", "namespace", 1))
 	}
 	if len(o.queues) == 0 {
 		return usagef("--queues is empty: pass at least one queue")
@@ -148,23 +152,36 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	ctx, stopSignals := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
 
-	store, err := localstore.Open(o.data, localstore.Options{Logger: log})
-	if err != nil {
-		msg := strings.TrimPrefix(oneLine(err.Error()), "localstore: ")
-		if errors.Is(err, localstore.ErrLocked) {
-			return failf("%s", msg)
+	var store kv.Store
+	shared := o.etcd.shared()
+	if shared {
+		cli, es, err := o.etcd.dial(ctx, log)
+		if err != nil {
+			return err
 		}
-		return failf("cannot open data directory %s: %s", o.data, msg)
+		defer func() { _ = cli.Close() }()
+		store = es
+		log.Info("shared mode: connected to etcd", slog.Any("endpoints", o.etcd.endpoints), slog.String("namespace", o.etcd.namespace))
+	} else {
+		ls, err := localstore.Open(o.data, localstore.Options{Logger: log})
+		if err != nil {
+			msg := strings.TrimPrefix(oneLine(err.Error()), "localstore: ")
+			if errors.Is(err, localstore.ErrLocked) {
+				return failf("%s", msg)
+			}
+			return failf("cannot open data directory %s: %s", o.data, msg)
+		}
+		store = ls
+		log.Info("store opened", slog.String("dir", ls.Dir()))
 	}
 	defer func() {
 		if err := store.Close(); err != nil {
 			log.Error("closing the store failed", slog.Any("err", err))
 		}
 	}()
-	log.Info("store opened", slog.String("dir", store.Dir()))
 
 	coord, err := coordinator.New(store, coordinator.Config{
-		Namespace:       o.namespace,
+		Namespace:       o.etcd.namespace,
 		Logger:          log,
 		Retention:       o.retention,
 		MaxPayloadBytes: int(o.maxPayload),
@@ -175,13 +192,15 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		}
 		return err
 	}
-	// The directory lock proves that whoever ran the jobs left running is
-	// gone: re-queue them all now.
-	n, err := coord.Reap(ctx, nil, nil)
-	if err != nil {
-		return failf("re-queueing the jobs left running: %v", cleanCoordError(err))
+	if !shared {
+		// The directory lock proves that whoever ran the jobs left
+		// running is gone: re-queue them all now, in one batch.
+		n, err := coord.Reap(ctx, nil, nil)
+		if err != nil {
+			return failf("re-queueing the jobs left running: %v", cleanCoordError(err))
+		}
+		log.Info(fmt.Sprintf("re-queued %d jobs left running", n), slog.Int("jobs", n))
 	}
-	log.Info(fmt.Sprintf("re-queued %d jobs left running", n), slog.Int("jobs", n))
 
 	w, err := worker.New(coord, worker.Config{
 		Concurrency:    o.concurrency,
@@ -190,6 +209,11 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		LeaseTTL:       o.leaseTTL,
 		Logger:         log,
 		Maintain:       true,
+		// Shared mode: reap the jobs of daemons that lost their lease,
+		// and spread claims so daemons do not all race for one job.
+		Reap:         shared,
+		ReapInterval: o.reapInterval,
+		Spread:       shared,
 	})
 	if err != nil {
 		if errors.Is(err, coordinator.ErrInvalid) {
@@ -209,7 +233,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	defer cancelRequests()
 	srv := &http.Server{
 		Handler: newAPI(apiConfig{
-			Coord: coord, Kinds: kinds, MaxPayload: int(o.maxPayload), Logger: log, WorkerID: w.ID(),
+			Coord: coord, Kinds: kinds, Shared: shared, MaxPayload: int(o.maxPayload), Logger: log, WorkerID: w.ID(),
 		}),
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 		ReadHeaderTimeout: 10 * time.Second,

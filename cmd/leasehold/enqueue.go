@@ -17,8 +17,7 @@ import (
 const enqueueChunk = 1000
 
 type enqueueOpts struct {
-	server      string
-	etcd        []string
+	target      target
 	count       int
 	queue       string
 	priority    int
@@ -46,8 +45,7 @@ of inserting a second one; its id is printed and stderr says so.`,
 		RunE: action(func(cmd *cobra.Command, args []string) error { return runEnqueue(cmd, o, args) }),
 	}
 	f := cmd.Flags()
-	addServerFlag(cmd, &o.server)
-	f.StringSliceVar(&o.etcd, "etcd", nil, "etcd endpoints (shared mode; not available in this build yet)")
+	addTargetFlags(cmd, &o.target)
 	f.IntVar(&o.count, "count", 1, "number of identical jobs to enqueue")
 	f.StringVar(&o.queue, "queue", coordinator.DefaultQueue, "queue")
 	f.IntVar(&o.priority, "priority", coordinator.DefaultPriority, "priority from 1 (first) to 4 (last)")
@@ -63,7 +61,7 @@ of inserting a second one; its id is printed and stderr says so.`,
 // enqueueRequest validates the command line and builds the request. It
 // sends nothing.
 func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRequest, error) {
-	if err := checkNoEtcd(o.etcd); err != nil {
+	if err := o.target.etcd.validate(); err != nil {
 		return createRequest{}, err
 	}
 	req := createRequest{Kind: args[0], Queue: o.queue, UniqueKey: o.uniqueKey}
@@ -152,7 +150,7 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := newClient(o.server)
+	c, err := o.target.client(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -166,7 +164,7 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 			return err
 		}
 		if res.Job == nil {
-			return failf("the daemon at %s answered without a job: is --server a leasehold daemon?", o.server)
+			return failf("the daemon at %s answered without a job: is --server a leasehold daemon?", c.server)
 		}
 		if o.json {
 			if err := printJSON(stdout, []*coordinator.Job{res.Job}); err != nil {

@@ -34,7 +34,7 @@ func newJobsCmd() *cobra.Command {
 // --- jobs list ---
 
 type listOpts struct {
-	server string
+	target target
 	state  string
 	kind   string
 	queue  string
@@ -52,7 +52,7 @@ func newJobsListCmd() *cobra.Command {
 		RunE:  action(func(cmd *cobra.Command, _ []string) error { return runJobsList(cmd, o) }),
 	}
 	f := cmd.Flags()
-	addServerFlag(cmd, &o.server)
+	addTargetFlags(cmd, &o.target)
 	f.StringVar(&o.state, "state", "", "only jobs in this state: scheduled, available, running, retryable, completed, discarded or cancelled")
 	f.StringVar(&o.kind, "kind", "", "only jobs of this kind")
 	f.StringVar(&o.queue, "queue", "", "only jobs in this queue")
@@ -89,7 +89,7 @@ func runJobsList(cmd *cobra.Command, o *listOpts) error {
 	if o.after != "" {
 		q.Set("after", o.after)
 	}
-	c, err := newClient(o.server)
+	c, err := o.target.client(cmd.Context())
 	if err != nil {
 		return err
 	}
@@ -154,7 +154,7 @@ func jobIDArg(id string) error {
 // --- jobs get ---
 
 func newJobsGetCmd() *cobra.Command {
-	var server string
+	var tgt target
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "get ID",
@@ -164,7 +164,7 @@ func newJobsGetCmd() *cobra.Command {
 			if err := jobIDArg(args[0]); err != nil {
 				return err
 			}
-			c, err := newClient(server)
+			c, err := tgt.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -179,7 +179,7 @@ func newJobsGetCmd() *cobra.Command {
 			return printJob(cmd.OutOrStdout(), res.Job)
 		}),
 	}
-	addServerFlag(cmd, &server)
+	addTargetFlags(cmd, &tgt)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
 	return cmd
 }
@@ -241,7 +241,7 @@ func compact(b []byte) string {
 // --- jobs cancel ---
 
 func newJobsCancelCmd() *cobra.Command {
-	var server string
+	var tgt target
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "cancel ID",
@@ -252,7 +252,7 @@ func newJobsCancelCmd() *cobra.Command {
 			if err := jobIDArg(id); err != nil {
 				return err
 			}
-			c, err := newClient(server)
+			c, err := tgt.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -276,7 +276,7 @@ func newJobsCancelCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	addServerFlag(cmd, &server)
+	addTargetFlags(cmd, &tgt)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
 	return cmd
 }
@@ -284,7 +284,7 @@ func newJobsCancelCmd() *cobra.Command {
 // --- jobs wait ---
 
 type waitOpts struct {
-	server  string
+	target  target
 	all     bool
 	timeout time.Duration
 	json    bool
@@ -308,7 +308,7 @@ waited for is final, whatever the final states; 1 if --timeout passes first.`,
 		Args: argsBetween(0, -1, "[ID... | --all] [--timeout DUR]"),
 		RunE: action(func(cmd *cobra.Command, args []string) error { return runJobsWait(cmd, o, args) }),
 	}
-	addServerFlag(cmd, &o.server)
+	addTargetFlags(cmd, &o.target)
 	cmd.Flags().BoolVar(&o.all, "all", false, "wait until every job is final")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "give up after this long (0: wait forever)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the final jobs as a JSON array (with --all: the counts)")
@@ -329,7 +329,7 @@ func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
 			return err
 		}
 	}
-	c, err := newClient(o.server)
+	c, err := o.target.client(cmd.Context())
 	if err != nil {
 		return err
 	}

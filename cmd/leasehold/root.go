@@ -30,7 +30,9 @@ func newRootCmd(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Long: `leasehold is a durable job queue and worker daemon.
 
 Run 'leasehold daemon' to serve a data directory; the other commands talk to
-it over HTTP (--server). Every flag can also be set with an environment
+it over HTTP (--server). In shared mode ('leasehold daemon --etcd URL,...'),
+any number of daemons share one etcd cluster, and the other commands talk to
+etcd directly when given --etcd. Every flag can also be set with an environment
 variable LEASEHOLD_<FLAG>, e.g. LEASEHOLD_SERVER or LEASEHOLD_LEASE_TTL; a
 flag given on the command line wins. (Inside a job run by --exec,
 LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 success, 1 failure,
@@ -53,7 +55,7 @@ LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 su
 		return &cliError{code: exitUsage, bare: true,
 			msg: fmt.Sprintf("%s%v: see 'leasehold %s--help'", prefixed(name), err, suffixed(name))}
 	})
-	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd())
+	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd(), newEtcdCmd(g))
 	return root
 }
 
@@ -206,12 +208,4 @@ func newLogger(g *globalOpts, w io.Writer) (*slog.Logger, error) {
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
-}
-
-// checkNoEtcd refuses --etcd until shared mode is built in.
-func checkNoEtcd(endpoints []string) error {
-	if len(endpoints) == 0 {
-		return nil
-	}
-	return usagef("shared mode is not available in this build yet (--etcd): use embedded mode (leasehold daemon --data DIR) and leave --etcd and LEASEHOLD_ETCD unset")
 }

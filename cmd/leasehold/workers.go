@@ -23,14 +23,14 @@ func newWorkersCmd() *cobra.Command {
 			return usagef("missing command: use list")
 		}),
 	}
-	var server string
+	var tgt target
 	var asJSON bool
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List the live daemons and how many jobs each runs",
 		Args:  argsBetween(0, 0, "[--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			c, err := newClient(server)
+			c, err := tgt.client(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -58,7 +58,7 @@ func newWorkersCmd() *cobra.Command {
 			return nil
 		}),
 	}
-	addServerFlag(list, &server)
+	addTargetFlags(list, &tgt)
 	list.Flags().BoolVar(&asJSON, "json", false, "print the workers as a JSON array")
 	cmd.AddCommand(list)
 	return cmd

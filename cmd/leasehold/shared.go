@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
+	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// etcdFlags say how to reach an etcd cluster (shared mode).
+type etcdFlags struct {
+	endpoints []string
+	namespace string
+	ca        string
+	cert      string
+	key       string
+	user      string
+	password  string
+}
+
+func addEtcdFlags(cmd *cobra.Command, e *etcdFlags, withNamespace bool) {
+	f := cmd.Flags()
+	f.StringSliceVar(&e.endpoints, "etcd", nil, "etcd endpoints, comma-separated (shared mode), e.g. http://10.0.0.1:2379")
+	if withNamespace {
+		f.StringVar(&e.namespace, "namespace", coordinator.DefaultNamespace, "namespace of the queues in the store")
+	}
+	f.StringVar(&e.ca, "etcd-ca", "", "CA certificate (PEM) that signed the etcd servers' certificates")
+	f.StringVar(&e.cert, "etcd-cert", "", "client certificate (PEM) for etcd")
+	f.StringVar(&e.key, "etcd-key", "", "client key (PEM) for etcd")
+	f.StringVar(&e.user, "etcd-user", "", "etcd user name")
+	f.StringVar(&e.password, "etcd-password", "", "etcd password (prefer LEASEHOLD_ETCD_PASSWORD)")
+}
+
+func (e *etcdFlags) shared() bool { return len(e.endpoints) > 0 }
+
+func (e *etcdFlags) validate() error {
+	for _, ep := range e.endpoints {
+		u, err := url.Parse(ep)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("--etcd %q is not an http:// or https:// URL: use e.g. http://127.0.0.1:2379", ep)
+		}
+	}
+	if (e.cert == "") != (e.key == "") {
+		return usagef("--etcd-cert and --etcd-key go together: give both or neither")
+	}
+	if (e.user == "") != (e.password == "") {
+		return usagef("--etcd-user and --etcd-password go together: give both or neither")
+	}
+	if e.namespace != "" {
+		if err := coordinator.ValidateQueue(e.namespace); err != nil {
+			return usagef("--namespace: %s", strings.Replace(cleanCoordError(err), "queue", "namespace", 1))
+		}
+	}
+	return nil
+}
+
+// dial connects to etcd and builds the store over it. The caller closes
+// the client after the store.
+func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Client, *etcdkv.Store, error) {
+	if err := e.validate(); err != nil {
+		return nil, nil, err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	cli, err := etcdkv.Dial(dctx, etcdkv.Config{
+		Endpoints: e.endpoints, CAFile: e.ca, CertFile: e.cert, KeyFile: e.key,
+		Username: e.user, Password: e.password,
+	})
+	if err != nil {
+		return nil, nil, failf("cannot reach etcd at %s: %s: check --etcd and the TLS/auth flags", strings.Join(e.endpoints, ","), oneLine(err.Error()))
+	}
+	store := etcdkv.New(cli, etcdkv.Options{})
+	if log != nil {
+		if v, err := store.ServerVersion(dctx); err == nil {
+			for _, warning := range etcdkv.KnownLeaseBugs(v) {
+				log.Warn("etcd server has a known lease bug; leasehold stays safe through fencing, but upgrade it", slog.String("version", v), slog.String("bug", warning))
+			}
+		}
+	}
+	return cli, store, nil
+}
+
+// target is where a CLI command sends its requests: the daemon's HTTP API
+// (embedded mode), or etcd directly (shared mode), through the same API
+// served in process.
+type target struct {
+	server string
+	etcd   etcdFlags
+}
+
+func addTargetFlags(cmd *cobra.Command, t *target) {
+	addServerFlag(cmd, &t.server)
+	addEtcdFlags(cmd, &t.etcd, true)
+}
+
+// client returns a client of t. In shared mode it holds an etcd connection
+// until close.
+func (t *target) client(ctx context.Context) (*client, error) {
+	if !t.etcd.shared() {
+		return newClient(t.server)
+	}
+	cli, store, err := t.etcd.dial(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	coord, err := coordinator.New(store, coordinator.Config{Namespace: t.etcd.namespace, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		_ = store.Close()
+		_ = cli.Close()
+		return nil, usagef("%s", cleanCoordError(err))
+	}
+	c, err := newClient("http://etcd")
+	if err != nil {
+		return nil, err
+	}
+	c.server = "etcd at " + strings.Join(t.etcd.endpoints, ",")
+	c.hc = &http.Client{Transport: handlerTransport{newAPI(apiConfig{Coord: coord, Shared: true})}}
+	c.onClose = func() {
+		_ = store.Close()
+		_ = cli.Close()
+	}
+	return c, nil
+}
+
+// handlerTransport serves requests with an in-process handler.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, r)
+	resp := rec.Result()
+	resp.Request = r
+	return resp, nil
+}
+
