@@ -140,4 +140,3 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp.Request = r
 	return resp, nil
 }
-
