@@ -432,7 +432,16 @@ func (r *runner) latency(ctx context.Context, w *worker.Worker, h *handlers) (Re
 	interval := time.Duration(float64(time.Second) / r.cfg.LatencyRate)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A failed enqueue cancels ctx; failed says why ctx ended.
 	errc := make(chan error, 1)
+	failed := func() error {
+		select {
+		case err := <-errc:
+			return err
+		default:
+			return ctx.Err()
+		}
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	base := h.base
@@ -442,9 +451,7 @@ func (r *runner) latency(ctx context.Context, w *worker.Worker, h *handlers) (Re
 			// Open loop: the schedule does not wait for earlier calls.
 			select {
 			case <-ctx.Done():
-				return Result{}, ctx.Err()
-			case err := <-errc:
-				return Result{}, err
+				return Result{}, failed()
 			case <-time.After(d):
 			}
 		}
@@ -462,10 +469,8 @@ func (r *runner) latency(ctx context.Context, w *worker.Worker, h *handlers) (Re
 	}
 	select {
 	case <-h.latDone:
-	case err := <-errc:
-		return Result{}, err
 	case <-ctx.Done():
-		return Result{}, ctx.Err()
+		return Result{}, failed()
 	}
 	end := base.Add(time.Duration(h.latLast.Load()))
 	stop()

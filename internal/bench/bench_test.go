@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -22,6 +23,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var (
 	full    = flag.String("full", "", "run the whole bench in this mode (embedded or shared) and print its JSON")
 	ceiling = flag.Bool("ceiling", false, "with -full: also run the ceiling loop")
+	jobs    = flag.Int("jobs", 0, "with -full: jobs of the insert and drain phases (default 20000)")
+	latJobs = flag.Int("latency-jobs", 0, "with -full: jobs of the latency phase (default 2000)")
 )
 
 func TestFull(t *testing.T) {
@@ -29,7 +32,10 @@ func TestFull(t *testing.T) {
 		t.Skip("give -full embedded|shared to run the whole bench")
 	}
 	enc := json.NewEncoder(os.Stdout)
-	err := bench.Run(context.Background(), bench.Config{Mode: *full, Ceiling: *ceiling}, func(r bench.Result) {
+	err := bench.Run(context.Background(), bench.Config{
+		Mode: *full, Ceiling: *ceiling, Jobs: *jobs, LatencyJobs: *latJobs,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}, func(r bench.Result) {
 		_ = enc.Encode(r)
 	})
 	if err != nil {
