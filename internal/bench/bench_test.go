@@ -139,3 +139,27 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestRunSmallShared covers shared mode on an embedded etcd member that Run
+// starts and stops.
+func TestRunSmallShared(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an etcd member")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var phases []string
+	cfg := bench.Config{Mode: bench.ModeShared, Jobs: 100, Concurrency: 8, LatencyJobs: 20, LatencyRate: 1000, Ceiling: true}
+	err := bench.Run(ctx, cfg, func(r bench.Result) {
+		phases = append(phases, r.Phase)
+		if r.Mode != bench.ModeShared || r.JobsPerSec <= 0 || r.P99MS <= 0 || r.Store != "etcd (embedded member)" {
+			t.Errorf("%s: %+v", r.Phase, r)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(phases, ","); got != "ceiling,insert,drain,latency" {
+		t.Errorf("phases %s", got)
+	}
+}
