@@ -44,6 +44,7 @@ type daemonOpts struct {
 	maxPayload      sizeValue
 	execs           []string
 	reapInterval    time.Duration
+	historyDir      string
 }
 
 func newDaemonCmd(g *globalOpts) *cobra.Command {
@@ -69,6 +70,8 @@ interrupted and re-queued. A second signal stops it at once.`,
 	f := cmd.Flags()
 	f.StringVar(&o.data, "data", defaultData, "data directory (embedded mode)")
 	addEtcdFlags(cmd, &o.etcd, true)
+	f.StringVar(&o.historyDir, "history-dir", "", "fault testing: run the 'history' kind and append every execution event to DIR/WORKER.jsonl")
+	_ = f.MarkHidden("history-dir")
 	f.DurationVar(&o.reapInterval, "reap-interval", worker.DefaultReapInterval, "shared mode: period of the scan for jobs whose daemon lost its lease (a watch reacts at once; this is the backstop)")
 	f.StringVar(&o.listen, "listen", defaultListen, "address of the HTTP API and dashboard")
 	f.IntVar(&o.concurrency, "concurrency", defaultConcurrency, "jobs run at once")
@@ -202,7 +205,20 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		log.Info(fmt.Sprintf("re-queued %d jobs left running", n), slog.Int("jobs", n))
 	}
 
+	workerID := coordinator.NewWorkerID()
+	var onOutcome func(worker.Outcome)
+	if o.historyDir != "" {
+		h, err := openHistory(o.historyDir, workerID)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = h.close() }()
+		kinds["history"] = historyKind(h)
+		onOutcome = h.onOutcome
+	}
 	w, err := worker.New(coord, worker.Config{
+		WorkerID:       workerID,
+		OnOutcome:      onOutcome,
 		Concurrency:    o.concurrency,
 		Queues:         o.queues,
 		DefaultTimeout: o.defaultTimeout,
