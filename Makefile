@@ -3,7 +3,7 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: all build daemon test test-unit fuzz-short lint bench clean
+.PHONY: all build daemon test test-unit fuzz-short test-broken-build lint bench clean
 
 all: build
 
@@ -15,7 +15,7 @@ daemon:
 	$(GO) run ./cmd/leasehold daemon
 
 # Every test, with the race detector, then a short run of each fuzz target.
-test: test-unit fuzz-short
+test: test-unit fuzz-short test-broken-build
 
 test-unit:
 	$(GO) test -race -count=1 -timeout 15m ./...
@@ -24,6 +24,13 @@ fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./coordinator/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $(FUZZTIME) ./localstore/
 	$(GO) test -run '^$$' -fuzz '^FuzzCreateRequest$$' -fuzztime $(FUZZTIME) ./cmd/leasehold/
+
+# Proof that the safety tests can fail: in a build without the fencing
+# condition (tag leasehold_nofence) the conformance suite must fail.
+test-broken-build:
+	@if $(GO) test -count=1 -tags leasehold_nofence -run 'TestLocalstore/StaleTokenWritesRefused' ./coordinator/coordtest/ >/dev/null 2>&1; then \
+		echo "FAIL: the conformance suite passed on a build without fencing"; exit 1; \
+	else echo "ok: the conformance suite fails on a build without fencing, as it must"; fi
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

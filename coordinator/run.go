@@ -157,7 +157,7 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 	}
 	// A session past its deadline stops writing: the store would refuse
 	// (or, worse, race the lease's expiry), and the caller must abandon.
-	if !r.sess.Valid() {
+	if fencing && !r.sess.Valid() {
 		return r.loseLocked(&fence.LostError{JobID: r.job.ID, Token: r.pred.Token, Op: op}, "session no longer valid")
 	}
 	j := *r.job
@@ -185,8 +185,12 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 	}
 	rec := encodeJob(&j)
 	then = append(then, kv.Put(k.job(j.ID), rec, 0))
+	var cond []kv.Cmp
+	if fencing {
+		cond = []kv.Cmp{kv.CreateRevisionIs(r.pred.Key, kv.Equal, int64(r.pred.Token))}
+	}
 	res, err := r.c.store.Txn(ctx, kv.Txn{
-		If:   []kv.Cmp{kv.CreateRevisionIs(r.pred.Key, kv.Equal, int64(r.pred.Token))},
+		If:   cond,
 		Then: then,
 		Else: []kv.Op{kv.Get(r.pred.Key)},
 	})
