@@ -39,12 +39,21 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if spread {
 		window = min(4*n, 512)
 	}
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.queue(queue), End: kv.PrefixEnd(c.keys.queue(queue)), Limit: window, KeysOnly: true})
+	start := c.keys.queue(queue)
+	floorKey, epoch, tracked := c.floors.start(queue)
+	if floorKey > start {
+		start = floorKey
+	}
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: kv.PrefixEnd(c.keys.queue(queue)), Limit: window, KeysOnly: true})
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
 	if len(rr.KVs) == 0 {
 		return nil, st, nil
+	}
+	inOrder := make([]string, len(rr.KVs))
+	for i, x := range rr.KVs {
+		inOrder[i] = x.Key
 	}
 	cands := rr.KVs
 	if len(cands) > n {
@@ -126,6 +135,23 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		j := jobs[i]
 		j.Token = fence.Token(r.Revision)
 		runs = append(runs, c.newRun(sess, j))
+	}
+	if tracked {
+		// Every candidate tried is gone from the index now (claimed by us
+		// or by someone else); the floor moves to the first key read that
+		// was not tried.
+		tried := make(map[string]bool, len(cands))
+		for _, x := range cands {
+			tried[x.Key] = true
+		}
+		next := inOrder[len(inOrder)-1] + "\x00"
+		for _, k := range inOrder {
+			if !tried[k] {
+				next = k
+				break
+			}
+		}
+		c.floors.advance(queue, next, epoch)
 	}
 	return runs, st, nil
 }

@@ -70,6 +70,8 @@ type Coordinator struct {
 
 	idMu      sync.Mutex
 	idEntropy *ulid.MonotonicEntropy
+
+	floors floors
 }
 
 // New returns a coordinator on store. It validates cfg.

@@ -12,8 +12,11 @@ import (
 // from the read's revision on and calls onEvent for every change, until ctx
 // ends. A watch that ends (compaction, reconnect) is resumed by reading
 // again, so nothing is missed; callers must tolerate seeing a key twice.
-func (c *Coordinator) follow(ctx context.Context, prefix string, onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
+func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(), onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
 	for {
+		if onRestart != nil {
+			onRestart()
+		}
 		rev := int64(0)
 		err := c.scanAt(ctx, prefix, onKey, &rev)
 		if err != nil {
@@ -78,7 +81,7 @@ func (c *Coordinator) scanAt(ctx context.Context, prefix string, visit func(kv.K
 // cancel request: those present when it starts, and each new one. It blocks
 // until ctx ends and returns ctx's error.
 func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string)) error {
-	return c.follow(ctx, c.keys.cancels(),
+	return c.follow(ctx, c.keys.cancels(), nil,
 		func(x kv.KeyValue) { fn(idFromIndex(x.Key)) },
 		func(ev kv.Event) {
 			if ev.Type == kv.EventPut {
@@ -87,16 +90,20 @@ func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string
 		})
 }
 
-// WatchAvailable calls fn whenever a job becomes available in queue (any
-// queue if queue is empty). fn must not block. It blocks until ctx ends.
+// WatchAvailable calls fn whenever a job becomes available in queue. fn
+// must not block. It blocks until ctx ends. While it runs, claims of queue
+// through this coordinator skip the deleted index entries of jobs already
+// claimed (see floors).
 func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func()) error {
-	prefix := c.keys.available()
-	if queue != "" {
-		prefix = c.keys.queue(queue)
+	if err := ValidateQueue(queue); err != nil {
+		return err
 	}
+	c.floors.watch(queue)
+	defer c.floors.unwatch(queue)
 	fn() // whatever became available while nobody watched
-	return c.follow(ctx, prefix, nil, func(ev kv.Event) {
+	return c.follow(ctx, c.keys.queue(queue), func() { c.floors.reset(queue) }, nil, func(ev kv.Event) {
 		if ev.Type == kv.EventPut {
+			c.floors.lower(queue, ev.KV.Key)
 			fn()
 		}
 	})

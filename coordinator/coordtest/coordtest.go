@@ -47,6 +47,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"PriorityAndQueues", testPriorityAndQueues},
 		{"ListPaging", testListPaging},
 		{"ElectionOneLeaderAtATime", testElection},
+		{"ClaimFloorNeverHidesAJob", testClaimFloor},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -940,4 +941,50 @@ func testElection(t *testing.T, h *harness) {
 	defer ccancel()
 	_ = lost.Close(cctx)
 	wg.Wait()
+}
+
+// testClaimFloor: while a queue is watched, claims skip the index entries
+// of jobs already claimed; a job that becomes available before that point
+// (a higher priority) must still be claimed first.
+func testClaimFloor(t *testing.T, h *harness) {
+	for range 5 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 2})
+	}
+	woke := make(chan struct{}, 64)
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
+			select {
+			case woke <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	<-woke // the watch is set up
+	s := h.session(h.c)
+	runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 3, false)
+	if err != nil || len(runs) != 3 {
+		t.Fatalf("claim 3: %d, %v", len(runs), err)
+	}
+	for len(woke) > 0 {
+		<-woke
+	}
+	urgent := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 1})
+	select {
+	case <-woke:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not see the new job")
+	}
+	r := h.claimOne(s)
+	if r.Job().ID != urgent.ID {
+		t.Fatalf("claimed %s (priority %d), want the priority-1 job that landed before the floor", r.Job().ID, r.Job().Priority)
+	}
+	// The rest are still found.
+	runs, _, err = h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false)
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("claim the rest: %d, %v", len(runs), err)
+	}
 }

@@ -1,0 +1,87 @@
+package coordinator
+
+import "sync"
+
+// floors remember, per queue, a key before which the available index holds
+// nothing but deleted entries, so that a claim can seek past them instead
+// of scanning the tombstones every claimed job leaves behind (in Pebble
+// until compaction, in etcd's index until compaction). A floor is used only
+// while a WatchAvailable of that queue runs in this process: the watch
+// lowers it whenever a job becomes available before it (a higher priority,
+// an older time), and resets it when the watch restarts.
+type floors struct {
+	mu sync.Mutex
+	m  map[string]*floor
+}
+
+type floor struct {
+	key      string // claim reads from here; "" is the queue's start
+	epoch    uint64 // bumped by every lowering, so a claim never raises past one
+	watchers int
+}
+
+// start returns where a claim of queue should read from, and the epoch to
+// hand back to advance.
+func (f *floors) start(queue string) (string, uint64, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl := f.m[queue]
+	if fl == nil || fl.watchers == 0 {
+		return "", 0, false
+	}
+	return fl.key, fl.epoch, true
+}
+
+// advance raises the floor to key after a claim that read from the floor
+// at epoch, unless a lowering happened meanwhile.
+func (f *floors) advance(queue, key string, epoch uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.m[queue]; fl != nil && fl.watchers > 0 && fl.epoch == epoch && key > fl.key {
+		fl.key = key
+	}
+}
+
+// lower makes sure the floor is at or before key.
+func (f *floors) lower(queue, key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.m[queue]; fl != nil && key < fl.key {
+		fl.key = key
+		fl.epoch++
+	}
+}
+
+// reset puts the floor back to the queue's start.
+func (f *floors) reset(queue string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.m[queue]; fl != nil {
+		fl.key = ""
+		fl.epoch++
+	}
+}
+
+func (f *floors) watch(queue string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]*floor{}
+	}
+	fl := f.m[queue]
+	if fl == nil {
+		fl = &floor{}
+		f.m[queue] = fl
+	}
+	fl.watchers++
+	fl.key = ""
+	fl.epoch++
+}
+
+func (f *floors) unwatch(queue string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.m[queue]; fl != nil {
+		fl.watchers--
+	}
+}
