@@ -44,7 +44,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if floorKey > start {
 		start = floorKey
 	}
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: kv.PrefixEnd(c.keys.queue(queue)), Limit: window, KeysOnly: true})
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: kv.PrefixEnd(c.keys.queue(queue)), Limit: window})
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
@@ -63,46 +63,34 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		cands = cands[:n]
 	}
 	st.Candidates = len(cands)
-	ids := make([]string, len(cands))
-	jkeys := make([]string, len(cands))
-	for i, kvp := range cands {
-		ids[i] = idFromIndex(kvp.Key)
-		jkeys[i] = c.keys.job(ids[i])
-	}
-	recs, err := c.getMany(ctx, jkeys)
-	if err != nil {
-		return nil, st, fmt.Errorf("coordinator: read candidate jobs: %w", err)
-	}
 
+	// Each available index entry carries the job's record: the claim
+	// compares on the entry itself, which any change of the job rewrites
+	// or deletes.
 	now := c.clock.Now().UTC()
 	owner := sess.WorkerID()
 	var units []unit
 	var jobs []*Job
-	for i, rec := range recs {
-		if rec == nil {
-			st.Conflicts++
-			continue
-		}
-		j, err := decodeKV(rec)
+	for i := range cands {
+		x := &cands[i]
+		j, err := DecodeJob(x.Key, x.Value)
 		if err != nil {
-			c.log.Error("skipping corrupt job record", slog.Any("err", err))
+			c.log.Error("skipping corrupt available-index entry", slog.Any("err", err))
 			continue
 		}
 		if j.State != StateAvailable {
-			st.Conflicts++
 			continue
 		}
-		idx := c.keys.index(j)
 		j.State = StateRunning
 		j.Attempt++
 		j.AttemptedAt = &now
 		j.Owner = owner
 		j.Token = 0 // the claim's revision; see decodeKV
 		units = append(units, unit{txn: kv.Txn{
-			If: []kv.Cmp{kv.ModRevisionIs(jkeys[i], kv.Equal, rec.ModRevision)},
+			If: []kv.Cmp{kv.ModRevisionIs(x.Key, kv.Equal, x.ModRevision)},
 			Then: []kv.Op{
-				kv.Delete(idx),
-				kv.Put(jkeys[i], encodeJob(j), 0),
+				kv.Delete(x.Key),
+				kv.Put(c.keys.job(j.ID), encodeJob(j), 0),
 				kv.Put(c.keys.owner(j.ID), []byte(owner), sess.lease),
 				kv.Put(c.keys.running(j.ID), []byte(owner), 0),
 			},

@@ -67,10 +67,8 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 
 	units := make([]unit, len(jobs))
 	for i, j := range jobs {
-		t := kv.Txn{Then: []kv.Op{
-			kv.Put(c.keys.job(j.ID), encodeJob(j), 0),
-			kv.Put(c.keys.index(j), indexValue(j), 0),
-		}}
+		_, puts := c.keys.put(j)
+		t := kv.Txn{Then: puts}
 		if j.UniqueKey != "" {
 			uk := c.keys.unique(j.UniqueKey)
 			t.If = []kv.Cmp{kv.Missing(uk)}

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"fmt"
 	"strings"
 	"time"
@@ -46,9 +47,19 @@ func (k keys) index(j *Job) string {
 	}
 }
 
-// indexValue is stored under the index key: the state, so that counting by
-// state needs no record reads.
-func indexValue(j *Job) []byte { return []byte(j.State) }
+// put returns the writes that store j: its record, and its index key. An
+// available job's index entry carries a copy of the record, so that a claim
+// reads candidates and their records in one range read and compares on the
+// entry itself; other index entries hold the state name, so that counting
+// by state needs no record reads. The record is encoded once.
+func (k keys) put(j *Job) (rec []byte, ops []kv.Op) {
+	rec = encodeJob(j)
+	idx := []byte(j.State)
+	if j.State == StateAvailable {
+		idx = rec
+	}
+	return rec, []kv.Op{kv.Put(k.job(j.ID), rec, 0), kv.Put(k.index(j), idx, 0)}
+}
 
 // idFromIndex returns the job id at the end of an index key.
 func idFromIndex(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }

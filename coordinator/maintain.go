@@ -49,9 +49,10 @@ func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 			}
 			old := rr.KVs[i].Key
 			j.State = StateAvailable
+			_, puts := c.keys.put(j)
 			units = append(units, unit{txn: kv.Txn{
 				If:   []kv.Cmp{kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)},
-				Then: []kv.Op{kv.Delete(old), kv.Put(c.keys.index(j), indexValue(j), 0), kv.Put(rec.Key, encodeJob(j), 0)},
+				Then: append([]kv.Op{kv.Delete(old)}, puts...),
 			}})
 		}
 		res, _, err := c.runUnits(ctx, units)

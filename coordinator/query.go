@@ -159,10 +159,14 @@ func (c *Coordinator) Counts(ctx context.Context) (map[State]int, error) {
 		out[st] = 0
 	}
 	for _, prefix := range []string{c.keys.available(), c.keys.timers(), c.keys.runningAll(), c.keys.finished()} {
-		if err := c.scan(ctx, prefix, false, func(x kv.KeyValue) error {
-			if prefix == c.keys.runningAll() {
+		byValue := prefix == c.keys.timers() || prefix == c.keys.finished()
+		if err := c.scan(ctx, prefix, !byValue, func(x kv.KeyValue) error {
+			switch prefix {
+			case c.keys.runningAll():
 				out[StateRunning]++
-			} else {
+			case c.keys.available():
+				out[StateAvailable]++
+			default:
 				out[State(x.Value)]++
 			}
 			return nil
@@ -236,7 +240,8 @@ func (c *Coordinator) Cancel(ctx context.Context, id string) (*Job, error) {
 			old := c.keys.index(j)
 			now := c.clock.Now().UTC()
 			j.State, j.FinalizedAt = StateCancelled, &now
-			then := []kv.Op{kv.Delete(old), kv.Put(c.keys.index(j), indexValue(j), 0), kv.Put(rec.Key, encodeJob(j), 0)}
+			_, puts := c.keys.put(j)
+			then := append([]kv.Op{kv.Delete(old)}, puts...)
 			if j.UniqueKey != "" {
 				then = append(then, kv.Delete(c.keys.unique(j.UniqueKey)))
 			}

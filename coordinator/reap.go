@@ -81,7 +81,8 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 		if j.State.Final() && j.UniqueKey != "" {
 			then = append(then, kv.Delete(c.keys.unique(j.UniqueKey)))
 		}
-		then = append(then, kv.Put(c.keys.index(j), indexValue(j), 0), kv.Put(rec.Key, encodeJob(j), 0))
+		_, puts := c.keys.put(j)
+		then = append(then, puts...)
 		units = append(units, unit{txn: kv.Txn{
 			If:   []kv.Cmp{kv.Missing(c.keys.owner(j.ID)), kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)},
 			Then: then,

@@ -165,7 +165,8 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 	mutate(&j)
 	j.Token = r.pred.Token
 	k := r.c.keys
-	then := []kv.Op{}
+	var rec []byte
+	var then []kv.Op
 	if final {
 		now := r.c.clock.Now().UTC()
 		if j.State.Final() {
@@ -173,18 +174,17 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 		} else {
 			j.Owner, j.Token = "", 0
 		}
-		then = append(then,
-			kv.Delete(k.running(j.ID)),
-			kv.Delete(k.owner(j.ID)),
-			kv.Delete(k.cancel(j.ID)),
-			kv.Put(k.index(&j), indexValue(&j), 0),
-		)
+		then = []kv.Op{kv.Delete(k.running(j.ID)), kv.Delete(k.owner(j.ID)), kv.Delete(k.cancel(j.ID))}
 		if j.State.Final() && j.UniqueKey != "" {
 			then = append(then, kv.Delete(k.unique(j.UniqueKey)))
 		}
+		var puts []kv.Op
+		rec, puts = k.put(&j)
+		then = append(then, puts...)
+	} else {
+		rec = encodeJob(&j)
+		then = []kv.Op{kv.Put(k.job(j.ID), rec, 0)}
 	}
-	rec := encodeJob(&j)
-	then = append(then, kv.Put(k.job(j.ID), rec, 0))
 	var cond []kv.Cmp
 	if fencing {
 		cond = []kv.Cmp{kv.CreateRevisionIs(r.pred.Key, kv.Equal, int64(r.pred.Token))}
