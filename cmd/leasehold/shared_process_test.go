@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -648,12 +649,18 @@ func (f spFailover) String() string {
 }
 
 // killAndMeasure SIGKILLs victim and waits until every run it had
-// unfinished starts again (on survivor). It returns the delays.
-func (c *spCluster) killAndMeasure(t *testing.T, victim, survivor *spProc, deaths *spDeathWatch) spFailover {
+// unfinished starts again (on survivor). It returns the delays. A jitter
+// delays the kill by a random part of it, so that over several runs the
+// kill falls at every phase of the victim's renewals and of etcd's expiry
+// checks.
+func (c *spCluster) killAndMeasure(t *testing.T, victim, survivor *spProc, deaths *spDeathWatch, jitter time.Duration) spFailover {
 	t.Helper()
 	held := spUnfinished(c.history(t), victim.id)
 	if len(held) == 0 {
 		t.Fatalf("%s holds no jobs: nothing to measure", victim.name)
+	}
+	if jitter > 0 {
+		time.Sleep(rand.N(jitter))
 	}
 	killAt := time.Now()
 	victim.kill(t)
@@ -700,7 +707,7 @@ func TestSharedKillFailover(t *testing.T) {
 	}
 	survivorRuns := spUnfinished(evs, survivor.id)
 
-	f := c.killAndMeasure(t, victim, survivor, deaths)
+	f := c.killAndMeasure(t, victim, survivor, deaths, 0)
 	t.Logf("SIGKILL of %s (TTL %s): %s; per job %v", victim.id, spTTL, f, f.perJob)
 	if bound := spFailoverBound(spTTL); f.last > bound {
 		t.Errorf("the killed daemon's jobs ran again only %s after the kill, want within TTL + 1s = %s (%s)", f.last, bound, f)
@@ -883,12 +890,16 @@ func TestFailoverMeasure(t *testing.T) {
 	c := newSPCluster(t, "measure", ttl)
 	deaths := c.watchDeaths(t)
 	holder := c.daemon(t, "daemon 0")
+	// Kill at a random phase of the renewal period (TTL/3) and of etcd's
+	// 500 ms expiry check; the jobs outlast that delay.
+	jitter := ttl/3 + 500*time.Millisecond
+	payload := fmt.Sprintf(`{"ms":%d}`, (jitter + 4*time.Second).Milliseconds())
 	var cycles []spFailover
 	for i := 1; i <= runs; i++ {
-		ids := c.enqueue(t, jobsPerCycle, `{"ms":3000}`)
+		ids := c.enqueue(t, jobsPerCycle, payload)
 		c.waitHistory(t, "start of the cycle's jobs", func(evs []historyEvent) bool { return len(spStarts(evs, ids)) == len(ids) })
 		next := c.daemon(t, fmt.Sprintf("daemon %d", i))
-		f := c.killAndMeasure(t, holder, next, deaths)
+		f := c.killAndMeasure(t, holder, next, deaths, jitter)
 		t.Logf("cycle %2d: %s", i, f)
 		cycles = append(cycles, f)
 		c.waitAllFinal(t)
