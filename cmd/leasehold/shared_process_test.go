@@ -548,6 +548,12 @@ func spCheckExactlyOnce(t *testing.T, evs []historyEvent, jobs map[string]coordi
 		if err := json.Unmarshal(j.Result, &res); err != nil || res.Token != out.Token || res.Worker != out.Worker {
 			t.Errorf("job %s: result %s, want token %d worker %s", id, j.Result, out.Token, out.Worker)
 		}
+		var cp struct {
+			Token fence.Token `json:"token"`
+		}
+		if err := json.Unmarshal(j.Checkpoint, &cp); err != nil || cp.Token != out.Token {
+			t.Errorf("job %s: checkpoint %s, want the last run's (token %d)", id, j.Checkpoint, out.Token)
+		}
 		finisher[id] = out.Worker
 	}
 	for id := range per {
@@ -821,9 +827,16 @@ func TestSharedPausePastTTL(t *testing.T) {
 		}
 		late++
 		if ev.Accepted == nil || *ev.Accepted {
-			t.Errorf("late %s of %s for job %s (token %d) after the pause was accepted: %+v", ev.Ev, victim.id, ev.Job, ev.Token, ev)
+			t.Errorf("late %s of %s for job %s (token %d) after the pause was accepted:\n%s", ev.Ev, victim.id, ev.Job, ev.Token, spFormatHistory([]historyEvent{ev}))
 		}
 	}
+	whys := map[string]int{}
+	for _, l := range victim.logLines() {
+		if l.Msg == "fenced write refused: abandoning run" {
+			whys[l.str("op")+": "+l.str("why")]++
+		}
+	}
+	t.Logf("refusals in the paused daemon's log: %v", whys)
 	t.Logf("%d late writes of the paused daemon, all refused:\n%s", late, spFormatHistory(slices.DeleteFunc(slices.Clone(evs), func(ev historyEvent) bool {
 		return ev.Worker != victim.id || oldRun[ev.Job] != ev.Token
 	})))
