@@ -1,0 +1,738 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+)
+
+// Event is one line of a daemon's history file (see
+// cmd/leasehold/history.go): a run's start, its checkpoint with the store's
+// verdict, and its outcome with the store's verdict.
+type Event struct {
+	Ev       string     `json:"ev"` // start, checkpoint, outcome
+	Job      string     `json:"job"`
+	Attempt  int        `json:"attempt"`
+	Token    int64      `json:"token"`
+	Worker   string     `json:"worker"`
+	At       time.Time  `json:"at"`
+	Op       string     `json:"op,omitempty"`
+	Accepted *bool      `json:"accepted,omitempty"`
+	Err      string     `json:"err,omitempty"`
+	Started  *time.Time `json:"started,omitempty"`
+}
+
+func (e *Event) accepted() bool { return e.Accepted != nil && *e.Accepted }
+
+// refused reports whether a write that was not accepted certainly did not
+// apply: the store refused it (a fence error), or nothing was written (the
+// run was abandoned). Any other error (a timeout, a lost connection) leaves
+// it uncertain.
+func (e *Event) refused() bool {
+	return !e.accepted() && (e.Op == "abandon" || strings.HasPrefix(e.Err, "fence:"))
+}
+
+// readHistories reads every DIR/*.jsonl. A torn last line (a process killed
+// in the middle of an append) is counted, not fatal.
+func readHistories(dir string) ([]Event, int, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []Event
+	torn := 0
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, 0, err
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		for sc.Scan() {
+			var e Event
+			if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Job == "" {
+				torn++
+				continue
+			}
+			out = append(out, e)
+		}
+		_ = f.Close()
+		if err := sc.Err(); err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", name, err)
+		}
+	}
+	return out, torn, nil
+}
+
+// CheckInput is everything the checker looks at.
+type CheckInput struct {
+	Mode string
+	// Jobs are the jobs whose enqueue was acknowledged.
+	Jobs map[string]*JobInfo
+	// Final is every job in the store at the end.
+	Final     map[string]*coordinator.Job
+	Events    []Event
+	Faults    []*Fault
+	Instances []instance
+	// Log is the store's history (shared mode); LogOK says it is complete.
+	Log   []StoreEvent
+	LogOK bool
+	// End is when the run ended; runs with no outcome and no known
+	// process end are taken to last until then.
+	End time.Time
+}
+
+// Run is one claimed run of a job, as the histories show it.
+type Run struct {
+	Job     string    `json:"job"`
+	Token   int64     `json:"token"`
+	Worker  string    `json:"worker"`
+	Slot    int       `json:"slot"`
+	Attempt int       `json:"attempt"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	// Outcome is the recorded outcome, nil if the process died first.
+	Outcome *Event  `json:"outcome,omitempty"`
+	Events  []Event `json:"-"`
+	starts  int
+}
+
+// Violation is one broken promise.
+type Violation struct {
+	Kind   string `json:"kind"`
+	Job    string `json:"job"`
+	Detail string `json:"detail"`
+}
+
+// Stats summarise reclaim delays, in seconds.
+type Stats struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50_s"`
+	P99 float64 `json:"p99_s"`
+	Max float64 `json:"max_s"`
+}
+
+// Overlap is a pair of runs of one job that overlapped in time.
+type Overlap struct {
+	Job      string    `json:"job"`
+	Older    int64     `json:"older_token"`
+	Newer    int64     `json:"newer_token"`
+	OlderOn  int       `json:"older_slot"`
+	NewerOn  int       `json:"newer_slot"`
+	From, To time.Time `json:"-"`
+}
+
+// Result is what the checker found.
+type Result struct {
+	Jobs          int               `json:"jobs"`
+	Acknowledged  int               `json:"acknowledged"`
+	Unacked       int               `json:"unacknowledged_found"`
+	States        map[string]int    `json:"final_states"`
+	Runs          int               `json:"runs"`
+	Lost          []string          `json:"lost"`
+	Violations    []Violation       `json:"violations"`
+	// Warnings are broken promises that are not safety violations (a
+	// graceful stop that interrupted its jobs, say).
+	Warnings []Violation `json:"warnings"`
+	DuplicateRuns int               `json:"duplicate_runs"`
+	Overlaps      []Overlap         `json:"overlaps"`
+	Uncertain     int               `json:"finals_by_uncertain_write"`
+	ReaperFinals  int               `json:"finals_by_reaper"`
+	QueueCancels  int               `json:"cancelled_while_queued"`
+	Reclaim       Stats             `json:"reclaim"`
+	ReclaimByKind map[string]Stats  `json:"reclaim_by_kind"`
+	LogChecked    bool              `json:"store_log_checked"`
+	RunsByJob     map[string][]*Run `json:"-"`
+}
+
+// ViolatingJobs returns the distinct jobs with a violation or lost.
+func (r *Result) ViolatingJobs() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, v := range r.Violations {
+		if !seen[v.Job] {
+			seen[v.Job] = true
+			out = append(out, v.Job)
+		}
+	}
+	for _, id := range r.Lost {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+type checker struct {
+	in      *CheckInput
+	res     *Result
+	slotOf  map[string]int
+	endOf   map[string]time.Time // worker -> end of its process
+	byJob   map[string][]*Run
+	logJob  map[string][]StoreEvent
+	seenVio map[string]bool
+}
+
+func (c *checker) violate(kind, job, format string, args ...any) {
+	v := Violation{Kind: kind, Job: job, Detail: fmt.Sprintf(format, args...)}
+	key := v.Kind + "|" + v.Job + "|" + v.Detail
+	if c.seenVio[key] {
+		return
+	}
+	c.seenVio[key] = true
+	c.res.Violations = append(c.res.Violations, v)
+}
+
+// Check runs every check over in.
+func Check(in *CheckInput) *Result {
+	c := &checker{in: in, res: &Result{States: map[string]int{}, ReclaimByKind: map[string]Stats{}},
+		slotOf: map[string]int{}, endOf: map[string]time.Time{}, byJob: map[string][]*Run{},
+		logJob: map[string][]StoreEvent{}, seenVio: map[string]bool{}}
+	for _, inst := range in.Instances {
+		if inst.Worker == "" {
+			continue
+		}
+		c.slotOf[inst.Worker] = inst.Slot
+		if !inst.Ended.IsZero() {
+			c.endOf[inst.Worker] = inst.Ended
+		}
+	}
+	if in.LogOK {
+		c.res.LogChecked = true
+		for _, e := range in.Log {
+			c.logJob[e.Job] = append(c.logJob[e.Job], e)
+		}
+	}
+	c.buildRuns()
+	c.checkLost()
+	for _, id := range c.jobIDs() {
+		runs := c.byJob[id]
+		c.checkFinal(id, runs)
+		c.checkTokens(id, runs)
+		c.checkStale(id, runs)
+		if in.LogOK {
+			c.checkLog(id)
+		}
+	}
+	c.reclaim()
+	c.checkGraceful()
+	sort.SliceStable(c.res.Violations, func(i, j int) bool {
+		a, b := c.res.Violations[i], c.res.Violations[j]
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Job < b.Job
+	})
+	c.res.RunsByJob = c.byJob
+	return c.res
+}
+
+func (c *checker) jobIDs() []string {
+	set := map[string]bool{}
+	for id := range c.in.Jobs {
+		set[id] = true
+	}
+	for id := range c.in.Final {
+		set[id] = true
+	}
+	for id := range c.byJob {
+		set[id] = true
+	}
+	ids := make([]string, 0, len(set))
+	for id := range set {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+func (c *checker) slot(worker string) int {
+	if s, ok := c.slotOf[worker]; ok {
+		return s
+	}
+	return -1
+}
+
+// buildRuns groups history events into runs: (job, token, worker).
+func (c *checker) buildRuns() {
+	type key struct {
+		job    string
+		token  int64
+		worker string
+	}
+	runs := map[key]*Run{}
+	evs := append([]Event(nil), c.in.Events...)
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].At.Before(evs[j].At) })
+	for _, e := range evs {
+		k := key{e.Job, e.Token, e.Worker}
+		r := runs[k]
+		if r == nil {
+			r = &Run{Job: e.Job, Token: e.Token, Worker: e.Worker, Slot: c.slot(e.Worker), Attempt: e.Attempt, Start: e.At}
+			runs[k] = r
+			c.byJob[e.Job] = append(c.byJob[e.Job], r)
+		}
+		r.Events = append(r.Events, e)
+		switch e.Ev {
+		case "start":
+			r.starts++
+			r.Start = e.At
+		case "outcome":
+			ev := e
+			r.Outcome = &ev
+			if e.Started != nil && r.starts == 0 {
+				r.Start = *e.Started
+			}
+		}
+	}
+	for _, rs := range c.byJob {
+		for _, r := range rs {
+			switch {
+			case r.Outcome != nil:
+				r.End = r.Outcome.At
+			case !c.endOf[r.Worker].IsZero():
+				r.End = c.endOf[r.Worker]
+			default:
+				r.End = c.in.End
+			}
+			if r.End.Before(r.Start) {
+				r.End = r.Start
+			}
+		}
+		sort.Slice(rs, func(i, j int) bool { return rs[i].Token < rs[j].Token })
+		c.res.Runs += len(rs)
+	}
+}
+
+func (c *checker) checkLost() {
+	r := c.res
+	for _, id := range c.jobIDs() {
+		info, f := c.in.Jobs[id], c.in.Final[id]
+		r.Jobs++
+		if info != nil {
+			r.Acknowledged++
+		} else if f != nil {
+			r.Unacked++
+		}
+		switch {
+		case f == nil && info != nil:
+			r.Lost = append(r.Lost, id)
+			c.violate("lost", id, "acknowledged job (enqueued %s) is not in the store", info.EnqueuedAt.Format(tsFormat))
+		case f == nil:
+			r.Lost = append(r.Lost, id)
+			c.violate("lost", id, "job ran (histories show it) but is neither in the store nor among the acknowledged enqueues")
+		case !f.State.Final():
+			r.States[string(f.State)]++
+			r.Lost = append(r.Lost, id)
+			c.violate("lost", id, "not final after the quiesce period: state %s, attempt %d, owner %q, token %d", f.State, f.Attempt, f.Owner, f.Token)
+		default:
+			r.States[string(f.State)]++
+		}
+	}
+}
+
+func (c *checker) maxAttempts(id string) int {
+	if f := c.in.Final[id]; f != nil && f.MaxAttempts > 0 {
+		return f.MaxAttempts
+	}
+	if info := c.in.Jobs[id]; info != nil && info.Spec.MaxAttempts > 0 {
+		return info.Spec.MaxAttempts
+	}
+	return coordinator.DefaultMaxAttempts
+}
+
+// terminal reports whether an outcome, if applied, ends the job, and in
+// which state.
+func (c *checker) terminal(e *Event) (coordinator.State, bool) {
+	switch e.Op {
+	case "complete":
+		return coordinator.StateCompleted, true
+	case "cancel":
+		return coordinator.StateCancelled, true
+	case "fail":
+		if e.Attempt >= c.maxAttempts(e.Job) {
+			return coordinator.StateDiscarded, true
+		}
+	}
+	return "", false
+}
+
+// checkFinal: at most one accepted final write per job, and the final
+// record is the one it wrote (or one written by the reaper, by a cancel of
+// a queued job, or by a write whose verdict is unknown).
+func (c *checker) checkFinal(id string, runs []*Run) {
+	var finals []*Run
+	for _, r := range runs {
+		if r.Outcome != nil && r.Outcome.accepted() {
+			if _, ok := c.terminal(r.Outcome); ok {
+				finals = append(finals, r)
+			}
+		}
+	}
+	if len(finals) > 1 {
+		var parts []string
+		for _, r := range finals {
+			parts = append(parts, fmt.Sprintf("%s by token %d on %s at %s", r.Outcome.Op, r.Token, laneName(r.Slot), r.Outcome.At.Format(tsFormat)))
+		}
+		c.violate("two-finals", id, "%d accepted final writes: %s", len(finals), strings.Join(parts, "; "))
+	}
+	f := c.in.Final[id]
+	if f == nil || !f.State.Final() {
+		return
+	}
+	if len(finals) > 0 {
+		r := finals[len(finals)-1]
+		want, _ := c.terminal(r.Outcome)
+		if int64(f.Token) != r.Token || f.Owner != r.Worker || f.State != want {
+			c.violate("final-mismatch", id, "accepted %s by token %d (%s) but the final record is %s by token %d (%s)",
+				r.Outcome.Op, r.Token, r.Worker, f.State, f.Token, f.Owner)
+		}
+		return
+	}
+	lastErr := ""
+	if len(f.Errors) > 0 {
+		lastErr = f.Errors[len(f.Errors)-1].Error
+	}
+	switch {
+	case f.Token == 0:
+		info := c.in.Jobs[id]
+		if f.State == coordinator.StateCancelled && (info == nil || len(info.Cancels) > 0) {
+			c.res.QueueCancels++
+			return
+		}
+		c.violate("final-mismatch", id, "final state %s with no run's accepted final write and no cancel request", f.State)
+	case strings.HasPrefix(lastErr, "run lost:") && (f.State == coordinator.StateCancelled || f.State == coordinator.StateDiscarded):
+		c.res.ReaperFinals++ // the reaper ended it: a cancel request or too many lost runs
+	default:
+		for _, r := range runs {
+			if r.Token != int64(f.Token) || r.Worker != f.Owner {
+				continue
+			}
+			if r.Outcome == nil || (!r.Outcome.accepted() && !r.Outcome.refused()) {
+				c.res.Uncertain++ // a final write whose reply, or whose history line, was lost
+				return
+			}
+			c.violate("final-mismatch", id, "final record %s by token %d (%s), but that run's outcome was %s, accepted=%v, err=%q",
+				f.State, f.Token, f.Owner, r.Outcome.Op, r.Outcome.accepted(), r.Outcome.Err)
+			return
+		}
+		c.violate("final-mismatch", id, "final record %s by token %d (%s), which no history shows running", f.State, f.Token, f.Owner)
+	}
+}
+
+// checkTokens: a job's tokens strictly increase from start to start, and
+// (with the store log) each is the revision of a claim of that job.
+func (c *checker) checkTokens(id string, runs []*Run) {
+	byStart := append([]*Run(nil), runs...)
+	sort.SliceStable(byStart, func(i, j int) bool { return byStart[i].Start.Before(byStart[j].Start) })
+	for i, r := range byStart {
+		if r.starts > 1 {
+			c.violate("token-reuse", id, "token %d started %d times on %s", r.Token, r.starts, r.Worker)
+		}
+		if i == 0 {
+			continue
+		}
+		prev := byStart[i-1]
+		switch {
+		case r.Token == prev.Token:
+			c.violate("token-reuse", id, "token %d used by two runs: on %s at %s and on %s at %s", r.Token,
+				prev.Worker, prev.Start.Format(tsFormat), r.Worker, r.Start.Format(tsFormat))
+		case r.Token < prev.Token && !c.pausedRecording(r.Slot, prev.Start, r.Start):
+			c.violate("token-order", id, "token went down: %d started on %s at %s after %d started on %s at %s",
+				r.Token, laneName(r.Slot), r.Start.Format(tsFormat), prev.Token, laneName(prev.Slot), prev.Start.Format(tsFormat))
+		}
+	}
+	if c.in.LogOK {
+		claims := map[int64]bool{}
+		for _, e := range c.logJob[id] {
+			if e.Key == "j" && e.Rec != nil && e.Rec.State == coordinator.StateRunning && e.Rec.Token == 0 {
+				claims[e.Rev] = true
+			}
+		}
+		for _, r := range runs {
+			if !claims[r.Token] {
+				c.violate("token-unknown", id, "run on %s has token %d, which is not the revision of a claim of this job", r.Worker, r.Token)
+			}
+		}
+	}
+}
+
+// pausedRecording reports whether slot's daemon was paused (SIGSTOP) so
+// that an event it recorded at `at` may have happened before `before`: the
+// pause began before `before` and ended shortly before `at`.
+func (c *checker) pausedRecording(slot int, before, at time.Time) bool {
+	for _, f := range c.in.Faults {
+		if f.Kind == fPauseDaemon && f.Slot == slot && f.Start.Before(before) && !f.End.After(at) && at.Sub(f.End) < 2*time.Second {
+			return true
+		}
+	}
+	return false
+}
+
+// writes returns the run's accepted writes (checkpoints and outcomes).
+func (r *Run) writes() []Event {
+	var out []Event
+	for _, e := range r.Events {
+		if (e.Ev == "checkpoint" || e.Ev == "outcome") && e.accepted() {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// logRev finds the revision at which an accepted write of run r was
+// applied, from the store log: 0 if it cannot be placed (a non-final
+// outcome), -1 if it should be there and is not.
+func (c *checker) logRev(r *Run, w Event) int64 {
+	switch {
+	case w.Ev == "checkpoint":
+		for _, e := range c.logJob[r.Job] {
+			if e.Key == "j" && e.Rec != nil && int64(e.Rec.Token) == r.Token && e.Rec.State == coordinator.StateRunning && checkpointToken(e.Rec.Checkpoint) == r.Token {
+				return e.Rev
+			}
+		}
+		return -1
+	case w.Ev == "outcome":
+		want, final := c.terminal(&w)
+		if !final {
+			return 0
+		}
+		for _, e := range c.logJob[r.Job] {
+			if e.Key == "j" && e.Rec != nil && int64(e.Rec.Token) == r.Token && e.Rec.State == want {
+				return e.Rev
+			}
+		}
+		return -1
+	}
+	return 0
+}
+
+func checkpointToken(raw json.RawMessage) int64 {
+	var cp struct {
+		Token int64 `json:"token"`
+	}
+	if len(raw) == 0 || json.Unmarshal(raw, &cp) != nil {
+		return 0
+	}
+	return cp.Token
+}
+
+// afterClaim returns the accepted writes of old that were applied after
+// the claim of newer: placed exactly by the store log when there is one,
+// else by time (recorded after the newer run's start, unless the old
+// daemon was paused and recorded late).
+func (c *checker) afterClaim(old, newer *Run) []string {
+	var out []string
+	for _, w := range old.writes() {
+		what := w.Ev
+		if w.Ev == "outcome" {
+			what = w.Op
+		}
+		if c.in.LogOK {
+			if rev := c.logRev(old, w); rev > newer.Token {
+				out = append(out, fmt.Sprintf("%s by token %d applied at revision %d, after token %d was issued", what, old.Token, rev, newer.Token))
+			}
+			continue
+		}
+		if w.At.After(newer.Start) && !c.pausedRecording(old.Slot, newer.Start, w.At) {
+			out = append(out, fmt.Sprintf("%s by token %d accepted at %s, after token %d started at %s", what, old.Token, w.At.Format(tsFormat), newer.Token, newer.Start.Format(tsFormat)))
+		}
+	}
+	return out
+}
+
+// checkStale: no write accepted under a token after a newer token of the
+// job was issued; runs that overlapped in time are counted, and are a
+// violation if the older one's writes after the newer claim were accepted.
+func (c *checker) checkStale(id string, runs []*Run) {
+	if c.in.LogOK {
+		for _, r := range runs {
+			for _, w := range r.writes() {
+				if c.logRev(r, w) == -1 {
+					what := w.Ev
+					if w.Ev == "outcome" {
+						what = w.Op
+					}
+					c.violate("phantom-write", id, "%s by token %d (%s) at %s was accepted but is not in the store's history", what, r.Token, r.Worker, w.At.Format(tsFormat))
+				}
+			}
+		}
+	}
+	for i, old := range runs {
+		if i+1 < len(runs) {
+			newer := runs[i+1] // the first newer claim
+			if late := c.afterClaim(old, newer); len(late) > 0 {
+				c.violate("stale-write", id, "%s", strings.Join(late, "; "))
+			}
+		}
+		for _, newer := range runs[i+1:] {
+			if old.End.After(newer.Start) && newer.Token > old.Token {
+				c.res.DuplicateRuns++
+				c.res.Overlaps = append(c.res.Overlaps, Overlap{Job: id, Older: old.Token, Newer: newer.Token, OlderOn: old.Slot, NewerOn: newer.Slot, From: newer.Start, To: old.End})
+				if late := c.afterClaim(old, newer); len(late) > 0 {
+					c.violate("overlap", id, "runs overlapped (token %d on %s until %s, token %d on %s from %s) and the older one's writes were accepted: %s",
+						old.Token, laneName(old.Slot), old.End.Format(tsFormat), newer.Token, laneName(newer.Slot), newer.Start.Format(tsFormat), strings.Join(late, "; "))
+				}
+			}
+		}
+	}
+}
+
+// checkLog checks the store's own history of a job, revision by revision:
+// a claim takes only an available job; nothing writes a finished job; every
+// non-claim write carries the current claim's token (or none); and no write
+// drops errors recorded before it (a write from a stale copy).
+func (c *checker) checkLog(id string) {
+	var prev *coordinator.Job
+	var prevRev, claim int64
+	for _, e := range c.logJob[id] {
+		if e.Key != "j" || e.Delete || e.Rec == nil {
+			continue
+		}
+		rec := e.Rec
+		isClaim := rec.State == coordinator.StateRunning && rec.Token == 0
+		if prev != nil && prev.State.Final() {
+			c.violate("write-after-final", id, "revision %d rewrote the record (now %s, token %d) after it was %s at revision %d", e.Rev, rec.State, rec.Token, prev.State, prevRev)
+		}
+		if isClaim {
+			if prev == nil || prev.State != coordinator.StateAvailable {
+				was := "absent"
+				if prev != nil {
+					was = string(prev.State)
+				}
+				c.violate("double-claim", id, "claim at revision %d of a job that was %s (revision %d)", e.Rev, was, prevRev)
+			}
+			claim = e.Rev
+		} else if rec.Token != 0 && int64(rec.Token) != claim {
+			c.violate("stale-write", id, "store history: revision %d wrote the record (%s) under token %d after token %d was issued", e.Rev, rec.State, rec.Token, claim)
+		}
+		if prev != nil && !errorsPrefix(prev.Errors, rec.Errors) {
+			c.violate("stale-write", id, "store history: revision %d (%s, attempt %d) dropped errors recorded by revision %d: written from a stale copy", e.Rev, rec.State, rec.Attempt, prevRev)
+		}
+		prev, prevRev = rec, e.Rev
+	}
+}
+
+func errorsPrefix(a, b []coordinator.AttemptError) bool {
+	if len(a) > len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Attempt != b[i].Attempt || a[i].Error != b[i].Error || !a[i].At.Equal(b[i].At) {
+			return false
+		}
+	}
+	return true
+}
+
+// reclaim measures, for each fault that makes a daemon lose its lease, the
+// time from the fault to the next start of each job it was running and
+// lost (for a quorum loss: from the restore).
+func (c *checker) reclaim() {
+	samples := map[string][]float64{}
+	var all []float64
+	for _, f := range c.in.Faults {
+		if !leaseLossKinds[f.Kind] && f.Kind != fQuorumLoss && f.Kind != fKillEmbedded {
+			continue
+		}
+		from := f.Start
+		if f.Kind == fQuorumLoss {
+			from = f.End
+		}
+		for _, runs := range c.byJob {
+			for i, r := range runs {
+				if f.Slot >= 0 && r.Slot != f.Slot {
+					continue
+				}
+				if !r.Start.Before(f.Start) || r.End.Before(f.Start) {
+					continue
+				}
+				if r.Outcome != nil && r.Outcome.accepted() {
+					continue // finished despite the fault
+				}
+				if i+1 >= len(runs) {
+					continue // no later run (cancelled by the reaper, say)
+				}
+				d := runs[i+1].Start.Sub(from).Seconds()
+				if d < 0 {
+					continue
+				}
+				samples[f.Kind] = append(samples[f.Kind], d)
+				if f.Kind != fQuorumLoss {
+					all = append(all, d)
+				}
+			}
+		}
+	}
+	c.res.Reclaim = stats(all)
+	for k, v := range samples {
+		c.res.ReclaimByKind[k] = stats(v)
+	}
+}
+
+func stats(v []float64) Stats {
+	if len(v) == 0 {
+		return Stats{}
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	q := func(p float64) float64 {
+		i := int(p*float64(len(s)-1) + 0.5)
+		return round3(s[i])
+	}
+	return Stats{N: len(s), P50: q(0.5), P99: q(0.99), Max: round3(s[len(s)-1])}
+}
+
+func round3(x float64) float64 { return float64(int64(x*1000+0.5)) / 1000 }
+
+const tsFormat = "15:04:05.000"
+
+func laneName(slot int) string {
+	if slot < 0 {
+		return "?"
+	}
+	return fmt.Sprintf("d%d", slot+1)
+}
+
+// checkGraceful warns about runs that a graceful stop (SIGTERM) abandoned:
+// a daemon given --shutdown-timeout to drain should let its handlers finish
+// or release their jobs, not drop them as lost runs (which count towards a
+// job's rescues).
+func (c *checker) checkGraceful() {
+	for _, inst := range c.in.Instances {
+		if inst.Term.IsZero() || inst.Worker == "" {
+			continue
+		}
+		end := inst.Ended
+		if end.IsZero() {
+			end = c.in.End
+		}
+		n := 0
+		var first *Run
+		for _, runs := range c.byJob {
+			for _, r := range runs {
+				o := r.Outcome
+				if r.Worker != inst.Worker || o == nil || o.Op != "abandon" || o.At.Before(inst.Term) || o.At.After(end) {
+					continue
+				}
+				if first == nil {
+					first = r
+				}
+				n++
+			}
+		}
+		if n > 0 {
+			c.res.Warnings = append(c.res.Warnings, Violation{Kind: "graceful-stop-abandoned", Job: first.Job,
+				Detail: fmt.Sprintf("%s (worker %s) got SIGTERM at %s and abandoned %d running jobs at %s instead of draining or releasing them (e.g. token %d: %q)",
+					laneName(inst.Slot), inst.Worker, inst.Term.Format(tsFormat), n, first.Outcome.At.Format(tsFormat), first.Token, first.Outcome.Err)})
+		}
+	}
+}

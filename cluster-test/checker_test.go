@@ -1,0 +1,401 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/fence"
+)
+
+// A synthetic world: two daemons (w1 on d1, w2 on d2), jobs with ULID ids.
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func at(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+
+const (
+	jobA = "01JF0000000000000000000001"
+	jobB = "01JF0000000000000000000002"
+	jobC = "01JF0000000000000000000003"
+)
+
+type world struct {
+	in *CheckInput
+}
+
+func newWorld() *world {
+	return &world{in: &CheckInput{
+		Mode:  "shared",
+		Jobs:  map[string]*JobInfo{},
+		Final: map[string]*coordinator.Job{},
+		Instances: []instance{
+			{Slot: 0, Worker: "w1", PID: 1, Started: at(0)},
+			{Slot: 1, Worker: "w2", PID: 2, Started: at(0)},
+		},
+		End: at(100),
+	}}
+}
+
+func yes() *bool { b := true; return &b }
+func no() *bool  { b := false; return &b }
+
+func (w *world) enqueue(id string, s float64) {
+	w.in.Jobs[id] = &JobInfo{ID: id, EnqueuedAt: at(s), Spec: jobSpec{MS: 1000, MaxAttempts: 25}}
+}
+
+func (w *world) final(id string, st coordinator.State, owner string, token int64) {
+	fin := at(90)
+	w.in.Final[id] = &coordinator.Job{ID: id, Kind: "history", Queue: "default", State: st, Owner: owner,
+		Token: fence.Token(token), MaxAttempts: 25, FinalizedAt: &fin}
+}
+
+func (w *world) start(id, worker string, token int64, s float64) {
+	w.in.Events = append(w.in.Events, Event{Ev: "start", Job: id, Attempt: 1, Token: token, Worker: worker, At: at(s)})
+}
+
+func (w *world) checkpoint(id, worker string, token int64, s float64, ok bool) {
+	e := Event{Ev: "checkpoint", Job: id, Attempt: 1, Token: token, Worker: worker, At: at(s), Accepted: no()}
+	if ok {
+		e.Accepted = yes()
+	} else {
+		e.Err = "fence: checkpoint of job refused: ownership key is gone"
+	}
+	w.in.Events = append(w.in.Events, e)
+}
+
+func (w *world) outcome(id, worker string, token int64, s float64, op string, ok bool, errs string) {
+	started := at(0)
+	e := Event{Ev: "outcome", Job: id, Attempt: 1, Token: token, Worker: worker, At: at(s), Op: op, Accepted: no(), Err: errs, Started: &started}
+	if ok {
+		e.Accepted = yes()
+	}
+	w.in.Events = append(w.in.Events, e)
+}
+
+// cleanRun adds a complete, accepted run.
+func (w *world) cleanRun(id, worker string, token int64, s float64) {
+	w.start(id, worker, token, s)
+	w.checkpoint(id, worker, token, s+0.5, true)
+	w.outcome(id, worker, token, s+1, "complete", true, "")
+}
+
+func kinds(res *Result) map[string]int {
+	m := map[string]int{}
+	for _, v := range res.Violations {
+		m[v.Kind]++
+	}
+	return m
+}
+
+func wantKind(t *testing.T, res *Result, kind string) {
+	t.Helper()
+	if kinds(res)[kind] == 0 {
+		t.Fatalf("no %q violation reported; got %+v", kind, res.Violations)
+	}
+}
+
+func wantClean(t *testing.T, res *Result) {
+	t.Helper()
+	if len(res.Violations) > 0 || len(res.Lost) > 0 {
+		t.Fatalf("clean history reported violations: %+v, lost %v", res.Violations, res.Lost)
+	}
+}
+
+// cleanWorld: a job that ran once; a job whose first run was lost with a
+// paused daemon and ran again elsewhere (an overlap whose older writes were
+// all refused); a job cancelled while queued.
+func cleanWorld() *world {
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.cleanRun(jobA, "w1", 10, 1)
+	w.final(jobA, coordinator.StateCompleted, "w1", 10)
+
+	w.enqueue(jobB, 0)
+	w.start(jobB, "w1", 11, 1)
+	w.in.Faults = append(w.in.Faults, &Fault{Group: 1, Kind: fPauseDaemon, Slot: 0, Start: at(1.5), End: at(6)})
+	w.start(jobB, "w2", 20, 4)
+	w.checkpoint(jobB, "w1", 11, 6.1, false)
+	w.outcome(jobB, "w1", 11, 6.2, "abandon", false, "fence: lease lost: session ended (coordinator: session expired)")
+	w.checkpoint(jobB, "w2", 20, 4.5, true)
+	w.outcome(jobB, "w2", 20, 5, "complete", true, "")
+	w.final(jobB, coordinator.StateCompleted, "w2", 20)
+
+	w.enqueue(jobC, 0)
+	w.in.Jobs[jobC].Cancels = []CancelReq{{At: at(0.5), Result: "cancelled"}}
+	w.final(jobC, coordinator.StateCancelled, "", 0)
+	return w
+}
+
+func TestCleanHistoryPasses(t *testing.T) {
+	res := Check(cleanWorld().in)
+	wantClean(t, res)
+	if res.Jobs != 3 || res.Runs != 3 || res.DuplicateRuns != 1 || res.QueueCancels != 1 {
+		t.Fatalf("jobs %d runs %d duplicates %d queue cancels %d; want 3, 3, 1, 1", res.Jobs, res.Runs, res.DuplicateRuns, res.QueueCancels)
+	}
+	if res.Reclaim.N != 1 || res.Reclaim.P50 != 2.5 {
+		t.Fatalf("reclaim %+v; want one sample of 2.5s (pause at 1.5s, next start at 4s)", res.Reclaim)
+	}
+}
+
+func TestLostJobReported(t *testing.T) {
+	w := cleanWorld()
+	// An acknowledged job that never made it into the store...
+	w.enqueue("01JF0000000000000000000009", 2)
+	// ...and one left running after the quiesce period.
+	w.enqueue("01JF000000000000000000000A", 2)
+	w.start("01JF000000000000000000000A", "w1", 30, 3)
+	w.final("01JF000000000000000000000A", coordinator.StateRunning, "w1", 30)
+	w.in.Final["01JF000000000000000000000A"].FinalizedAt = nil
+	res := Check(w.in)
+	if len(res.Lost) != 2 {
+		t.Fatalf("lost %v; want both jobs", res.Lost)
+	}
+	wantKind(t, res, "lost")
+}
+
+func TestTwoAcceptedFinalsReported(t *testing.T) {
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.cleanRun(jobA, "w1", 10, 1)
+	w.cleanRun(jobA, "w2", 20, 5)
+	w.final(jobA, coordinator.StateCompleted, "w2", 20)
+	res := Check(w.in)
+	wantKind(t, res, "two-finals")
+}
+
+func TestFinalRecordMismatchReported(t *testing.T) {
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.cleanRun(jobA, "w1", 10, 1)
+	w.final(jobA, coordinator.StateCompleted, "w2", 20) // not the run that wrote it
+	wantKind(t, Check(w.in), "final-mismatch")
+}
+
+func TestAcceptedStaleWriteReported(t *testing.T) {
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 10, 1)
+	w.start(jobA, "w2", 20, 4) // the job was claimed again
+	w.checkpoint(jobA, "w1", 10, 6, true)
+	w.outcome(jobA, "w1", 10, 6.5, "abandon", false, "fence: lease lost: session ended")
+	w.checkpoint(jobA, "w2", 20, 4.5, true)
+	w.outcome(jobA, "w2", 20, 5, "complete", true, "")
+	w.final(jobA, coordinator.StateCompleted, "w2", 20)
+	res := Check(w.in)
+	wantKind(t, res, "stale-write")
+	if !strings.Contains(res.Violations[0].Detail+res.Violations[len(res.Violations)-1].Detail, "token 10") {
+		t.Fatalf("violation does not name the stale token: %+v", res.Violations)
+	}
+}
+
+func TestOverlappingRunsWithAcceptedWritesReported(t *testing.T) {
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 10, 1)
+	w.start(jobA, "w2", 20, 3)
+	w.checkpoint(jobA, "w2", 20, 3.5, true)
+	w.outcome(jobA, "w1", 10, 4, "complete", true, "") // after the newer claim, accepted
+	w.outcome(jobA, "w2", 20, 5, "complete", false, "fence: complete of job refused: ownership key is gone")
+	w.final(jobA, coordinator.StateCompleted, "w1", 10)
+	res := Check(w.in)
+	wantKind(t, res, "overlap")
+	if res.DuplicateRuns != 1 {
+		t.Fatalf("duplicate runs %d; want 1", res.DuplicateRuns)
+	}
+}
+
+func TestOverlapWithRefusedWritesIsNotAViolation(t *testing.T) {
+	w := cleanWorld() // jobB overlaps, its older run's late writes all refused
+	res := Check(w.in)
+	wantClean(t, res)
+	if res.DuplicateRuns != 1 {
+		t.Fatalf("duplicate runs %d; want 1", res.DuplicateRuns)
+	}
+}
+
+func TestTokenNotIncreasingReported(t *testing.T) {
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 20, 1)
+	w.outcome(jobA, "w1", 20, 2, "abandon", false, "fence: lease lost: session ended")
+	w.cleanRun(jobA, "w2", 10, 5) // a later claim with a smaller token
+	w.final(jobA, coordinator.StateCompleted, "w2", 10)
+	wantKind(t, Check(w.in), "token-order")
+
+	w = newWorld()
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 10, 1)
+	w.outcome(jobA, "w1", 10, 2, "abandon", false, "fence: lease lost: session ended")
+	w.cleanRun(jobA, "w2", 10, 5) // the same token twice
+	w.final(jobA, coordinator.StateCompleted, "w2", 10)
+	wantKind(t, Check(w.in), "token-reuse")
+}
+
+func TestStartRecordedLateAfterPauseIsNotAViolation(t *testing.T) {
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	// w1 claimed token 10 just before it was paused, and recorded the
+	// start only after SIGCONT, after w2's run with token 20 began.
+	w.in.Faults = append(w.in.Faults, &Fault{Group: 1, Kind: fPauseDaemon, Slot: 0, Start: at(1), End: at(6)})
+	w.cleanRun(jobA, "w2", 20, 4)
+	w.start(jobA, "w1", 10, 6.01)
+	w.outcome(jobA, "w1", 10, 6.02, "abandon", false, "fence: lease lost: session ended")
+	w.final(jobA, coordinator.StateCompleted, "w2", 20)
+	wantClean(t, Check(w.in))
+}
+
+func TestFinalsByReaperUncertainWriteAndQueueCancelPass(t *testing.T) {
+	w := newWorld()
+	// The reaper cancelled a job whose owner was lost with a pending
+	// cancel request: the record keeps the lost run's owner and token.
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 10, 1)
+	w.final(jobA, coordinator.StateCancelled, "w1", 10)
+	w.in.Final[jobA].Errors = []coordinator.AttemptError{{At: at(5), Attempt: 1, Error: "run lost: owner w1 (token 10) lost its lease"}}
+	// A final write that timed out but was applied.
+	w.enqueue(jobB, 0)
+	w.start(jobB, "w2", 11, 1)
+	w.outcome(jobB, "w2", 11, 2, "complete", false, "coordinator: complete job: context deadline exceeded")
+	w.final(jobB, coordinator.StateCompleted, "w2", 11)
+	// A daemon killed right after its final write, before recording it.
+	w.enqueue(jobC, 0)
+	w.start(jobC, "w1", 12, 1)
+	w.final(jobC, coordinator.StateCompleted, "w1", 12)
+	res := Check(w.in)
+	wantClean(t, res)
+	if res.ReaperFinals != 1 || res.Uncertain != 2 {
+		t.Fatalf("reaper finals %d, uncertain %d; want 1, 2", res.ReaperFinals, res.Uncertain)
+	}
+	// A refused final write cannot have produced the final record.
+	w = newWorld()
+	w.enqueue(jobB, 0)
+	w.start(jobB, "w2", 11, 1)
+	w.outcome(jobB, "w2", 11, 2, "complete", false, "fence: complete of job refused: ownership key is gone")
+	w.final(jobB, coordinator.StateCompleted, "w2", 11)
+	wantKind(t, Check(w.in), "final-mismatch")
+}
+
+// storeWorld is jobA in the store log: enqueued (rev 5), claimed by w1
+// (rev 10), reaped after w1 lost its lease (rev 14), claimed by w2 (rev
+// 20), checkpointed and completed by w2.
+func storeWorld() *world {
+	w := newWorld()
+	w.in.LogOK = true
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 10, 1)
+	w.outcome(jobA, "w1", 10, 3, "abandon", false, "fence: lease lost: session ended")
+	w.cleanRun(jobA, "w2", 20, 4)
+	w.final(jobA, coordinator.StateCompleted, "w2", 20)
+	rec := func(st coordinator.State, owner string, token int64, nerr int, cp string) *coordinator.Job {
+		j := &coordinator.Job{ID: jobA, Kind: "history", Queue: "default", State: st, Owner: owner, Token: fence.Token(token), MaxAttempts: 25}
+		for i := range nerr {
+			j.Errors = append(j.Errors, coordinator.AttemptError{At: at(float64(2 + i)), Attempt: 1, Error: "run lost: owner w1 (token 10) lost its lease"})
+		}
+		if cp != "" {
+			j.Checkpoint = json.RawMessage(cp)
+		}
+		if st.Final() {
+			f := at(5)
+			j.FinalizedAt = &f
+		}
+		return j
+	}
+	w.in.Log = []StoreEvent{
+		{Rev: 5, Key: "j", Job: jobA, Rec: rec(coordinator.StateAvailable, "", 0, 0, "")},
+		{Rev: 10, Key: "j", Job: jobA, Rec: rec(coordinator.StateRunning, "w1", 0, 0, "")},
+		{Rev: 10, Key: "o", Job: jobA, CreateRev: 10},
+		{Rev: 13, Key: "o", Job: jobA, Delete: true},
+		{Rev: 14, Key: "j", Job: jobA, Rec: rec(coordinator.StateAvailable, "", 0, 1, "")},
+		{Rev: 20, Key: "j", Job: jobA, Rec: rec(coordinator.StateRunning, "w2", 0, 1, "")},
+		{Rev: 20, Key: "o", Job: jobA, CreateRev: 20},
+		{Rev: 21, Key: "j", Job: jobA, Rec: rec(coordinator.StateRunning, "w2", 20, 1, `{"half":true,"token":20}`)},
+		{Rev: 24, Key: "o", Job: jobA, Delete: true},
+		{Rev: 24, Key: "j", Job: jobA, Rec: rec(coordinator.StateCompleted, "w2", 20, 1, `{"half":true,"token":20}`)},
+	}
+	return w
+}
+
+func TestStoreLogCleanPasses(t *testing.T) {
+	res := Check(storeWorld().in)
+	wantClean(t, res)
+	if !res.LogChecked {
+		t.Fatal("store log not checked")
+	}
+}
+
+func TestStoreLogStaleTokenWriteReported(t *testing.T) {
+	// w1's checkpoint under token 10 applied at revision 22, after token 20
+	// was issued, and recorded as accepted in its history.
+	w := storeWorld()
+	stale := *w.in.Log[7].Rec
+	stale.Owner, stale.Token, stale.Checkpoint = "w1", 10, json.RawMessage(`{"half":true,"token":10}`)
+	stale.Errors = nil
+	w.in.Log = append(w.in.Log[:8:8], append([]StoreEvent{{Rev: 22, Key: "j", Job: jobA, Rec: &stale}}, w.in.Log[8:]...)...)
+	w.checkpoint(jobA, "w1", 10, 2.9, true) // recorded before w2 started: time alone would not tell
+	res := Check(w.in)
+	wantKind(t, res, "stale-write")
+	found := false
+	for _, v := range res.Violations {
+		found = found || strings.Contains(v.Detail, "applied at revision 22, after token 20")
+	}
+	if !found {
+		t.Fatalf("the history write was not placed by the store log: %+v", res.Violations)
+	}
+}
+
+func TestStoreLogLostUpdateReported(t *testing.T) {
+	// A write from a stale copy (it lacks the reaper's "run lost" error)
+	// with no token to give it away: a failed attempt made retryable.
+	w := storeWorld()
+	stale := *w.in.Log[7].Rec
+	stale.State, stale.Owner, stale.Token, stale.Checkpoint = coordinator.StateRetryable, "", 0, nil
+	stale.Errors = []coordinator.AttemptError{{At: at(9), Attempt: 1, Error: "planned failure 1 of 1"}}
+	w.in.Log = append(w.in.Log[:8:8], append([]StoreEvent{{Rev: 22, Key: "j", Job: jobA, Rec: &stale}}, w.in.Log[8:]...)...)
+	wantKind(t, Check(w.in), "stale-write")
+}
+
+func TestStoreLogDoubleClaimAndWriteAfterFinalReported(t *testing.T) {
+	w := storeWorld()
+	again := *w.in.Log[5].Rec // a claim of the running job
+	w.in.Log = append(w.in.Log[:8:8], append([]StoreEvent{{Rev: 22, Key: "j", Job: jobA, Rec: &again}}, w.in.Log[8:]...)...)
+	wantKind(t, Check(w.in), "double-claim")
+
+	w = storeWorld()
+	after := *w.in.Log[9].Rec
+	after.State = coordinator.StateRunning
+	w.in.Log = append(w.in.Log, StoreEvent{Rev: 30, Key: "j", Job: jobA, Rec: &after})
+	wantKind(t, Check(w.in), "write-after-final")
+}
+
+func TestStoreLogPhantomAcceptReported(t *testing.T) {
+	// A checkpoint the history says was accepted, which the store never saw.
+	w := storeWorld()
+	w.in.Log = append(w.in.Log[:7:7], w.in.Log[8:]...)
+	wantKind(t, Check(w.in), "phantom-write")
+}
+
+func TestScheduleIsReproducible(t *testing.T) {
+	a := schedule(42, "shared", 3, 2*time.Second, 0, 2)
+	b := schedule(42, "shared", 3, 2*time.Second, 0, 2)
+	c := schedule(43, "shared", 3, 2*time.Second, 0, 2)
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	jc, _ := json.Marshal(c)
+	if string(ja) != string(jb) || string(ja) == string(jc) {
+		t.Fatal("the schedule is not a function of the seed")
+	}
+	count := map[string]int{}
+	for _, p := range a {
+		count[p.Kind]++
+	}
+	for _, k := range []string{fKillDaemon, fPauseDaemon, fPartition, fKillLeader, fKillFollower, fQuorumLoss, fRollingRestart} {
+		if count[k] < 2 {
+			t.Errorf("short schedule has %d %s faults; want at least 2", count[k], k)
+		}
+	}
+	if count[fPartitionReq] < 1 || count[fPartitionReply] < 1 {
+		t.Errorf("short schedule lacks a one-way partition in each direction: %v", count)
+	}
+}

@@ -1,0 +1,562 @@
+// Command cluster-test is leasehold's multi-process fault test: it starts a
+// 3-member etcd cluster and several daemons as separate processes (each
+// daemon reaching etcd through its own fault proxy), runs a workload of
+// recorded jobs while a nemesis kills, pauses and partitions daemons and
+// kills etcd members, then checks the daemons' execution histories and the
+// store's own history and final state against the safety contract: nothing
+// lost, one accepted final write per job, no write accepted under a stale
+// token. In embedded mode it SIGKILLs one daemon on a Pebble directory
+// repeatedly instead.
+//
+//	go run ./cluster-test --short                 # CI form, about 2-3 minutes
+//	go run ./cluster-test --duration 10m --seed 7 # a soak run; a seed reproduces the fault schedule
+//	go run ./cluster-test --mode embedded --short
+//	go run ./cluster-test --short --binary /tmp/leasehold-nofence --expect-violations
+//
+// It prints its one-line summary last, writes report.json, timeline.svg and
+// (if any) violations.txt to --out, and exits 1 on any violation or lost
+// job (3 if the harness itself failed).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/term"
+)
+
+type config struct {
+	mode             string
+	daemons          int
+	seed             uint64
+	short            bool
+	duration         time.Duration
+	out              string
+	binary           string
+	tags             string
+	concurrency      int
+	rate             float64
+	leaseTTL         time.Duration
+	shutdownTimeout  time.Duration
+	quiesce          time.Duration
+	expectViolations bool
+	keepData         bool
+	maxTimelines     int
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("cluster-test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var seed int64
+	fs.StringVar(&cfg.mode, "mode", "shared", "shared (3 etcd members, --daemons daemons) or embedded (one daemon on a Pebble directory)")
+	fs.IntVar(&cfg.daemons, "daemons", 3, "daemons in shared mode")
+	fs.Int64Var(&seed, "seed", 0, "seed of the fault schedule and workload (0: random, printed)")
+	fs.BoolVar(&cfg.short, "short", false, "the CI form: about 2-3 minutes, every fault kind twice")
+	fs.DurationVar(&cfg.duration, "duration", 0, "time under faults (default 5m; --short: two rounds of every fault kind)")
+	fs.StringVar(&cfg.out, "out", "", "directory for report.json, timeline.svg, violations.txt, logs and histories (default: a new temporary directory)")
+	fs.StringVar(&cfg.binary, "binary", "", "a prebuilt leasehold binary (default: build ./cmd/leasehold)")
+	fs.StringVar(&cfg.tags, "tags", "", "build tags for the binary the harness builds (e.g. leasehold_nofence)")
+	fs.IntVar(&cfg.concurrency, "concurrency", 16, "slots per daemon")
+	fs.Float64Var(&cfg.rate, "rate", 12, "jobs enqueued per second")
+	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", 2*time.Second, "daemon session lease TTL (whole seconds)")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 3*time.Second, "daemon drain time on SIGTERM")
+	fs.DurationVar(&cfg.quiesce, "quiesce", 60*time.Second, "after the faults, how long jobs may take to finish before unfinished ones count as lost")
+	fs.BoolVar(&cfg.expectViolations, "expect-violations", false, "invert the verdict: exit 0 only if violations were found (for a deliberately broken --binary)")
+	fs.BoolVar(&cfg.keepData, "keep-data", false, "keep the etcd and Pebble data directories")
+	fs.IntVar(&cfg.maxTimelines, "max-timelines", 10, "violating jobs whose timeline is printed (all go to violations.txt)")
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case cfg.mode != "shared" && cfg.mode != "embedded":
+		return cfg, fmt.Errorf("--mode %q: want shared or embedded", cfg.mode)
+	case cfg.daemons < 1 || cfg.daemons > 16:
+		return cfg, fmt.Errorf("--daemons %d: want 1 to 16", cfg.daemons)
+	case cfg.leaseTTL < 2*time.Second || cfg.leaseTTL%time.Second != 0:
+		return cfg, fmt.Errorf("--lease-ttl %s: want whole seconds, at least 2s", cfg.leaseTTL)
+	case cfg.rate <= 0 || cfg.concurrency < 1:
+		return cfg, fmt.Errorf("--rate and --concurrency must be positive")
+	}
+	if cfg.mode == "embedded" {
+		cfg.daemons = 1
+	}
+	if seed == 0 {
+		seed = rand.Int64N(1<<31) + 1
+	}
+	cfg.seed = uint64(seed)
+	if cfg.duration == 0 && !cfg.short {
+		cfg.duration = 5 * time.Minute
+	}
+	return cfg, nil
+}
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "cluster-test:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code, _ := run(ctx, cfg, os.Stdout)
+	stop()
+	os.Exit(code)
+}
+
+// harness is one run.
+type harness struct {
+	cfg       config
+	stdout    io.Writer
+	tty       bool
+	out       string
+	dataDir   string
+	histDir   string
+	logDir    string
+	binary    string
+	namespace string
+
+	members []*member
+	daemons []*daemon
+	cli     *clientv3.Client
+
+	faultMu    sync.Mutex // held by a running fault
+	faultsDone atomic.Int64
+	current    atomic.Value // string: the fault in progress
+	phase      atomic.Value // string
+
+	mu        sync.Mutex
+	faults    []*Fault
+	instances []*instance
+	anomalies []string
+
+	printMu  sync.Mutex
+	lastProg string
+}
+
+func (h *harness) logf(format string, args ...any) {
+	h.printMu.Lock()
+	defer h.printMu.Unlock()
+	if h.tty && h.lastProg != "" {
+		fmt.Fprint(h.stdout, "\r\033[K")
+	}
+	fmt.Fprintf(h.stdout, "%s "+format+"\n", append([]any{time.Now().Format(tsFormat)}, args...)...)
+	if h.tty && h.lastProg != "" {
+		fmt.Fprint(h.stdout, h.lastProg)
+	}
+}
+
+func (h *harness) anomaly(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	h.mu.Lock()
+	h.anomalies = append(h.anomalies, time.Now().Format(tsFormat)+" "+s)
+	h.mu.Unlock()
+	h.logf("ANOMALY: %s", s)
+}
+
+func (h *harness) setCurrent(s string) { h.current.Store(s) }
+
+// progress shows a progress line with rate and ETA on a terminal, plain
+// lines every 15 s otherwise.
+func (h *harness) progress(ctx context.Context, w *workload, start time.Time, total int, est time.Duration) {
+	every := 15 * time.Second
+	if h.tty {
+		every = time.Second
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			if h.tty {
+				h.printMu.Lock()
+				fmt.Fprint(h.stdout, "\r\033[K")
+				h.lastProg = ""
+				h.printMu.Unlock()
+			}
+			return
+		case <-time.After(every):
+		}
+		el := time.Since(start)
+		n := 0
+		if w != nil {
+			n = w.count()
+		}
+		phase, _ := h.phase.Load().(string)
+		cur, _ := h.current.Load().(string)
+		eta := max(est-el, 0)
+		s := fmt.Sprintf("[%s] %s: %d jobs (%.1f/s), faults %d/%d%s, ETA %s", el.Round(time.Second), phase, n,
+			float64(n)/max(el.Seconds(), 1), h.faultsDone.Load(), total, noteSuffix(cur), eta.Round(time.Second))
+		if h.tty {
+			h.printMu.Lock()
+			h.lastProg = "\r\033[K" + s
+			fmt.Fprint(h.stdout, h.lastProg)
+			h.printMu.Unlock()
+		} else {
+			h.logf("%s", s)
+		}
+	}
+}
+
+// moduleRoot finds the directory of the leasehold module.
+func moduleRoot() (string, error) {
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	mod := strings.TrimSpace(string(out))
+	if mod == "" || mod == os.DevNull {
+		return "", errors.New("not inside the leasehold module: run from the repository, or pass --binary")
+	}
+	return filepath.Dir(mod), nil
+}
+
+func (h *harness) buildBinary() error {
+	if h.cfg.binary != "" {
+		abs, err := filepath.Abs(h.cfg.binary)
+		if err != nil {
+			return err
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return fmt.Errorf("--binary: %w", err)
+		}
+		h.binary = abs
+		return nil
+	}
+	root, err := moduleRoot()
+	if err != nil {
+		return err
+	}
+	h.binary = filepath.Join(h.dataDir, "leasehold")
+	args := []string{"build", "-o", h.binary}
+	if h.cfg.tags != "" {
+		args = append(args, "-tags", h.cfg.tags)
+	}
+	args = append(args, "./cmd/leasehold")
+	cmd := exec.Command("go", args...)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/leasehold: %v\n%s", err, out)
+	}
+	return nil
+}
+
+// run runs the whole test and returns the exit code and the summary line.
+func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
+	wall := time.Now()
+	h := &harness{cfg: cfg, stdout: stdout, namespace: fmt.Sprintf("ct%d", cfg.seed)}
+	if f, ok := stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		h.tty = true
+	}
+	h.phase.Store("setup")
+	fail := func(err error) (int, string) {
+		h.logf("cluster-test: harness failure: %v", err)
+		killAllStarted()
+		s := fmt.Sprintf("cluster-test: harness failure: %v", err)
+		fmt.Fprintln(stdout, s)
+		return 3, s
+	}
+	out := cfg.out
+	if out == "" {
+		d, err := os.MkdirTemp("", "cluster-test-")
+		if err != nil {
+			return fail(err)
+		}
+		out = d
+	}
+	h.out, _ = filepath.Abs(out)
+	h.logDir, h.histDir = filepath.Join(h.out, "logs"), filepath.Join(h.out, "history")
+	for _, d := range []string{h.logDir, h.histDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return fail(err)
+		}
+	}
+	if entries, _ := os.ReadDir(h.histDir); len(entries) > 0 {
+		return fail(fmt.Errorf("%s already holds histories: use an empty --out", h.histDir))
+	}
+	dd, err := os.MkdirTemp("", "cluster-test-data-")
+	if err != nil {
+		return fail(err)
+	}
+	h.dataDir = dd
+	if !cfg.keepData {
+		defer removeAllQuiet(dd)
+	}
+	defer killAllStarted()
+
+	kindOf := map[bool]string{true: "short", false: cfg.duration.String()}
+	h.logf("cluster-test: mode %s, %d daemon(s), seed %d, %s run; output in %s", cfg.mode, cfg.daemons, cfg.seed, kindOf[cfg.short], h.out)
+	if err := h.buildBinary(); err != nil {
+		return fail(err)
+	}
+
+	// The fault plan, from the seed alone.
+	minRounds, budget := 0, cfg.duration
+	if cfg.short {
+		minRounds, budget = 2, 0
+		if cfg.mode == "embedded" {
+			minRounds = 3
+		}
+	}
+	plans := schedule(cfg.seed, cfg.mode, cfg.daemons, cfg.leaseTTL, budget, minRounds)
+	var est time.Duration
+	for _, p := range plans {
+		est += p.Gap + p.Dur + estOverhead(p.Kind)
+	}
+	est += 40 * time.Second // setup, tail, quiesce, checks
+
+	var tgt target
+	var storeLg *storeLog
+	if cfg.mode == "shared" {
+		if err := h.startEtcd(ctx); err != nil {
+			return fail(err)
+		}
+		defer func() { _ = h.cli.Close() }()
+		storeLg, err = startStoreLog(ctx, h.cli, h.namespace, filepath.Join(h.out, "store.jsonl"))
+		if err != nil {
+			return fail(err)
+		}
+		st, err := newSharedTarget(h.cli, h.namespace)
+		if err != nil {
+			return fail(err)
+		}
+		tgt = st
+	}
+	if err := h.setupDaemons(); err != nil {
+		return fail(err)
+	}
+	if cfg.mode == "embedded" {
+		d := h.daemons[0]
+		tgt = &httpTarget{addr: func() string { return d.listen }, hc: newHTTPClient()}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(h.daemons))
+	for _, d := range h.daemons {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := h.startDaemon(ctx, d); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return fail(err)
+	}
+	defer tgt.close()
+
+	// Workload, nemesis, supervisor, progress.
+	h.phase.Store("faults")
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	w := newWorkload(h, tgt, cfg.seed)
+	workStart := time.Now()
+	progCtx, stopProg := context.WithCancel(ctx)
+	go h.progress(progCtx, w, wall, len(plans), est)
+	supCtx, stopSup := context.WithCancel(ctx)
+	go h.supervise(supCtx)
+	workCtx, stopWork := context.WithCancel(runCtx)
+	workDone := make(chan struct{})
+	go func() { defer close(workDone); w.run(workCtx, cfg.rate) }()
+	nerr := h.nemesis(runCtx, plans)
+	h.sleep(ctx, 3*time.Second) // a little work after the last fault
+	stopWork()
+	<-workDone
+	workSecs := time.Since(workStart).Seconds()
+	if nerr != nil && ctx.Err() == nil {
+		stopProg()
+		stopSup()
+		return fail(nerr)
+	}
+	if ctx.Err() != nil {
+		stopProg()
+		stopSup()
+		return fail(errInterrupted)
+	}
+
+	// Quiesce: every job should finish.
+	h.phase.Store("quiesce")
+	h.logf("workload stopped: %d jobs acknowledged, %d enqueue errors, %d skipped while the store stalled, %d cancel requests; waiting for jobs to finish",
+		w.count(), w.enqErrs.Load(), w.skipped.Load(), w.cancels.Load())
+	qStart := time.Now()
+	for time.Since(qStart) < cfg.quiesce && ctx.Err() == nil {
+		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		jobs, err := tgt.list(lctx)
+		cancel()
+		if err == nil {
+			open := 0
+			for _, j := range jobs {
+				if !j.State.Final() {
+					open++
+				}
+			}
+			if open == 0 {
+				break
+			}
+		}
+		h.sleep(ctx, time.Second)
+	}
+	qSecs := time.Since(qStart).Seconds()
+	stopSup()
+
+	// Final state: read it, then stop the daemons (embedded: the API goes
+	// with the daemon, so read first; shared: read after, which also sees
+	// anything a stopping daemon wrote).
+	h.phase.Store("final read")
+	var final map[string]*coordinator.Job
+	readFinal := func() error {
+		var err error
+		for range 10 {
+			lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			final, err = tgt.list(lctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+			h.sleep(ctx, time.Second)
+		}
+		return err
+	}
+	if cfg.mode == "embedded" {
+		if err := readFinal(); err != nil {
+			stopProg()
+			return fail(fmt.Errorf("reading the final state: %w", err))
+		}
+	}
+	h.faultMu.Lock()
+	for _, d := range h.daemons {
+		h.terminateDaemon(d)
+	}
+	h.faultMu.Unlock()
+	storeLogState := "none (embedded mode)"
+	var logEvents []StoreEvent
+	logOK := false
+	if cfg.mode == "shared" {
+		if err := readFinal(); err != nil {
+			stopProg()
+			return fail(fmt.Errorf("reading the final state: %w", err))
+		}
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := h.cli.Get(gctx, "/leasehold/"+h.namespace+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		cancel()
+		if err == nil {
+			err = storeLg.catchUp(ctx, h.cli, resp.Header.Revision)
+		}
+		var gap string
+		logEvents, gap = storeLg.result()
+		switch {
+		case err != nil:
+			storeLogState = "incomplete: " + err.Error()
+		case gap != "":
+			storeLogState = "incomplete: " + gap
+		default:
+			storeLogState = fmt.Sprintf("complete: %d events", len(logEvents))
+			logOK = true
+		}
+	}
+	stopProg()
+	end := time.Now()
+	h.stopAll()
+
+	// Check.
+	h.phase.Store("check")
+	events, torn, err := readHistories(h.histDir)
+	if err != nil {
+		return fail(err)
+	}
+	h.mu.Lock()
+	faults := append([]*Fault(nil), h.faults...)
+	anomalies := append([]string(nil), h.anomalies...)
+	h.mu.Unlock()
+	in := &CheckInput{Mode: cfg.mode, Jobs: w.snapshot(), Final: final, Events: events, Faults: faults,
+		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, End: end}
+	res := Check(in)
+	nFaults, byKind := faultsByKind(faults)
+	summary := summaryLine(res, nFaults)
+
+	rep := Report{Summary: summary, Mode: cfg.mode, Seed: cfg.seed, Daemons: cfg.daemons, Concurrency: cfg.concurrency,
+		LeaseTTL: cfg.leaseTTL.String(), Rate: cfg.rate, Binary: h.binary, Started: wall,
+		WorkloadSecs: round3(workSecs), QuiesceSecs: round3(qSecs), Faults: nFaults, FaultsByKind: byKind,
+		FaultList: faults, Plan: plans, Check: res, Anomalies: anomalies, Instances: in.Instances, TornLines: torn,
+		StoreLog: storeLogState, Out: h.out,
+		Workload: map[string]int64{"acknowledged": int64(w.count()), "enqueue_errors": w.enqErrs.Load(),
+			"skipped": w.skipped.Load(), "cancel_requests": w.cancels.Load(), "history_events": int64(len(events))}}
+	rep.WallSeconds = round3(time.Since(wall).Seconds())
+
+	bad := res.ViolatingJobs()
+	if len(bad) > 0 {
+		vf, err := os.Create(filepath.Join(h.out, "violations.txt"))
+		if err == nil {
+			for _, id := range bad {
+				timeline(vf, in, res, id)
+			}
+			_ = vf.Close()
+		}
+		fmt.Fprintf(stdout, "\n%d violation(s) in %d job(s):\n", len(res.Violations), len(bad))
+		for i, id := range bad {
+			if i >= cfg.maxTimelines {
+				fmt.Fprintf(stdout, "... and %d more jobs: see %s\n", len(bad)-i, filepath.Join(h.out, "violations.txt"))
+				break
+			}
+			timeline(stdout, in, res, id)
+		}
+		fmt.Fprintln(stdout)
+	}
+	if err := writeJSON(filepath.Join(h.out, "report.json"), rep); err != nil {
+		return fail(err)
+	}
+	if f, err := os.Create(filepath.Join(h.out, "timeline.svg")); err == nil {
+		writeSVG(f, in, res, len(h.daemons), fmt.Sprintf("%s (mode %s, seed %d)", summary, cfg.mode, cfg.seed))
+		_ = f.Close()
+	}
+	fmt.Fprintf(stdout, "faults by kind: %s\n", formatKinds(byKind))
+	fmt.Fprintf(stdout, "final states: %s; runs %d; finals by the reaper %d, by an unconfirmed write %d; cancelled while queued %d; store log %s\n",
+		formatKinds(res.States), res.Runs, res.ReaperFinals, res.Uncertain, res.QueueCancels, storeLogState)
+	fmt.Fprintf(stdout, "reclaim after lease loss: n=%d p50 %.2fs p99 %.2fs max %.2fs", res.Reclaim.N, res.Reclaim.P50, res.Reclaim.P99, res.Reclaim.Max)
+	for _, k := range sortedKeys(res.ReclaimByKind) {
+		s := res.ReclaimByKind[k]
+		fmt.Fprintf(stdout, "; %s n=%d p50 %.2fs max %.2fs", k, s.N, s.P50, s.Max)
+	}
+	fmt.Fprintln(stdout)
+	for _, wv := range res.Warnings {
+		fmt.Fprintf(stdout, "WARNING %s: %s\n", wv.Kind, wv.Detail)
+	}
+	if len(anomalies) > 0 {
+		fmt.Fprintf(stdout, "%d anomalies (unexpected process exits, restarts): see report.json\n", len(anomalies))
+	}
+	fmt.Fprintf(stdout, "report %s, picture %s (seed %d, %.0fs)\n", filepath.Join(h.out, "report.json"), filepath.Join(h.out, "timeline.svg"), cfg.seed, time.Since(wall).Seconds())
+	code := 0
+	found := countViolations(res) > 0 || len(res.Lost) > 0
+	if found != cfg.expectViolations {
+		code = 1
+	}
+	if cfg.expectViolations {
+		if found {
+			fmt.Fprintln(stdout, "--expect-violations: violations found, as expected of this binary")
+		} else {
+			fmt.Fprintln(stdout, "--expect-violations: NO violations found, but this binary was expected to produce some")
+		}
+	}
+	fmt.Fprintln(stdout, summary)
+	return code, summary
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// StoreEvent is one change of a job's record (j/ID) or ownership key (o/ID)
+// in etcd, in revision order: the store's own history, which the checker
+// uses to place writes exactly (a fencing token is a revision).
+type StoreEvent struct {
+	Rev       int64  `json:"rev"`
+	Key       string `json:"key"` // "j" (record) or "o" (ownership key)
+	Job       string `json:"job"`
+	Delete    bool   `json:"delete,omitempty"`
+	CreateRev int64  `json:"create_rev,omitempty"`
+	// Rec is the record written by a put of j/ID.
+	Rec *coordinator.Job `json:"rec,omitempty"`
+}
+
+// storeLog watches the namespace from the start of the run and keeps
+// every record and ownership-key change.
+type storeLog struct {
+	prefix string
+	f      *bufio.Writer
+	file   *os.File
+
+	mu       sync.Mutex
+	events   []StoreEvent
+	lastRev  int64
+	gap      string // why the log is incomplete, if it is
+	progress chan int64
+	done     chan struct{}
+}
+
+func startStoreLog(ctx context.Context, cli *clientv3.Client, ns, path string) (*storeLog, error) {
+	prefix := "/leasehold/" + ns + "/"
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	resp, err := cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("store log: %w", err)
+	}
+	if resp.Count != 0 {
+		return nil, fmt.Errorf("store log: namespace %s is not empty", ns)
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	l := &storeLog{prefix: prefix, f: bufio.NewWriter(file), file: file, lastRev: resp.Header.Revision,
+		progress: make(chan int64, 16), done: make(chan struct{})}
+	wch := cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithProgressNotify())
+	go l.run(ctx, cli, wch)
+	return l, nil
+}
+
+func (l *storeLog) run(ctx context.Context, cli *clientv3.Client, wch clientv3.WatchChan) {
+	defer close(l.done)
+	for {
+		for wr := range wch {
+			if wr.CompactRevision != 0 {
+				l.setGap(fmt.Sprintf("watch compacted at revision %d", wr.CompactRevision))
+				return
+			}
+			if err := wr.Err(); err != nil {
+				break // re-watch from the last revision seen
+			}
+			if wr.IsProgressNotify() {
+				select {
+				case l.progress <- wr.Header.Revision:
+				default:
+				}
+				continue
+			}
+			for _, ev := range wr.Events {
+				l.add(ev)
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		// The watch ended (no leader, say): resume after the last revision.
+		l.mu.Lock()
+		from := l.lastRev + 1
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+		wch = cli.Watch(clientv3.WithRequireLeader(ctx), l.prefix, clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithProgressNotify())
+	}
+}
+
+func (l *storeLog) setGap(why string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gap == "" {
+		l.gap = why
+	}
+}
+
+func (l *storeLog) add(ev *clientv3.Event) {
+	rest := strings.TrimPrefix(string(ev.Kv.Key), l.prefix)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ev.Kv.ModRevision > l.lastRev {
+		l.lastRev = ev.Kv.ModRevision
+	}
+	if len(rest) < 3 || (rest[:2] != "j/" && rest[:2] != "o/") {
+		return
+	}
+	se := StoreEvent{Rev: ev.Kv.ModRevision, Key: rest[:1], Job: rest[2:], Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision}
+	if se.Delete {
+		se.Rev = ev.Kv.ModRevision
+	}
+	if se.Key == "j" && !se.Delete {
+		j, err := coordinator.DecodeJob(string(ev.Kv.Key), ev.Kv.Value)
+		if err != nil {
+			if l.gap == "" {
+				l.gap = fmt.Sprintf("undecodable record at revision %d: %v", se.Rev, err)
+			}
+			return
+		}
+		se.Rec = j
+	}
+	l.events = append(l.events, se)
+	b, _ := json.Marshal(se)
+	_, _ = l.f.Write(append(b, '\n'))
+}
+
+// catchUp waits until the log has seen every revision up to rev.
+func (l *storeLog) catchUp(ctx context.Context, cli *clientv3.Client, rev int64) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		l.mu.Lock()
+		seen := l.lastRev
+		l.mu.Unlock()
+		if seen >= rev {
+			return nil
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = cli.RequestProgress(rctx)
+		cancel()
+		select {
+		case r := <-l.progress:
+			l.mu.Lock()
+			if r > l.lastRev {
+				l.lastRev = r
+			}
+			l.mu.Unlock()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("store log did not catch up with revision %d", rev)
+}
+
+// result returns the events and, if the log is incomplete, why.
+func (l *storeLog) result() ([]StoreEvent, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = l.f.Flush()
+	_ = l.file.Sync()
+	return append([]StoreEvent(nil), l.events...), l.gap
+}

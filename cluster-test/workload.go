@@ -1,0 +1,368 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// jobSpec is one history job the workload enqueues.
+type jobSpec struct {
+	MS          int           `json:"ms"`
+	FailTimes   int           `json:"fail_times"`
+	MaxAttempts int           `json:"max_attempts"`
+	Delay       time.Duration `json:"delay"`
+}
+
+func (s jobSpec) payload() json.RawMessage {
+	b, _ := json.Marshal(map[string]int{"ms": s.MS, "fail_times": s.FailTimes})
+	return b
+}
+
+// JobInfo is what the workload did with one job.
+type JobInfo struct {
+	ID         string    `json:"id"`
+	Spec       jobSpec   `json:"spec"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	// Cancels are the cancel requests sent for the job.
+	Cancels []CancelReq `json:"cancels,omitempty"`
+}
+
+// CancelReq is one cancel request and what the store answered.
+type CancelReq struct {
+	At     time.Time `json:"at"`
+	Result string    `json:"result"` // the state returned, or the error
+}
+
+// target is where the workload sends its requests.
+type target interface {
+	enqueue(ctx context.Context, specs []jobSpec) ([]string, error)
+	cancel(ctx context.Context, id string) (string, error)
+	list(ctx context.Context) (map[string]*coordinator.Job, error)
+	close()
+}
+
+// sharedTarget talks to etcd directly through the coordinator package, on
+// its own connection to all members (not through the daemons' proxies).
+type sharedTarget struct {
+	store *etcdkv.Store
+	coord *coordinator.Coordinator
+}
+
+func newSharedTarget(cli *clientv3.Client, ns string) (*sharedTarget, error) {
+	store := etcdkv.New(cli, etcdkv.Options{})
+	c, err := coordinator.New(store, coordinator.Config{Namespace: ns, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	return &sharedTarget{store: store, coord: c}, nil
+}
+
+func (t *sharedTarget) enqueue(ctx context.Context, specs []jobSpec) ([]string, error) {
+	now := time.Now()
+	ps := make([]coordinator.EnqueueParams, len(specs))
+	for i, s := range specs {
+		ps[i] = coordinator.EnqueueParams{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts}
+		if s.Delay > 0 {
+			ps[i].ScheduledAt = now.Add(s.Delay)
+		}
+	}
+	res, err := t.coord.EnqueueBatch(ctx, ps)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(res))
+	for i, r := range res {
+		ids[i] = r.Job.ID
+	}
+	return ids, nil
+}
+
+func (t *sharedTarget) cancel(ctx context.Context, id string) (string, error) {
+	j, err := t.coord.Cancel(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	if j.CancelRequested {
+		return "cancel-requested", nil
+	}
+	return string(j.State), nil
+}
+
+func (t *sharedTarget) list(ctx context.Context) (map[string]*coordinator.Job, error) {
+	out := map[string]*coordinator.Job{}
+	after := ""
+	for {
+		page, err := t.coord.List(ctx, coordinator.ListParams{Limit: coordinator.MaxListLimit, After: after})
+		if err != nil {
+			return nil, err
+		}
+		for _, j := range page.Jobs {
+			out[j.ID] = j
+		}
+		if page.Next == "" {
+			return out, nil
+		}
+		after = page.Next
+	}
+}
+
+func (t *sharedTarget) close() { _ = t.store.Close() }
+
+// httpTarget talks to the embedded daemon's HTTP API (the store directory
+// is locked by the daemon).
+type httpTarget struct {
+	addr func() string
+	hc   *http.Client
+}
+
+func (t *httpTarget) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+t.addr()+path, rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
+	}
+	return json.Unmarshal(b, out)
+}
+
+func (t *httpTarget) enqueue(ctx context.Context, specs []jobSpec) ([]string, error) {
+	type createReq struct {
+		Kind        string          `json:"kind"`
+		Payload     json.RawMessage `json:"payload"`
+		Delay       string          `json:"delay,omitempty"`
+		MaxAttempts int             `json:"max_attempts,omitempty"`
+	}
+	reqs := make([]createReq, len(specs))
+	for i, s := range specs {
+		reqs[i] = createReq{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts}
+		if s.Delay > 0 {
+			reqs[i].Delay = s.Delay.String()
+		}
+	}
+	var resp struct {
+		Jobs []*coordinator.Job `json:"jobs"`
+	}
+	if err := t.do(ctx, "POST", "/v1/jobs/batch", map[string]any{"jobs": reqs}, &resp); err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(resp.Jobs))
+	for i, j := range resp.Jobs {
+		ids[i] = j.ID
+	}
+	return ids, nil
+}
+
+func (t *httpTarget) cancel(ctx context.Context, id string) (string, error) {
+	var resp struct {
+		Job *coordinator.Job `json:"job"`
+	}
+	if err := t.do(ctx, "POST", "/v1/jobs/"+id+"/cancel", nil, &resp); err != nil {
+		return "", err
+	}
+	if resp.Job.CancelRequested {
+		return "cancel-requested", nil
+	}
+	return string(resp.Job.State), nil
+}
+
+func (t *httpTarget) list(ctx context.Context) (map[string]*coordinator.Job, error) {
+	out := map[string]*coordinator.Job{}
+	after := ""
+	for {
+		var page coordinator.ListPage
+		q := url.Values{"limit": {fmt.Sprint(coordinator.MaxListLimit)}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		if err := t.do(ctx, "GET", "/v1/jobs?"+q.Encode(), nil, &page); err != nil {
+			return nil, err
+		}
+		for _, j := range page.Jobs {
+			out[j.ID] = j
+		}
+		if page.Next == "" {
+			return out, nil
+		}
+		after = page.Next
+	}
+}
+
+func (t *httpTarget) close() { t.hc.CloseIdleConnections() }
+
+// workload enqueues history jobs at a steady rate and cancels some of them,
+// until its context ends.
+type workload struct {
+	h   *harness
+	t   target
+	rng *rand.Rand
+	mu  sync.Mutex
+
+	jobs    map[string]*JobInfo
+	order   []string
+	inFl    atomic.Int64
+	enqErrs atomic.Int64
+	skipped atomic.Int64
+	cancels atomic.Int64
+}
+
+func newWorkload(h *harness, t target, seed uint64) *workload {
+	return &workload{h: h, t: t, rng: rand.New(rand.NewPCG(seed, 0x776f726b)), jobs: map[string]*JobInfo{}}
+}
+
+// spec draws one job: mostly short, some long; some fail once and are
+// retried, some fail until discarded; some are delayed.
+func (w *workload) spec() jobSpec {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.rng
+	s := jobSpec{MaxAttempts: 25}
+	switch x := r.Float64(); {
+	case x < 0.6:
+		s.MS = 50 + r.IntN(750)
+	case x < 0.9:
+		s.MS = 800 + r.IntN(1700)
+	default:
+		s.MS = 2500 + r.IntN(2500)
+	}
+	switch x := r.Float64(); {
+	case x < 0.08:
+		s.FailTimes = 1
+	case x < 0.11:
+		s.FailTimes, s.MaxAttempts = 2, 2 // discarded after its second attempt
+	}
+	if r.Float64() < 0.1 {
+		s.Delay = time.Duration(1000+r.IntN(7000)) * time.Millisecond
+	}
+	return s
+}
+
+func (w *workload) run(ctx context.Context, rate float64) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); w.cancelLoop(ctx) }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	acc := 0.0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		acc += rate / 10
+		n := int(acc)
+		if n == 0 {
+			continue
+		}
+		acc -= float64(n)
+		if w.inFl.Load() >= 4 {
+			w.skipped.Add(int64(n)) // the store is stalled: do not pile up
+			continue
+		}
+		specs := make([]jobSpec, n)
+		for i := range specs {
+			specs[i] = w.spec()
+		}
+		w.inFl.Add(1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer w.inFl.Add(-1)
+			ectx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 8*time.Second)
+			defer cancel()
+			at := time.Now()
+			ids, err := w.t.enqueue(ectx, specs)
+			if err != nil {
+				w.enqErrs.Add(1)
+				return
+			}
+			w.mu.Lock()
+			for i, id := range ids {
+				w.jobs[id] = &JobInfo{ID: id, Spec: specs[i], EnqueuedAt: at}
+				w.order = append(w.order, id)
+			}
+			w.mu.Unlock()
+		}()
+	}
+}
+
+// cancelLoop cancels a random recent job about once a second: some are
+// queued (delayed ones especially), most are running or about to.
+func (w *workload) cancelLoop(ctx context.Context) {
+	for {
+		w.mu.Lock()
+		d := time.Duration(500+w.rng.IntN(1000)) * time.Millisecond
+		var id string
+		if n := len(w.order); n > 0 {
+			id = w.order[n-1-w.rng.IntN(min(n, 150))]
+		}
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(d):
+		}
+		if id == "" {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 8*time.Second)
+		at := time.Now()
+		res, err := w.t.cancel(cctx, id)
+		cancel()
+		if err != nil {
+			res = "error: " + err.Error()
+		}
+		w.cancels.Add(1)
+		w.mu.Lock()
+		w.jobs[id].Cancels = append(w.jobs[id].Cancels, CancelReq{At: at, Result: res})
+		w.mu.Unlock()
+	}
+}
+
+func (w *workload) snapshot() map[string]*JobInfo {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]*JobInfo, len(w.jobs))
+	for k, v := range w.jobs {
+		c := *v
+		out[k] = &c
+	}
+	return out
+}
+
+func (w *workload) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.jobs)
+}
