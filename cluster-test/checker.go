@@ -132,16 +132,16 @@ type Overlap struct {
 
 // Result is what the checker found.
 type Result struct {
-	Jobs          int               `json:"jobs"`
-	Acknowledged  int               `json:"acknowledged"`
-	Unacked       int               `json:"unacknowledged_found"`
-	States        map[string]int    `json:"final_states"`
-	Runs          int               `json:"runs"`
-	Lost          []string          `json:"lost"`
-	Violations    []Violation       `json:"violations"`
+	Jobs         int            `json:"jobs"`
+	Acknowledged int            `json:"acknowledged"`
+	Unacked      int            `json:"unacknowledged_found"`
+	States       map[string]int `json:"final_states"`
+	Runs         int            `json:"runs"`
+	Lost         []string       `json:"lost"`
+	Violations   []Violation    `json:"violations"`
 	// Warnings are broken promises that are not safety violations (a
 	// graceful stop that interrupted its jobs, say).
-	Warnings []Violation `json:"warnings"`
+	Warnings      []Violation       `json:"warnings"`
 	DuplicateRuns int               `json:"duplicate_runs"`
 	Overlaps      []Overlap         `json:"overlaps"`
 	Uncertain     int               `json:"finals_by_uncertain_write"`

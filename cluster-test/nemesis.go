@@ -10,18 +10,18 @@ import (
 
 // Fault kinds.
 const (
-	fKillDaemon      = "kill-daemon"         // SIGKILL, restart
-	fPauseDaemon     = "pause-daemon"        // SIGSTOP past the TTL, SIGCONT
-	fPartition       = "partition"           // daemon cut off from etcd, both directions
-	fPartitionReq    = "partition-requests"  // daemon's requests dropped (one direction)
-	fPartitionReply  = "partition-replies"   // etcd's replies dropped (the other direction)
-	fLatency         = "latency"             // 150-400 ms each way on a daemon's etcd traffic
-	fDropConns       = "drop-connections"    // TCP resets of a daemon's etcd connections
-	fKillLeader      = "kill-etcd-leader"    // SIGKILL the raft leader, restart
-	fKillFollower    = "kill-etcd-follower"  // SIGKILL a follower, restart
-	fQuorumLoss      = "quorum-loss"         // SIGKILL two members, restart both
-	fRollingRestart  = "rolling-restart"     // SIGTERM each daemon in turn, restart
-	fRestartEmbedded = "terminate-daemon"    // embedded: SIGTERM, restart
+	fKillDaemon      = "kill-daemon"          // SIGKILL, restart
+	fPauseDaemon     = "pause-daemon"         // SIGSTOP past the TTL, SIGCONT
+	fPartition       = "partition"            // daemon cut off from etcd, both directions
+	fPartitionReq    = "partition-requests"   // daemon's requests dropped (one direction)
+	fPartitionReply  = "partition-replies"    // etcd's replies dropped (the other direction)
+	fLatency         = "latency"              // 150-400 ms each way on a daemon's etcd traffic
+	fDropConns       = "drop-connections"     // TCP resets of a daemon's etcd connections
+	fKillLeader      = "kill-etcd-leader"     // SIGKILL the raft leader, restart
+	fKillFollower    = "kill-etcd-follower"   // SIGKILL a follower, restart
+	fQuorumLoss      = "quorum-loss"          // SIGKILL two members, restart both
+	fRollingRestart  = "rolling-restart"      // SIGTERM each daemon in turn, restart
+	fRestartEmbedded = "terminate-daemon"     // embedded: SIGTERM, restart
 	fKillEmbedded    = "kill-daemon-embedded" // embedded: SIGKILL mid-workload, restart
 )
 

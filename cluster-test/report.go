@@ -16,8 +16,8 @@ import (
 // and the final record.
 func timeline(w io.Writer, in *CheckInput, res *Result, id string) {
 	type line struct {
-		at  time.Time
-		s   string
+		at time.Time
+		s  string
 	}
 	var lines []line
 	var first, last time.Time
