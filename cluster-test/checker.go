@@ -619,6 +619,39 @@ func (c *checker) checkLog(id string) {
 		}
 		prev, prevRev = rec, e.Rev
 	}
+	// At the end, a job's keys must match its state: one index entry, of
+	// its state's kind; no ownership key, running entry or cancel request
+	// left once it is finished (a stale available entry could be claimed
+	// again).
+	live := map[string]bool{}
+	for _, e := range c.logJob[id] {
+		k := e.Key
+		if e.Index != "" {
+			k = e.Index
+		}
+		if e.Key != "j" {
+			live[k] = !e.Delete
+		}
+	}
+	f := c.in.Final[id]
+	if f == nil || !f.State.Final() {
+		return
+	}
+	var stale []string
+	finished := 0
+	for k, on := range live {
+		switch {
+		case !on:
+		case strings.HasPrefix(k, "f/"):
+			finished++
+		default:
+			stale = append(stale, k)
+		}
+	}
+	sort.Strings(stale)
+	if len(stale) > 0 || finished != 1 {
+		c.violate("index-mismatch", id, "job is %s but its keys are %d finished index entries and %v", f.State, finished, stale)
+	}
 }
 
 func errorsPrefix(a, b []coordinator.AttemptError) bool {

@@ -311,6 +311,8 @@ func storeWorld() *world {
 		{Rev: 20, Key: "j", Job: jobA, Rec: rec(coordinator.StateRunning, "w2", 0, 1, "")},
 		{Rev: 20, Key: "o", Job: jobA, CreateRev: 20},
 		{Rev: 21, Key: "j", Job: jobA, Rec: rec(coordinator.StateRunning, "w2", 20, 1, `{"half":true,"token":20}`)},
+		{Rev: 24, Key: "r", Job: jobA, Delete: true},
+		{Rev: 24, Key: "f", Job: jobA, Index: "f/00000000000000000005/" + jobA},
 		{Rev: 24, Key: "o", Job: jobA, Delete: true},
 		{Rev: 24, Key: "j", Job: jobA, Rec: rec(coordinator.StateCompleted, "w2", 20, 1, `{"half":true,"token":20}`)},
 	}
@@ -363,7 +365,7 @@ func TestStoreLogDoubleClaimAndWriteAfterFinalReported(t *testing.T) {
 	wantKind(t, Check(w.in), "double-claim")
 
 	w = storeWorld()
-	after := *w.in.Log[9].Rec
+	after := *w.in.Log[len(w.in.Log)-1].Rec // the final record
 	after.State = coordinator.StateRunning
 	w.in.Log = append(w.in.Log, StoreEvent{Rev: 30, Key: "j", Job: jobA, Rec: &after})
 	wantKind(t, Check(w.in), "write-after-final")
@@ -397,5 +399,26 @@ func TestScheduleIsReproducible(t *testing.T) {
 	}
 	if count[fPartitionReq] < 1 || count[fPartitionReply] < 1 {
 		t.Errorf("short schedule lacks a one-way partition in each direction: %v", count)
+	}
+}
+
+func TestStoreLogStaleIndexReported(t *testing.T) {
+	w := storeWorld()
+	w.in.Log = append(w.in.Log, StoreEvent{Rev: 25, Key: "q", Job: jobA, Index: "q/default/1/00000000000000000009/" + jobA})
+	wantKind(t, Check(w.in), "index-mismatch")
+}
+
+func TestGracefulStopThatAbandonsWarns(t *testing.T) {
+	w := cleanWorld()
+	w.in.Instances[0].Term, w.in.Instances[0].Ended, w.in.Instances[0].How = at(10), at(10.1), "terminated"
+	w.enqueue("01JF000000000000000000000B", 9)
+	w.start("01JF000000000000000000000B", "w1", 40, 9.5)
+	w.outcome("01JF000000000000000000000B", "w1", 40, 10.01, "abandon", false, "fence: lease lost: session ended (context canceled)")
+	w.cleanRun("01JF000000000000000000000B", "w2", 41, 11)
+	w.final("01JF000000000000000000000B", coordinator.StateCompleted, "w2", 41)
+	res := Check(w.in)
+	wantClean(t, res)
+	if len(res.Warnings) != 1 || res.Warnings[0].Kind != "graceful-stop-abandoned" {
+		t.Fatalf("warnings %+v; want one graceful-stop-abandoned", res.Warnings)
 	}
 }

@@ -72,6 +72,13 @@ func timeline(w io.Writer, in *CheckInput, res *Result, id string) {
 			continue
 		}
 		switch {
+		case e.Key != "j" && e.Key != "o":
+			what := map[string]string{"c": "cancel request", "r": "running index", "q": "available index", "t": "timer index", "f": "finished index"}[e.Key]
+			verb := "put"
+			if e.Delete {
+				verb = "deleted"
+			}
+			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d %s %s %s", e.Rev, what, verb, e.Index))
 		case e.Key == "o" && e.Delete:
 			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d ownership key deleted", e.Rev))
 		case e.Key == "o":

@@ -14,12 +14,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// StoreEvent is one change of a job's record (j/ID) or ownership key (o/ID)
-// in etcd, in revision order: the store's own history, which the checker
+// StoreEvent is one change of a job's record (j/ID), ownership key (o/ID),
+// cancel request or index entries in etcd, in revision order: the store's own history, which the checker
 // uses to place writes exactly (a fencing token is a revision).
 type StoreEvent struct {
-	Rev       int64  `json:"rev"`
-	Key       string `json:"key"` // "j" (record) or "o" (ownership key)
+	Rev int64 `json:"rev"`
+	// Key is the kind of key: "j" the record, "o" the ownership key, "c"
+	// a cancel request, "r" the running index, "q" the available index,
+	// "t" the timer index, "f" the finished index.
+	Key string `json:"key"`
+	// Index is an index key below the namespace (q, t, f), for timelines.
+	Index     string `json:"index,omitempty"`
 	Job       string `json:"job"`
 	Delete    bool   `json:"delete,omitempty"`
 	CreateRev int64  `json:"create_rev,omitempty"`
@@ -117,12 +122,13 @@ func (l *storeLog) add(ev *clientv3.Event) {
 	if ev.Kv.ModRevision > l.lastRev {
 		l.lastRev = ev.Kv.ModRevision
 	}
-	if len(rest) < 3 || (rest[:2] != "j/" && rest[:2] != "o/") {
+	if len(rest) < 3 || rest[1] != '/' || !strings.Contains("jocrqtf", rest[:1]) {
 		return
 	}
-	se := StoreEvent{Rev: ev.Kv.ModRevision, Key: rest[:1], Job: rest[2:], Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision}
-	if se.Delete {
-		se.Rev = ev.Kv.ModRevision
+	se := StoreEvent{Rev: ev.Kv.ModRevision, Key: rest[:1], Job: rest[strings.LastIndexByte(rest, '/')+1:],
+		Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision}
+	if strings.Contains("qtf", se.Key) {
+		se.Index = rest
 	}
 	if se.Key == "j" && !se.Delete {
 		j, err := coordinator.DecodeJob(string(ev.Kv.Key), ev.Kv.Value)
