@@ -44,7 +44,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if floorKey > start {
 		start = floorKey
 	}
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: kv.PrefixEnd(c.keys.queue(queue)), Limit: window})
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: kv.PrefixEnd(c.keys.queue(queue)), Limit: window, Serializable: true})
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}

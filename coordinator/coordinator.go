@@ -72,6 +72,7 @@ type Coordinator struct {
 	idEntropy *ulid.MonotonicEntropy
 
 	floors floors
+	group  groupCommit
 }
 
 // New returns a coordinator on store. It validates cfg.
@@ -107,7 +108,7 @@ func New(store kv.Store, cfg Config) (*Coordinator, error) {
 	if lim.MaxBytes > 0 && cfg.MaxPayloadBytes > lim.MaxBytes-16<<10 {
 		return nil, fmt.Errorf("%w: max payload %d bytes does not fit the store's %d-byte request limit", ErrInvalid, cfg.MaxPayloadBytes, lim.MaxBytes)
 	}
-	return &Coordinator{
+	c := &Coordinator{
 		store:     store,
 		keys:      newKeys(cfg.Namespace),
 		cfg:       cfg,
@@ -115,7 +116,9 @@ func New(store kv.Store, cfg Config) (*Coordinator, error) {
 		clock:     cfg.Clock,
 		limits:    lim,
 		idEntropy: ulid.Monotonic(rand.Reader, 0),
-	}, nil
+	}
+	c.group.c = c
+	return c, nil
 }
 
 // Store returns the store under the coordinator.

@@ -1,8 +1,8 @@
 package coordinator
 
 import (
-	"github.com/leasehold/leasehold/coordinator/kv"
 	"fmt"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"strings"
 	"time"
 )

@@ -158,7 +158,7 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 	// A session past its deadline stops writing: the store would refuse
 	// (or, worse, race the lease's expiry), and the caller must abandon.
 	if fencing && !r.sess.Valid() {
-		return r.loseLocked(&fence.LostError{JobID: r.job.ID, Token: r.pred.Token, Op: op}, "session no longer valid")
+		return r.loseLocked(&fence.LostError{JobID: r.job.ID, Token: r.pred.Token, Op: op, Local: true}, "session no longer valid")
 	}
 	j := *r.job
 	j.Errors = append([]AttemptError(nil), r.job.Errors...)
@@ -189,11 +189,18 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 	if fencing {
 		cond = []kv.Cmp{kv.CreateRevisionIs(r.pred.Key, kv.Equal, int64(r.pred.Token))}
 	}
-	res, err := r.c.store.Txn(ctx, kv.Txn{
-		If:   cond,
-		Then: then,
-		Else: []kv.Op{kv.Get(r.pred.Key)},
-	})
+	t := kv.Txn{If: cond, Then: then, Else: []kv.Op{kv.Get(r.pred.Key)}}
+	var res *kv.TxnResult
+	var err error
+	if final {
+		// Outcomes of many runs share one store transaction (each on its
+		// own fence), and so one fsync or one raft round.
+		res, err = r.c.group.apply(ctx, t)
+	} else {
+		var one kv.TxnResult
+		one, err = r.c.store.Txn(ctx, t)
+		res = &one
+	}
 	if err != nil {
 		if final {
 			r.uncertain = rec
@@ -238,7 +245,7 @@ func (r *Run) appliedEarlier(ctx context.Context) bool {
 
 func (r *Run) loseLocked(err *fence.LostError, why string) error {
 	r.lost = err
-	if err.Current == 0 {
+	if err.Current == 0 && !err.Local {
 		r.sess.RenewNow() // the lease may be gone: find out now
 	}
 	r.c.log.Warn("fenced write refused: abandoning run", slog.String("job", err.JobID), slog.String("op", err.Op),

@@ -73,11 +73,17 @@ type LostError struct {
 	Current int64
 	// Op names the write that was refused ("checkpoint", "complete", ...).
 	Op string
+	// Local is true when the write was not sent at all: the run's session
+	// had passed its validity deadline, so the lease may be gone.
+	Local bool
 }
 
 func (e *LostError) Error() string {
 	why := "ownership key is gone"
-	if e.Current != 0 {
+	switch {
+	case e.Local:
+		why = "not sent: the session's lease could not be renewed in time"
+	case e.Current != 0:
 		why = fmt.Sprintf("job was claimed again at token %d", e.Current)
 	}
 	return fmt.Sprintf("fence: %s of job %s under token %d refused: %s", e.Op, e.JobID, e.Token, why)

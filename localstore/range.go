@@ -39,7 +39,7 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 		rev := s.rev
 		s.mu.Unlock()
 		defer s.ops.Done()
-		if err := s.waitSynced(ctx, rev); err != nil {
+		if err := s.waitSyncedUnless(ctx, rev, r.Serializable); err != nil {
 			return kv.RangeResult{}, err
 		}
 		return kv.RangeResult{Revision: rev}, nil
@@ -64,7 +64,7 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 	if err != nil {
 		return kv.RangeResult{}, err
 	}
-	if err := s.waitSynced(ctx, rev); err != nil {
+	if err := s.waitSyncedUnless(ctx, rev, r.Serializable); err != nil {
 		return kv.RangeResult{}, err
 	}
 	res.Revision = rev

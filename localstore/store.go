@@ -334,6 +334,15 @@ func (s *Store) syncState() (int64, <-chan struct{}, error) {
 	return s.synced, s.syncCh, s.failed
 }
 
+// waitSyncedUnless is waitSynced, skipped for a serializable read (see
+// kv.RangeRequest.Serializable).
+func (s *Store) waitSyncedUnless(ctx context.Context, rev int64, serializable bool) error {
+	if serializable {
+		return nil
+	}
+	return s.waitSynced(ctx, rev)
+}
+
 // waitSynced waits until revision rev is on disk.
 func (s *Store) waitSynced(ctx context.Context, rev int64) error {
 	for {

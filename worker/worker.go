@@ -120,7 +120,8 @@ type Worker struct {
 
 	sess       atomic.Pointer[coordinator.Session]
 	sessCancel context.CancelFunc // ends the first session's parent at Stop
-	slots      chan struct{}      // one token per occupied slot
+	slots      chan struct{}      // one token per running handler
+	tickets    chan struct{}      // one token per run not yet recorded: bounds outcome writes in flight
 	wake       chan struct{}      // new work may be available, or a slot freed
 	active     sync.Map           // job id -> *active
 
@@ -175,6 +176,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 		log:      cfg.Logger.With(slog.String("worker", cfg.WorkerID)),
 		handlers: map[string]Handler{},
 		slots:    make(chan struct{}, cfg.Concurrency),
+		tickets:  make(chan struct{}, 2*cfg.Concurrency),
 		wake:     make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
 	}, nil
@@ -331,7 +333,10 @@ func (w *Worker) claimLoop() {
 			}
 			continue
 		}
-		free := cap(w.slots) - len(w.slots)
+		// A slot is free once its handler returned; the outcome write
+		// goes on (batched with others) under a ticket, so slow fsyncs do
+		// not hold slots.
+		free := min(cap(w.slots)-len(w.slots), cap(w.tickets)-len(w.tickets))
 		claimed, conflicts := 0, 0
 		if free > 0 {
 			for i := range w.cfg.Queues {
@@ -412,6 +417,7 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 // start runs r in its own goroutine, in a slot.
 func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 	w.slots <- struct{}{}
+	w.tickets <- struct{}{}
 	w.handlersWG.Add(1)
 	w.inFlight.Add(1)
 	go func() {
@@ -454,9 +460,14 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
 		defer close(done)
 		trace, herr = w.call(ctx, job)
 	}()
-	defer func() {
+	releaseSlot := sync.OnceFunc(func() {
 		<-w.slots
 		w.inFlight.Add(-1)
+		w.poke()
+	})
+	defer releaseSlot()
+	defer func() {
+		<-w.tickets
 		w.poke()
 	}()
 	select {
@@ -469,11 +480,13 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
 			// cannot be stopped: record the outcome for it now, which ends
 			// the run, so that its later writes are refused.
 			w.abandoned.Add(1)
+			releaseSlot()
 			log.Error("handler ignores its cancelled context: ending its run without it", slog.Any("cause", context.Cause(ctx)), slog.Duration("grace", w.cfg.AbandonGrace))
 			w.record(sess, r, job, ctx, fmt.Errorf("handler did not return within %s of its context's cancellation (%v)", w.cfg.AbandonGrace, context.Cause(ctx)), "", a, log)
 			return
 		}
 	}
+	releaseSlot()
 	w.record(sess, r, job, ctx, herr, trace, a, log)
 }
 

@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ListPaging", testListPaging},
 		{"ElectionOneLeaderAtATime", testElection},
 		{"ClaimFloorNeverHidesAJob", testClaimFloor},
+		{"GroupedOutcomesAreFencedEach", testGroupedOutcomes},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -986,5 +987,51 @@ func testClaimFloor(t *testing.T, h *harness) {
 	runs, _, err = h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false)
 	if err != nil || len(runs) != 2 {
 		t.Fatalf("claim the rest: %d, %v", len(runs), err)
+	}
+}
+
+// testGroupedOutcomes: concurrent outcome writes share store transactions,
+// but each is decided on its own fence: the stale ones are refused and the
+// others accepted, whatever batch they land in.
+func testGroupedOutcomes(t *testing.T, h *harness) {
+	for range 20 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	}
+	s1, s2 := h.session(h.c), h.session(h.c)
+	old, _, err := h.c.Claim(h.ctx(), s1, coordinator.DefaultQueue, 10, false)
+	if err != nil || len(old) != 10 {
+		t.Fatalf("claim 10: %d, %v", len(old), err)
+	}
+	if err := h.store.Revoke(h.ctx(), s1.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 10 {
+		t.Fatalf("Reap = %d, %v", n, err)
+	}
+	cur, _, err := h.c.Claim(h.ctx(), s2, coordinator.DefaultQueue, 20, false)
+	if err != nil || len(cur) != 20 {
+		t.Fatalf("claim 20: %d, %v", len(cur), err)
+	}
+	all := append(append([]*coordinator.Run{}, old...), cur...)
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, r := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = r.Complete(h.ctx(), nil)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i < len(old) && !errors.Is(err, fence.ErrLeaseLost) {
+			t.Errorf("stale run %d: %v, want ErrLeaseLost", i, err)
+		}
+		if i >= len(old) && err != nil {
+			t.Errorf("current run %d: %v", i, err)
+		}
+	}
+	if n := h.counts(); n[coordinator.StateCompleted] != 20 {
+		t.Fatalf("completed = %d, want 20", n[coordinator.StateCompleted])
 	}
 }

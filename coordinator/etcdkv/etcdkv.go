@@ -145,6 +145,9 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 	if r.KeysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
+	if r.Serializable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
 	resp, err := s.cli.Get(ctx, key, opts...)
 	if err != nil {
 		return kv.RangeResult{}, mapErr("range", err)

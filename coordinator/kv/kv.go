@@ -179,6 +179,12 @@ type RangeRequest struct {
 	Limit int // 0: no limit
 	// KeysOnly leaves values out.
 	KeysOnly bool
+	// Serializable allows a faster read that may miss the newest writes
+	// or show writes not yet durable (etcd: served by the member's local
+	// state without a quorum round; localstore: without waiting for the
+	// fsync in flight). Use it only where a later conditional write
+	// decides, such as finding claim candidates.
+	Serializable bool
 }
 
 // Prefix returns a RangeRequest for every key starting with prefix.
