@@ -465,12 +465,17 @@ func (c *checker) checkTokens(id string, runs []*Run) {
 	}
 }
 
-// pausedRecording reports whether slot's daemon was paused (SIGSTOP) so
+// delayingFaults hold a daemon's replies from etcd (or the daemon itself)
+// past its lease: a claim or write applied in etcd before the fault's end
+// may be recorded in the daemon's history only after it.
+var delayingFaults = map[string]bool{fPauseDaemon: true, fPartition: true, fPartitionReq: true, fPartitionReply: true}
+
+// pausedRecording reports whether slot's daemon was paused or cut off so
 // that an event it recorded at `at` may have happened before `before`: the
-// pause began before `before` and ended shortly before `at`.
+// fault began before `before` and ended shortly before `at`.
 func (c *checker) pausedRecording(slot int, before, at time.Time) bool {
 	for _, f := range c.in.Faults {
-		if f.Kind == fPauseDaemon && f.Slot == slot && f.Start.Before(before) && !f.End.After(at) && at.Sub(f.End) < 2*time.Second {
+		if delayingFaults[f.Kind] && f.Slot == slot && f.Start.Before(before) && !f.End.After(at) && at.Sub(f.End) < 2*time.Second {
 			return true
 		}
 	}
@@ -619,6 +624,7 @@ func (c *checker) checkLog(id string) {
 		}
 		prev, prevRev = rec, e.Rev
 	}
+	c.checkOrphans(id)
 	// At the end, a job's keys must match its state: one index entry, of
 	// its state's kind; no ownership key, running entry or cancel request
 	// left once it is finished (a stale available entry could be claimed
@@ -766,6 +772,38 @@ func (c *checker) checkGraceful() {
 			c.res.Warnings = append(c.res.Warnings, Violation{Kind: "graceful-stop-abandoned", Job: first.Job,
 				Detail: fmt.Sprintf("%s (worker %s) got SIGTERM at %s and abandoned %d running jobs at %s instead of draining or releasing them (e.g. token %d: %q)",
 					laneName(inst.Slot), inst.Worker, inst.Term.Format(tsFormat), n, first.Outcome.At.Format(tsFormat), first.Token, first.Outcome.Err)})
+		}
+	}
+}
+
+// orphanAfter is how long a claim may hold a job without its handler
+// starting before the checker warns: a claim whose daemon died is reaped
+// within the TTL and a few seconds; one whose daemon lives on and never
+// runs the job is stuck until that daemon's session ends.
+const orphanAfter = 15 * time.Second
+
+// checkOrphans warns about claims that held a job (ownership key alive)
+// for long without any history showing the run start.
+func (c *checker) checkOrphans(id string) {
+	started := map[int64]bool{}
+	for _, r := range c.byJob[id] {
+		started[r.Token] = true
+	}
+	evs := c.logJob[id]
+	for i, e := range evs {
+		if e.Key != "o" || e.Delete || e.CreateRev != e.Rev || started[e.Rev] || e.Seen.IsZero() {
+			continue
+		}
+		until := c.in.End
+		for _, d := range evs[i+1:] {
+			if d.Key == "o" {
+				until = d.Seen
+				break
+			}
+		}
+		if held := until.Sub(e.Seen); held > orphanAfter {
+			c.res.Warnings = append(c.res.Warnings, Violation{Kind: "orphaned-claim", Job: id,
+				Detail: fmt.Sprintf("claim at revision %d (%s) held the job for %s without any run starting", e.Rev, e.Seen.Format(tsFormat), held.Round(100*time.Millisecond))})
 		}
 	}
 }

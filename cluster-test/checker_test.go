@@ -233,6 +233,22 @@ func TestTokenNotIncreasingReported(t *testing.T) {
 	wantKind(t, Check(w.in), "token-reuse")
 }
 
+func TestStartRecordedLateAfterPartitionIsNotAViolation(t *testing.T) {
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	// w1's claim (token 10) was applied as its replies were cut off; the
+	// reply came after the heal, after w2's run with token 20 began.
+	w.in.Faults = append(w.in.Faults, &Fault{Group: 1, Kind: fPartitionReply, Slot: 0, Start: at(1), End: at(6)})
+	w.cleanRun(jobA, "w2", 20, 4)
+	w.start(jobA, "w1", 10, 6.01)
+	w.outcome(jobA, "w1", 10, 6.02, "abandon", false, "fence: lease lost: session ended")
+	w.final(jobA, coordinator.StateCompleted, "w2", 20)
+	wantClean(t, Check(w.in))
+	// Without the fault, the same history is a violation.
+	w.in.Faults = nil
+	wantKind(t, Check(w.in), "token-order")
+}
+
 func TestStartRecordedLateAfterPauseIsNotAViolation(t *testing.T) {
 	w := newWorld()
 	w.enqueue(jobA, 0)
@@ -420,5 +436,18 @@ func TestGracefulStopThatAbandonsWarns(t *testing.T) {
 	wantClean(t, res)
 	if len(res.Warnings) != 1 || res.Warnings[0].Kind != "graceful-stop-abandoned" {
 		t.Fatalf("warnings %+v; want one graceful-stop-abandoned", res.Warnings)
+	}
+}
+
+func TestOrphanedClaimWarns(t *testing.T) {
+	w := storeWorld()
+	for i := range w.in.Log {
+		w.in.Log[i].Seen = at(float64(w.in.Log[i].Rev) / 10)
+	}
+	// A claim at revision 30 that nobody ran, held until the end.
+	w.in.Log = append(w.in.Log, StoreEvent{Rev: 30, Key: "o", Job: jobA, CreateRev: 30, Seen: at(30)})
+	res := Check(w.in)
+	if len(res.Warnings) != 1 || res.Warnings[0].Kind != "orphaned-claim" {
+		t.Fatalf("warnings %+v; want one orphaned-claim", res.Warnings)
 	}
 }

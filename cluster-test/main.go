@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -57,6 +58,7 @@ type config struct {
 	expectViolations bool
 	keepData         bool
 	maxTimelines     int
+	recheck          string
 }
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
@@ -80,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.expectViolations, "expect-violations", false, "invert the verdict: exit 0 only if violations were found (for a deliberately broken --binary)")
 	fs.BoolVar(&cfg.keepData, "keep-data", false, "keep the etcd and Pebble data directories")
 	fs.IntVar(&cfg.maxTimelines, "max-timelines", 10, "violating jobs whose timeline is printed (all go to violations.txt)")
+	fs.StringVar(&cfg.recheck, "recheck", "", "run only the checker again on the --out directory of an earlier run")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
@@ -117,6 +120,13 @@ func main() {
 		}
 		fmt.Fprintln(os.Stderr, "cluster-test:", err)
 		os.Exit(2)
+	}
+	if cfg.recheck != "" {
+		code, err := recheck(cfg, os.Stdout)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cluster-test:", err)
+		}
+		os.Exit(code)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code, _ := run(ctx, cfg, os.Stdout)
@@ -490,22 +500,30 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	h.mu.Unlock()
 	in := &CheckInput{Mode: cfg.mode, Jobs: w.snapshot(), Final: final, Events: events, Faults: faults,
 		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, End: end}
-	res := Check(in)
-	nFaults, byKind := faultsByKind(faults)
-	summary := summaryLine(res, nFaults)
-
-	rep := Report{Summary: summary, Mode: cfg.mode, Seed: cfg.seed, Daemons: cfg.daemons, Concurrency: cfg.concurrency,
+	if err := writeJSON(filepath.Join(h.out, "checkinput.json"), savedInput{Mode: in.Mode, Jobs: in.Jobs, Final: in.Final,
+		Faults: in.Faults, Instances: in.Instances, LogOK: in.LogOK, End: in.End, Plan: plans, Lanes: len(h.daemons)}); err != nil {
+		return fail(err)
+	}
+	rep := Report{Mode: cfg.mode, Seed: cfg.seed, Daemons: cfg.daemons, Concurrency: cfg.concurrency,
 		LeaseTTL: cfg.leaseTTL.String(), Rate: cfg.rate, Binary: h.binary, Started: wall,
-		WorkloadSecs: round3(workSecs), QuiesceSecs: round3(qSecs), Faults: nFaults, FaultsByKind: byKind,
-		FaultList: faults, Plan: plans, Check: res, Anomalies: anomalies, Instances: in.Instances, TornLines: torn,
+		WorkloadSecs: round3(workSecs), QuiesceSecs: round3(qSecs), Plan: plans, Anomalies: anomalies, Instances: in.Instances, TornLines: torn,
 		StoreLog: storeLogState, Out: h.out,
 		Workload: map[string]int64{"acknowledged": int64(w.count()), "enqueue_errors": w.enqErrs.Load(),
 			"skipped": w.skipped.Load(), "cancel_requests": w.cancels.Load(), "history_events": int64(len(events))}}
-	rep.WallSeconds = round3(time.Since(wall).Seconds())
+	return report(cfg, in, &rep, len(h.daemons), wall, stdout)
+}
 
+// report checks in, prints the findings and the summary (last), and
+// writes report.json, timeline.svg and violations.txt to rep.Out.
+func report(cfg config, in *CheckInput, rep *Report, lanes int, wall time.Time, stdout io.Writer) (int, string) {
+	res := Check(in)
+	nFaults, byKind := faultsByKind(in.Faults)
+	summary := summaryLine(res, nFaults)
+	rep.Summary, rep.Check, rep.Faults, rep.FaultsByKind, rep.FaultList = summary, res, nFaults, byKind, in.Faults
+	rep.WallSeconds = round3(time.Since(wall).Seconds())
 	bad := res.ViolatingJobs()
 	if len(bad) > 0 {
-		vf, err := os.Create(filepath.Join(h.out, "violations.txt"))
+		vf, err := os.Create(filepath.Join(rep.Out, "violations.txt"))
 		if err == nil {
 			for _, id := range bad {
 				timeline(vf, in, res, id)
@@ -515,23 +533,24 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 		fmt.Fprintf(stdout, "\n%d violation(s) in %d job(s):\n", len(res.Violations), len(bad))
 		for i, id := range bad {
 			if i >= cfg.maxTimelines {
-				fmt.Fprintf(stdout, "... and %d more jobs: see %s\n", len(bad)-i, filepath.Join(h.out, "violations.txt"))
+				fmt.Fprintf(stdout, "... and %d more jobs: see %s\n", len(bad)-i, filepath.Join(rep.Out, "violations.txt"))
 				break
 			}
 			timeline(stdout, in, res, id)
 		}
 		fmt.Fprintln(stdout)
 	}
-	if err := writeJSON(filepath.Join(h.out, "report.json"), rep); err != nil {
-		return fail(err)
+	if err := writeJSON(filepath.Join(rep.Out, "report.json"), rep); err != nil {
+		fmt.Fprintln(stdout, "cluster-test: writing the report:", err)
+		return 3, summary
 	}
-	if f, err := os.Create(filepath.Join(h.out, "timeline.svg")); err == nil {
-		writeSVG(f, in, res, len(h.daemons), fmt.Sprintf("%s (mode %s, seed %d)", summary, cfg.mode, cfg.seed))
+	if f, err := os.Create(filepath.Join(rep.Out, "timeline.svg")); err == nil {
+		writeSVG(f, in, res, lanes, fmt.Sprintf("%s (mode %s, seed %d)", summary, rep.Mode, rep.Seed))
 		_ = f.Close()
 	}
 	fmt.Fprintf(stdout, "faults by kind: %s\n", formatKinds(byKind))
 	fmt.Fprintf(stdout, "final states: %s; runs %d; finals by the reaper %d, by an unconfirmed write %d; cancelled while queued %d; store log %s\n",
-		formatKinds(res.States), res.Runs, res.ReaperFinals, res.Uncertain, res.QueueCancels, storeLogState)
+		formatKinds(res.States), res.Runs, res.ReaperFinals, res.Uncertain, res.QueueCancels, rep.StoreLog)
 	fmt.Fprintf(stdout, "reclaim after lease loss: n=%d p50 %.2fs p99 %.2fs max %.2fs", res.Reclaim.N, res.Reclaim.P50, res.Reclaim.P99, res.Reclaim.Max)
 	for _, k := range sortedKeys(res.ReclaimByKind) {
 		s := res.ReclaimByKind[k]
@@ -541,10 +560,10 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	for _, wv := range res.Warnings {
 		fmt.Fprintf(stdout, "WARNING %s: %s\n", wv.Kind, wv.Detail)
 	}
-	if len(anomalies) > 0 {
-		fmt.Fprintf(stdout, "%d anomalies (unexpected process exits, restarts): see report.json\n", len(anomalies))
+	if len(rep.Anomalies) > 0 {
+		fmt.Fprintf(stdout, "%d anomalies (unexpected process exits, restarts): see report.json\n", len(rep.Anomalies))
 	}
-	fmt.Fprintf(stdout, "report %s, picture %s (seed %d, %.0fs)\n", filepath.Join(h.out, "report.json"), filepath.Join(h.out, "timeline.svg"), cfg.seed, time.Since(wall).Seconds())
+	fmt.Fprintf(stdout, "report %s, picture %s (seed %d, %.0fs)\n", filepath.Join(rep.Out, "report.json"), filepath.Join(rep.Out, "timeline.svg"), rep.Seed, time.Since(wall).Seconds())
 	code := 0
 	found := countViolations(res) > 0 || len(res.Lost) > 0
 	if found != cfg.expectViolations {
@@ -559,4 +578,49 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	}
 	fmt.Fprintln(stdout, summary)
 	return code, summary
+}
+
+// savedInput is what a run saves for --recheck (besides the histories and
+// store.jsonl).
+type savedInput struct {
+	Mode      string                      `json:"mode"`
+	Jobs      map[string]*JobInfo         `json:"jobs"`
+	Final     map[string]*coordinator.Job `json:"final"`
+	Faults    []*Fault                    `json:"faults"`
+	Instances []instance                  `json:"instances"`
+	LogOK     bool                        `json:"log_ok"`
+	End       time.Time                   `json:"end"`
+	Plan      []plan                      `json:"plan"`
+	Lanes     int                         `json:"lanes"`
+}
+
+// recheck runs the checker again on a saved run.
+func recheck(cfg config, stdout io.Writer) (int, error) {
+	dir := cfg.recheck
+	b, err := os.ReadFile(filepath.Join(dir, "checkinput.json"))
+	if err != nil {
+		return 3, err
+	}
+	var si savedInput
+	if err := json.Unmarshal(b, &si); err != nil {
+		return 3, fmt.Errorf("checkinput.json: %w", err)
+	}
+	var rep Report
+	if b, err := os.ReadFile(filepath.Join(dir, "report.json")); err == nil {
+		_ = json.Unmarshal(b, &rep)
+	}
+	events, torn, err := readHistories(filepath.Join(dir, "history"))
+	if err != nil {
+		return 3, err
+	}
+	in := &CheckInput{Mode: si.Mode, Jobs: si.Jobs, Final: si.Final, Events: events, Faults: si.Faults, Instances: si.Instances, LogOK: si.LogOK, End: si.End}
+	if si.Mode == "shared" {
+		in.Log, err = readStoreLog(filepath.Join(dir, "store.jsonl"))
+		if err != nil {
+			return 3, err
+		}
+	}
+	rep.Out, rep.TornLines, rep.Mode = dir, torn, si.Mode
+	code, _ := report(cfg, in, &rep, si.Lanes, time.Now(), stdout)
+	return code, nil
 }

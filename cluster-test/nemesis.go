@@ -72,20 +72,20 @@ func schedule(seed uint64, mode string, daemons int, ttl, budget time.Duration, 
 		}
 		r.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 		for _, k := range kinds {
-			p := plan{Kind: k, Slot: r.IntN(daemons), Pick: r.IntN(1 << 20), Gap: ms(1500, 4000)}
+			p := plan{Kind: k, Slot: r.IntN(daemons), Pick: r.IntN(1 << 20), Gap: ms(1000, 2500)}
 			switch k {
 			case fKillDaemon:
 				p.Dur = ms(500, 3000)
 			case fPauseDaemon, fPartition, fPartitionReq, fPartitionReply:
-				p.Dur = ttl + ms(1000, 3500)
+				p.Dur = ttl + ms(1000, 2500)
 			case fLatency:
-				p.Dur = ms(3000, 6000)
+				p.Dur = ms(2500, 5000)
 			case fDropConns:
 				p.Dur = ms(1000, 3000)
 			case fKillLeader, fKillFollower:
 				p.Dur = ms(1000, 4000)
 			case fQuorumLoss:
-				p.Dur = ttl + ms(1500, 4000)
+				p.Dur = ttl + ms(1500, 3000)
 			case fRollingRestart:
 				p.Dur = time.Duration(daemons) * 3 * time.Second // estimate
 			case fKillEmbedded:

@@ -78,21 +78,21 @@ func timeline(w io.Writer, in *CheckInput, res *Result, id string) {
 			if e.Delete {
 				verb = "deleted"
 			}
-			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d %s %s %s", e.Rev, what, verb, e.Index))
+			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d %s %s %s %s", e.Rev, seen(e), what, verb, e.Index))
 		case e.Key == "o" && e.Delete:
-			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d ownership key deleted", e.Rev))
+			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d %s ownership key deleted", e.Rev, seen(e)))
 		case e.Key == "o":
-			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d ownership key put (create revision %d)", e.Rev, e.CreateRev))
+			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d %s ownership key put (create revision %d)", e.Rev, seen(e), e.CreateRev))
 		case e.Delete:
-			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d record deleted", e.Rev))
+			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d %s record deleted", e.Rev, seen(e)))
 		case e.Rec != nil:
 			r := e.Rec
-			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d record %s attempt=%d owner=%s token=%d errors=%d checkpoint=%s",
-				e.Rev, r.State, r.Attempt, r.Owner, r.Token, len(r.Errors), compact(r.Checkpoint)))
+			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d %s record %s attempt=%d owner=%s token=%d errors=%d checkpoint=%s",
+				e.Rev, seen(e), r.State, r.Attempt, r.Owner, r.Token, len(r.Errors), compact(r.Checkpoint)))
 		}
 	}
 	if len(storeLines) > 0 {
-		fmt.Fprintln(w, "  store history (etcd revisions):")
+		fmt.Fprintln(w, "  store history (etcd revisions, with the time the harness's watch saw them):")
 		for _, s := range storeLines {
 			fmt.Fprintln(w, "  "+s)
 		}
@@ -108,6 +108,13 @@ func timeline(w io.Writer, in *CheckInput, res *Result, id string) {
 			fmt.Fprintf(w, "  VIOLATION %s: %s\n", v.Kind, v.Detail)
 		}
 	}
+}
+
+func seen(e StoreEvent) string {
+	if e.Seen.IsZero() {
+		return "            "
+	}
+	return e.Seen.Format(tsFormat)
 }
 
 func compact(b []byte) string {

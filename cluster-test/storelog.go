@@ -28,6 +28,9 @@ type StoreEvent struct {
 	Job       string `json:"job"`
 	Delete    bool   `json:"delete,omitempty"`
 	CreateRev int64  `json:"create_rev,omitempty"`
+	// Seen is when the harness's watch received the event: the commit time,
+	// give or take the watch's lag.
+	Seen time.Time `json:"seen"`
 	// Rec is the record written by a put of j/ID.
 	Rec *coordinator.Job `json:"rec,omitempty"`
 }
@@ -126,7 +129,7 @@ func (l *storeLog) add(ev *clientv3.Event) {
 		return
 	}
 	se := StoreEvent{Rev: ev.Kv.ModRevision, Key: rest[:1], Job: rest[strings.LastIndexByte(rest, '/')+1:],
-		Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision}
+		Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision, Seen: time.Now()}
 	if strings.Contains("qtf", se.Key) {
 		se.Index = rest
 	}
@@ -178,4 +181,24 @@ func (l *storeLog) result() ([]StoreEvent, string) {
 	_ = l.f.Flush()
 	_ = l.file.Sync()
 	return append([]StoreEvent(nil), l.events...), l.gap
+}
+
+// readStoreLog reads a store.jsonl written by a run.
+func readStoreLog(path string) ([]StoreEvent, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var out []StoreEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	for sc.Scan() {
+		var e StoreEvent
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, e)
+	}
+	return out, sc.Err()
 }
