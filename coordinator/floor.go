@@ -42,12 +42,14 @@ func (f *floors) advance(queue, key string, epoch uint64) {
 	}
 }
 
-// lower makes sure the floor is at or before key.
+// lower makes sure the floor is at or before key, a job that just became
+// available. It also voids every claim in flight: one that read before
+// this job landed must not raise the floor past it.
 func (f *floors) lower(queue, key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fl := f.m[queue]; fl != nil && key < fl.key {
-		fl.key = key
+	if fl := f.m[queue]; fl != nil {
+		fl.key = min(fl.key, key)
 		fl.epoch++
 	}
 }

@@ -9,14 +9,11 @@ import (
 )
 
 // follow reads prefix, calls onKey for every key present, then watches it
-// from the read's revision on and calls onEvent for every change, until ctx
-// ends. A watch that ends (compaction, reconnect) is resumed by reading
+// from the read's revision on, calls onRestart, and calls onEvent for every
+// change, until ctx ends. A watch that ends (compaction, reconnect) is resumed by reading
 // again, so nothing is missed; callers must tolerate seeing a key twice.
 func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(), onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
 	for {
-		if onRestart != nil {
-			onRestart()
-		}
 		rev := int64(0)
 		err := c.scanAt(ctx, prefix, onKey, &rev)
 		if err != nil {
@@ -32,7 +29,13 @@ func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(
 			continue
 		}
 		wctx, cancel := context.WithCancel(ctx)
-		for resp := range c.store.Watch(wctx, prefix, rev+1) {
+		ch := c.store.Watch(wctx, prefix, rev+1)
+		// Called once the watch covers everything after the read: a
+		// consumer that resets here misses no change.
+		if onRestart != nil {
+			onRestart()
+		}
+		for resp := range ch {
 			if resp.Err != nil {
 				c.log.Debug("watch ended; reading again", slog.String("prefix", prefix), slog.Any("err", resp.Err))
 				continue

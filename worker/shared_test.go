@@ -86,7 +86,9 @@ func (e *sharedEnv) wait(id string, d time.Duration) *coordinator.Job {
 	defer cancel()
 	j, err := e.c.Wait(ctx, id)
 	if err != nil {
-		e.t.Fatalf("wait for %s: %v", id, err)
+		cur, gerr := e.c.Get(context.Background(), id)
+		n, _ := e.c.Counts(context.Background())
+		e.t.Fatalf("wait for %s: %v (now %+v, %v; counts %v)", id, err, cur, gerr, n)
 	}
 	return j
 }

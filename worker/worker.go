@@ -294,10 +294,12 @@ func (w *Worker) newSession(ctx context.Context) (*coordinator.Session, error) {
 	})
 }
 
-// isRunning reports whether a handler of this worker runs job id now.
+// isRunning reports whether this worker runs job id now under its current
+// session. Runs of an ended session are fenced and abandoned: their jobs
+// may be reaped, by this worker too.
 func (w *Worker) isRunning(id string) bool {
-	_, ok := w.active.Load(id)
-	return ok
+	a, ok := w.active.Load(id)
+	return ok && a.(*active).run.Session() == w.sess.Load()
 }
 
 // poke wakes the claim loop without blocking.
