@@ -381,10 +381,17 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	defer stopRun()
 	w := newWorkload(h, tgt, cfg.seed)
 	workStart := time.Now()
-	progCtx, stopProg := context.WithCancel(ctx)
-	go h.progress(progCtx, w, wall, len(plans), est)
-	supCtx, stopSup := context.WithCancel(ctx)
-	go h.supervise(supCtx)
+	// Both background loops print; each stop waits for its loop to end, so
+	// that nothing prints after run returns.
+	var progWG, supWG sync.WaitGroup
+	progCtx, cancelProg := context.WithCancel(ctx)
+	progWG.Go(func() { h.progress(progCtx, w, wall, len(plans), est) })
+	stopProg := func() { cancelProg(); progWG.Wait() }
+	defer stopProg()
+	supCtx, cancelSup := context.WithCancel(ctx)
+	supWG.Go(func() { h.supervise(supCtx) })
+	stopSup := func() { cancelSup(); supWG.Wait() }
+	defer stopSup()
 	workCtx, stopWork := context.WithCancel(runCtx)
 	workDone := make(chan struct{})
 	go func() { defer close(workDone); w.run(workCtx, cfg.rate) }()

@@ -16,7 +16,7 @@ var outcomeColors = []struct{ name, color string }{
 	{"cancelled", "#868e96"},
 	{"released (graceful stop)", "#1c7ed6"},
 	{"abandoned / refused (lease lost)", "#7048e8"},
-	{"outcome unknown (write timed out)", "#fab005"},
+	{"outcome unknown (write timed out)", "#15aabf"},
 	{"no outcome (process died)", "#212529"},
 }
 
