@@ -48,6 +48,12 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
+	if len(rr.KVs) == 0 && start != c.keys.queue(queue) {
+		// Nothing after the floor: read once from the queue's start, so
+		// that the floor can only delay a job, never hide it.
+		c.floors.reset(queue)
+		return c.Claim(ctx, sess, queue, n, spread)
+	}
 	if len(rr.KVs) == 0 {
 		return nil, st, nil
 	}
