@@ -213,6 +213,10 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 // Running returns the number of handlers running now.
 func (w *Worker) Running() int { return int(w.inFlight.Load()) }
 
+// Pending returns the number of runs whose outcome is not yet recorded:
+// running handlers and outcome writes in flight.
+func (w *Worker) Pending() int { return len(w.tickets) }
+
 // Session returns the current session (nil before Start).
 func (w *Worker) Session() *coordinator.Session { return w.sess.Load() }
 

@@ -55,7 +55,7 @@ LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 su
 		return &cliError{code: exitUsage, bare: true,
 			msg: fmt.Sprintf("%s%v: see 'leasehold %s--help'", prefixed(name), err, suffixed(name))}
 	})
-	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd(), newEtcdCmd(g))
+	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd(), newEtcdCmd(g), newBenchCmd(g))
 	return root
 }
 

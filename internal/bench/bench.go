@@ -375,12 +375,12 @@ func (r *runner) drain(ctx context.Context, w *worker.Worker, h *handlers) (Resu
 // waitIdle waits until no handler of w runs and no outcome is being
 // written.
 func waitIdle(ctx context.Context, w *worker.Worker) error {
-	if w.Running() == 0 {
+	if w.Pending() == 0 {
 		return nil
 	}
 	t := time.NewTicker(200 * time.Microsecond)
 	defer t.Stop()
-	for w.Running() > 0 {
+	for w.Pending() > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

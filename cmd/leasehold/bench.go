@@ -1,0 +1,114 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/bench"
+	"github.com/spf13/cobra"
+)
+
+type benchOpts struct {
+	mode        string
+	data        string
+	etcd        []string
+	jobs        int
+	concurrency int
+	latencyJobs int
+	latencyRate float64
+	ceiling     bool
+	json        bool
+}
+
+func newBenchCmd(g *globalOpts) *cobra.Command {
+	o := &benchOpts{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure enqueue and drain throughput and pickup latency",
+		Long: `Run the standard workload in this process, durably, and report each phase:
+  insert   N no-op jobs, enqueued 1,000 per call, no worker running
+  drain    a worker with --concurrency slots runs them all
+  latency  --latency-jobs jobs enqueued one per call at --latency-rate per
+           second; latency is enqueue call start to handler start
+With --ceiling it first runs the raw store loop (synced Pebble puts, or
+batched etcd claims) so throughput can be read against the store's ceiling.
+Embedded mode uses a temporary directory unless --data is given (not one a
+daemon is using); shared mode starts one embedded etcd member unless --etcd
+is given. --json prints one JSON object per phase.`,
+		Example: `  leasehold bench
+  leasehold bench --mode shared --ceiling --json
+  leasehold bench --etcd http://127.0.0.1:2379 --jobs 100000`,
+		Args: argsBetween(0, 0, "[--mode embedded|shared] [--data DIR | --etcd URL,...] [--jobs N] [--concurrency C] [--json]"),
+		RunE: action(func(cmd *cobra.Command, _ []string) error { return runBench(cmd, g, o) }),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.mode, "mode", "", "embedded or shared (default: shared with --etcd, else embedded)")
+	f.StringVar(&o.data, "data", "", "embedded store directory (default: a temporary one)")
+	f.StringSliceVar(&o.etcd, "etcd", nil, "etcd endpoints (default in shared mode: an embedded member)")
+	f.IntVar(&o.jobs, "jobs", bench.DefaultJobs, "jobs of the insert and drain phases")
+	f.IntVar(&o.concurrency, "concurrency", bench.DefaultConcurrency, "worker slots")
+	f.IntVar(&o.latencyJobs, "latency-jobs", bench.DefaultLatencyJobs, "jobs of the latency phase")
+	f.Float64Var(&o.latencyRate, "latency-rate", bench.DefaultLatencyRate, "enqueue rate of the latency phase, jobs per second")
+	f.BoolVar(&o.ceiling, "ceiling", false, "also measure the raw store loop")
+	f.BoolVar(&o.json, "json", false, "print one JSON object per phase")
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
+	switch {
+	case o.jobs < 1:
+		return usagef("--jobs %d: want 1 or more", o.jobs)
+	case o.concurrency < 1:
+		return usagef("--concurrency %d: want 1 or more", o.concurrency)
+	case o.latencyJobs < 0:
+		return usagef("--latency-jobs %d is negative", o.latencyJobs)
+	case o.latencyRate <= 0:
+		return usagef("--latency-rate %g: want a positive rate", o.latencyRate)
+	case o.mode != "" && o.mode != bench.ModeEmbedded && o.mode != bench.ModeShared:
+		return usagef("--mode %q: want embedded or shared", o.mode)
+	}
+	log, err := newLogger(&globalOpts{logFormat: g.logFormat, logLevel: "warn"}, cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	p := &progress{w: errw, on: isTerminal(errw)}
+	start := time.Now()
+	cfg := bench.Config{
+		Mode: o.mode, Data: o.data, Etcd: o.etcd, Jobs: o.jobs, Concurrency: o.concurrency,
+		LatencyJobs: o.latencyJobs, LatencyRate: o.latencyRate, Ceiling: o.ceiling, Logger: log,
+		Progress: func(phase string, done, total int) {
+			el := time.Since(start).Seconds()
+			p.show(fmt.Sprintf("%s: %d/%d (%.0f%%) %.1fs", phase, done, total, 100*float64(done)/float64(max(total, 1)), el))
+		},
+	}
+	if !o.json {
+		fmt.Fprintf(out, "%-9s %-8s %8s %9s %12s %8s %8s %8s %8s %8s\n", "mode", "phase", "jobs", "seconds", "jobs/s", "p50 ms", "p90 ms", "p99 ms", "max ms", "rss MB")
+	}
+	err = bench.Run(ctx, cfg, func(r bench.Result) {
+		p.clear()
+		if o.json {
+			b, _ := json.Marshal(r)
+			fmt.Fprintln(out, string(b))
+			return
+		}
+		line := fmt.Sprintf("%-9s %-8s %8d %9.2f %12.0f %8.2f %8.2f %8.2f %8.2f %8.1f", r.Mode, r.Phase, r.Jobs, r.Seconds, r.JobsPerSec, r.P50MS, r.P90MS, r.P99MS, r.MaxMS, r.MaxRSSMB)
+		if r.CeilingRatio > 0 {
+			line += fmt.Sprintf("  (%.0f%% of the store ceiling)", 100*r.CeilingRatio)
+		}
+		fmt.Fprintln(out, line)
+	})
+	p.clear()
+	if err != nil {
+		if ctx.Err() != nil {
+			return failf("interrupted")
+		}
+		return failf("%v", err)
+	}
+	return nil
+}
