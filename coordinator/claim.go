@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/fence"
@@ -48,9 +49,11 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
-	if len(rr.KVs) == 0 && start != c.keys.queue(queue) {
-		// Nothing after the floor: read once from the queue's start, so
-		// that the floor can only delay a job, never hide it.
+	if len(rr.KVs) == 0 && start != c.keys.queue(queue) && c.floors.dueFullRead(queue, time.Now()) {
+		// Nothing after the floor: now and then (at most once a second,
+		// since on etcd the index of deleted keys makes it costly) read
+		// from the queue's start, so the floor can only delay a job, never
+		// hide it.
 		c.floors.reset(queue)
 		return c.Claim(ctx, sess, queue, n, spread)
 	}

@@ -1,6 +1,9 @@
 package coordinator
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // floors remember, per queue, a key before which the available index holds
 // nothing but deleted entries, so that a claim can seek past them instead
@@ -15,8 +18,9 @@ type floors struct {
 }
 
 type floor struct {
-	key      string // claim reads from here; "" is the queue's start
-	epoch    uint64 // bumped by every lowering, so a claim never raises past one
+	lastFull time.Time // last claim that read from the queue's start on purpose
+	key      string    // claim reads from here; "" is the queue's start
+	epoch    uint64    // bumped by every lowering, so a claim never raises past one
 	watchers int
 }
 
@@ -86,4 +90,18 @@ func (f *floors) unwatch(queue string) {
 	if fl := f.m[queue]; fl != nil {
 		fl.watchers--
 	}
+}
+
+// dueFullRead reports whether a claim that found nothing past the floor
+// should read the queue from its start (at most once a second), and
+// records that it does.
+func (f *floors) dueFullRead(queue string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl := f.m[queue]
+	if fl == nil || now.Sub(fl.lastFull) < time.Second {
+		return false
+	}
+	fl.lastFull = now
+	return true
 }
