@@ -45,6 +45,11 @@ type Config struct {
 	OnOutcome func(Outcome)
 	// OnStart, if set, is called when a handler is about to start.
 	OnStart func(j coordinator.Job, token fence.Token)
+	// OnClaim, if set, is called after each claim request of the claim
+	// loop with the queue, the number of jobs claimed and what the claim
+	// saw (candidates tried, conflicts lost): for metrics. It must not
+	// block.
+	OnClaim func(queue string, claimed int, st coordinator.ClaimStats)
 	// PollInterval is a backstop for the watch that wakes the claim loop.
 	// Default: 5s.
 	PollInterval time.Duration
@@ -352,6 +357,9 @@ func (w *Worker) claimLoop() {
 					w.log.Warn("claim failed", slog.String("queue", q), slog.Any("err", err))
 				}
 				conflicts += st.Conflicts
+				if w.cfg.OnClaim != nil {
+					w.cfg.OnClaim(q, len(runs), st)
+				}
 				for _, r := range runs {
 					w.start(sess, r)
 				}
