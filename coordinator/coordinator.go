@@ -42,6 +42,10 @@ type Config struct {
 	// MaxRescues is how many times a job may lose its run with its daemon
 	// (lease expiry, crash) before it is discarded. Default: 5.
 	MaxRescues int
+	// OnReap, if set, is called for each job a reap moved out of running
+	// (re-queued, cancelled or discarded), with the job as written: for
+	// metrics. It must not block.
+	OnReap func(j *Job)
 	// Namespace isolates queues that share a store. Default: "default".
 	Namespace string
 	// Retention is how long finished jobs are kept. Default: 24h.

@@ -103,6 +103,9 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 			j := reaped[i]
 			c.log.Info("reaped job after its owner's lease was lost", slog.String("job", j.ID), slog.String("kind", j.Kind),
 				slog.String("state", string(j.State)), slog.Int("rescues", j.Rescues))
+			if c.cfg.OnReap != nil {
+				c.cfg.OnReap(j)
+			}
 		}
 	}
 	return n, nil
@@ -115,8 +118,10 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 // returns true are never reaped. It returns ctx's error.
 func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) bool, interval time.Duration) error {
 	for {
-		if _, err := c.Reap(ctx, nil, mine); err != nil && ctx.Err() == nil {
+		if n, err := c.Reap(ctx, nil, mine); err != nil && ctx.Err() == nil {
 			c.log.Warn("reap pass failed", slog.Any("err", err))
+		} else if n > 0 {
+			c.log.Info(fmt.Sprintf("reaped %d jobs whose owner lost its lease", n), slog.Int("reaped", n))
 		}
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.workers(), End: kv.PrefixEnd(c.keys.workers()), Limit: 1, KeysOnly: true})
 		if err != nil {
