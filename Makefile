@@ -38,8 +38,9 @@ lint:
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 
+# The whole benchmark set, as one table (see scripts/bench.sh).
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./coordinator/... ./localstore/...
+	bash scripts/bench.sh
 
 clean:
 	rm -f leasehold
