@@ -152,6 +152,7 @@ type harness struct {
 
 	faultMu    sync.Mutex // held by a running fault
 	faultsDone atomic.Int64
+	planned    atomic.Int64 // faults the nemesis will run (for the progress line)
 	current    atomic.Value // string: the fault in progress
 	phase      atomic.Value // string
 
@@ -188,7 +189,7 @@ func (h *harness) setCurrent(s string) { h.current.Store(s) }
 
 // progress shows a progress line with rate and ETA on a terminal, plain
 // lines every 15 s otherwise.
-func (h *harness) progress(ctx context.Context, w *workload, start time.Time, total int, est time.Duration) {
+func (h *harness) progress(ctx context.Context, w *workload, start time.Time, est time.Duration) {
 	every := 15 * time.Second
 	if h.tty {
 		every = time.Second
@@ -214,7 +215,7 @@ func (h *harness) progress(ctx context.Context, w *workload, start time.Time, to
 		cur, _ := h.current.Load().(string)
 		eta := max(est-el, 0)
 		s := fmt.Sprintf("[%s] %s: %d jobs (%.1f/s), faults %d/%d%s, ETA %s", el.Round(time.Second), phase, n,
-			float64(n)/max(el.Seconds(), 1), h.faultsDone.Load(), total, noteSuffix(cur), eta.Round(time.Second))
+			float64(n)/max(el.Seconds(), 1), h.faultsDone.Load(), h.planned.Load(), noteSuffix(cur), eta.Round(time.Second))
 		if h.tty {
 			h.printMu.Lock()
 			h.lastProg = "\r\033[K" + s
@@ -326,11 +327,21 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 			minRounds = 3
 		}
 	}
+	// With --duration, the plan is longer than needed and the nemesis stops
+	// at the deadline: a seed gives the same sequence of faults, of which a
+	// run executes as many as fit.
+	if budget > 0 {
+		budget *= 2
+	}
 	plans := schedule(cfg.seed, cfg.mode, cfg.daemons, cfg.leaseTTL, budget, minRounds)
 	var est time.Duration
 	for _, p := range plans {
 		est += p.Gap + p.Dur + estOverhead(p.Kind)
 	}
+	if cfg.duration > 0 && !cfg.short {
+		est = cfg.duration
+	}
+	h.planned.Store(int64(len(plans)))
 	est += 40 * time.Second // setup, tail, quiesce, checks
 
 	var tgt target
@@ -385,7 +396,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	// that nothing prints after run returns.
 	var progWG, supWG sync.WaitGroup
 	progCtx, cancelProg := context.WithCancel(ctx)
-	progWG.Go(func() { h.progress(progCtx, w, wall, len(plans), est) })
+	progWG.Go(func() { h.progress(progCtx, w, wall, est) })
 	stopProg := func() { cancelProg(); progWG.Wait() }
 	defer stopProg()
 	supCtx, cancelSup := context.WithCancel(ctx)
@@ -395,7 +406,11 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	workCtx, stopWork := context.WithCancel(runCtx)
 	workDone := make(chan struct{})
 	go func() { defer close(workDone); w.run(workCtx, cfg.rate) }()
-	nerr := h.nemesis(runCtx, plans)
+	var deadline time.Time
+	if !cfg.short {
+		deadline = time.Now().Add(cfg.duration)
+	}
+	nerr := h.nemesis(runCtx, plans, deadline)
 	h.sleep(ctx, 3*time.Second) // a little work after the last fault
 	stopWork()
 	<-workDone

@@ -114,10 +114,15 @@ func estOverhead(kind string) time.Duration {
 	return 0
 }
 
-// nemesis executes the plan. Each fault holds faultMu, so the supervisor
-// does not restart what a fault keeps down.
-func (h *harness) nemesis(ctx context.Context, plans []plan) error {
+// nemesis executes the plan, up to deadline (if not zero): a fault that
+// would not end by then is not started. Each fault holds faultMu, so the
+// supervisor does not restart what a fault keeps down.
+func (h *harness) nemesis(ctx context.Context, plans []plan, deadline time.Time) error {
 	for i, p := range plans {
+		if !deadline.IsZero() && time.Now().Add(p.Gap+p.Dur+estOverhead(p.Kind)).After(deadline) {
+			h.planned.Store(int64(i))
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
