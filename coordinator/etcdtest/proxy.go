@@ -60,6 +60,16 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	return p
 }
 
+// StartProxy is NewProxy outside of a test (a fault-injection harness, say):
+// the caller closes the proxy.
+func StartProxy(target string) (*Proxy, error) {
+	addr, err := loopbackHostPort(target)
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: StartProxy: %w", err)
+	}
+	return newProxy(addr)
+}
+
 // newProxy listens on a free loopback port and forwards to target, which may
 // be "" (connections are reset until a target is set).
 func newProxy(target string) (*Proxy, error) {
