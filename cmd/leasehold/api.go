@@ -54,7 +54,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -130,6 +130,14 @@ type apiConfig struct {
 	Logger     *slog.Logger
 	// WorkerID names the daemon's own worker on the dashboard.
 	WorkerID string
+	// Worker is the daemon's worker, for /readyz and its metrics; nil
+	// for the in-process API of a CLI command.
+	Worker *worker.Worker
+	// Metrics receives the daemon's metrics; nil: a registry of the
+	// API's own.
+	Metrics *metrics
+	// Auth guards state-changing requests (see auth.go).
+	Auth authConfig
 }
 
 // api serves the HTTP API. It is an http.Handler.
@@ -138,9 +146,7 @@ type api struct {
 	kindNames []string
 	mux       *http.ServeMux
 	log       *slog.Logger
-	reg       *prometheus.Registry
-	requests  *prometheus.CounterVec
-	latency   *prometheus.HistogramVec
+	m         *metrics
 }
 
 func newAPI(cfg apiConfig) *api {
@@ -150,16 +156,12 @@ func newAPI(cfg apiConfig) *api {
 	if cfg.MaxPayload <= 0 {
 		cfg.MaxPayload = coordinator.DefaultMaxPayloadBytes
 	}
-	a := &api{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, reg: prometheus.NewRegistry()}
+	if cfg.Metrics == nil {
+		cfg.Metrics = newMetrics()
+	}
+	a := &api{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, m: cfg.Metrics}
 	a.kindNames = sortedKeys(cfg.Kinds)
-	a.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "leasehold_http_requests_total", Help: "HTTP requests served, by route and status code.",
-	}, []string{"route", "code"})
-	a.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "leasehold_http_request_seconds", Help: "HTTP request latency, by route.",
-		Buckets: prometheus.DefBuckets,
-	}, []string{"route"})
-	a.reg.MustRegister(a.requests, a.latency, &jobsCollector{c: cfg.Coord, log: cfg.Logger})
+	a.m.reg.MustRegister(&jobsCollector{c: cfg.Coord, log: cfg.Logger})
 
 	a.mux.HandleFunc("POST /v1/jobs", a.createJob)
 	a.mux.HandleFunc("POST /v1/jobs/batch", a.createBatch)
@@ -170,8 +172,9 @@ func newAPI(cfg apiConfig) *api {
 	a.mux.HandleFunc("GET /v1/stats", a.stats)
 	a.mux.HandleFunc("GET /v1/health", a.health)
 	a.mux.HandleFunc("GET /healthz", a.health)
-	a.mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{prometheus.DefaultGatherer, a.reg}, promhttp.HandlerOpts{}))
-	a.mux.HandleFunc("GET /{$}", a.dashboard)
+	a.mux.HandleFunc("GET /readyz", a.ready)
+	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{}))
+	a.routeDashboard()
 	return a
 }
 
@@ -186,9 +189,10 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = "unmatched"
 		out = &jsonFallback{statusWriter: rw, r: r}
 	}
-	a.mux.ServeHTTP(out, r)
-	a.requests.WithLabelValues(route, strconv.Itoa(rw.code)).Inc()
-	a.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	if a.guard(out, r) {
+		a.mux.ServeHTTP(out, r)
+	}
+	a.m.observeRequest(route, rw.code, time.Since(start))
 	a.log.Debug("http request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int("status", rw.code), slog.Duration("took", time.Since(start)))
 }
@@ -443,6 +447,8 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusCreated
 	if res.Existed {
 		status = http.StatusOK
+	} else {
+		a.m.onEnqueued(res.Job)
 	}
 	writeJSON(w, status, createResponse{Job: res.Job, Existed: res.Existed})
 }
@@ -486,6 +492,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 		out.Jobs[i], out.Existed[i] = x.Job, x.Existed
 		if !x.Existed {
 			status = http.StatusCreated
+			a.m.onEnqueued(x.Job)
 		}
 	}
 	writeJSON(w, status, out)
@@ -633,29 +640,6 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) health(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-}
-
-// jobsCollector exports the number of jobs in each state at scrape time.
-type jobsCollector struct {
-	c   *coordinator.Coordinator
-	log *slog.Logger
-}
-
-var jobsDesc = prometheus.NewDesc("leasehold_jobs", "Jobs in each state.", []string{"state"}, nil)
-
-func (jc *jobsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- jobsDesc }
-
-func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	counts, err := jc.c.Counts(ctx)
-	if err != nil {
-		jc.log.Warn("metrics: counting jobs failed", slog.Any("err", err))
-		return
-	}
-	for _, st := range coordinator.States {
-		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
-	}
 }
 
 func sortedKeys[V any](m map[string]V) []string {

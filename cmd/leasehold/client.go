@@ -28,6 +28,7 @@ type client struct {
 	base    *url.URL
 	hc      *http.Client
 	onClose func() // releases a shared-mode connection
+	token   string // sent as a bearer token when set
 }
 
 // addServerFlag adds --server to cmd.
@@ -83,6 +84,9 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return c.transportError(ctx, err)

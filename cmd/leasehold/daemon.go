@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +46,10 @@ type daemonOpts struct {
 	execs           []string
 	reapInterval    time.Duration
 	historyDir      string
+	apiToken        string
+	apiTokenFile    string
+	tlsCert         string
+	tlsKey          string
 }
 
 func newDaemonCmd(g *globalOpts) *cobra.Command {
@@ -81,6 +86,10 @@ interrupted and re-queued. A second signal stops it at once.`,
 	f.DurationVar(&o.retention, "retention", coordinator.DefaultRetention, "how long finished jobs are kept")
 	f.DurationVar(&o.defaultTimeout, "default-timeout", 0, "bound on an attempt of a job that sets no timeout (0: none)")
 	f.Var(&o.maxPayload, "max-payload", "largest job payload accepted (e.g. 1MiB, 256KiB, 65536)")
+	f.StringVar(&o.apiToken, "api-token", "", "require this bearer token on every state-changing API request (prefer LEASEHOLD_API_TOKEN or --api-token-file)")
+	f.StringVar(&o.apiTokenFile, "api-token-file", "", "read the API token from this file (one line)")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate (PEM; with --tls-key)")
+	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
 	f.StringArrayVar(&o.execs, "exec", nil, "run jobs of KIND with COMMAND (sh -c; payload on stdin), as KIND=COMMAND; repeatable (LEASEHOLD_EXEC: one per line)")
 	return cmd
 }
@@ -137,6 +146,12 @@ func (o *daemonOpts) validate() error {
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return usagef("--listen %q is not HOST:PORT: use e.g. %s", o.listen, defaultListen)
 	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return usagef("--tls-cert and --tls-key go together: give both or neither")
+	}
+	if _, err := readToken(o.apiToken, o.apiTokenFile, "--"); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -148,6 +163,22 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	if err != nil {
 		return err
 	}
+	token, err := readToken(o.apiToken, o.apiTokenFile, "--")
+	if err != nil {
+		return err
+	}
+	var tlsCfg *tls.Config
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return usagef("--tls-cert %s / --tls-key %s: %s: give a PEM certificate and its key", o.tlsCert, o.tlsKey, oneLine(err.Error()))
+		}
+		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	if token == "" && !loopbackListen(o.listen) {
+		log.Warn("the API listens beyond loopback without a token: anyone who reaches it can enqueue and cancel jobs; set --api-token-file", slog.String("listen", o.listen))
+	}
+	m := newMetrics()
 	kinds, err := daemonKinds(o.execs, log)
 	if err != nil {
 		return err
@@ -163,7 +194,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			return err
 		}
 		defer func() { _ = cli.Close() }()
-		store = es
+		store = m.instrumentStore(es, "etcd")
 		log.Info("shared mode: connected to etcd", slog.Any("endpoints", o.etcd.endpoints), slog.String("namespace", o.etcd.namespace))
 	} else {
 		ls, err := localstore.Open(o.data, localstore.Options{Logger: log})
@@ -174,7 +205,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			}
 			return failf("cannot open data directory %s: %s", o.data, msg)
 		}
-		store = ls
+		store = m.instrumentStore(ls, "pebble")
 		log.Info("store opened", slog.String("dir", ls.Dir()))
 	}
 	defer func() {
@@ -188,6 +219,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		Logger:          log,
 		Retention:       o.retention,
 		MaxPayloadBytes: int(o.maxPayload),
+		OnReap:          m.onReap,
 	})
 	if err != nil {
 		if errors.Is(err, coordinator.ErrInvalid) {
@@ -216,7 +248,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		kinds["history"] = historyKind(h)
 		onOutcome = h.onOutcome
 	}
-	w, err := worker.New(coord, worker.Config{
+	wcfg := worker.Config{
 		WorkerID:       workerID,
 		OnOutcome:      onOutcome,
 		Concurrency:    o.concurrency,
@@ -230,7 +262,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		Reap:         shared,
 		ReapInterval: o.reapInterval,
 		Spread:       shared,
-	})
+	}
+	m.workerHooks(&wcfg)
+	w, err := worker.New(coord, wcfg)
 	if err != nil {
 		if errors.Is(err, coordinator.ErrInvalid) {
 			return usagef("%s", cleanCoordError(err))
@@ -250,7 +284,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	srv := &http.Server{
 		Handler: newAPI(apiConfig{
 			Coord: coord, Kinds: kinds, Shared: shared, MaxPayload: int(o.maxPayload), Logger: log, WorkerID: w.ID(),
+			Worker: w, Metrics: m, Auth: authConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)},
 		}),
+		TLSConfig:         tlsCfg,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
@@ -269,9 +305,16 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		return failf("starting the worker: %s", cleanCoordError(err))
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	m.registerDaemon(w)
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
 	addr := ln.Addr().String()
-	log.Info("listening", slog.String("addr", addr), slog.String("url", "http://"+addr),
+	log.Info("listening", slog.String("addr", addr), slog.String("url", scheme+"://"+addr), slog.Bool("api_token", token != ""),
 		slog.String("worker", w.ID()), slog.Any("kinds", w.Kinds()), slog.Int("concurrency", o.concurrency))
 
 	var runErr error

@@ -94,10 +94,12 @@ func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Clien
 type target struct {
 	server string
 	etcd   etcdFlags
+	auth   clientAuth
 }
 
 func addTargetFlags(cmd *cobra.Command, t *target) {
 	addServerFlag(cmd, &t.server)
+	addClientAuthFlags(cmd, &t.auth)
 	addEtcdFlags(cmd, &t.etcd, true)
 }
 
@@ -105,7 +107,14 @@ func addTargetFlags(cmd *cobra.Command, t *target) {
 // until close.
 func (t *target) client(ctx context.Context) (*client, error) {
 	if !t.etcd.shared() {
-		return newClient(t.server)
+		c, err := newClient(t.server)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.setAuth(t.auth); err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 	cli, store, err := t.etcd.dial(ctx, nil)
 	if err != nil {
