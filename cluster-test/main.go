@@ -355,6 +355,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 		if err != nil {
 			return fail(err)
 		}
+		defer storeLg.result() // stops its watch
 		st, err := newSharedTarget(h.cli, h.namespace)
 		if err != nil {
 			return fail(err)

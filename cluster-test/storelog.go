@@ -48,6 +48,7 @@ type storeLog struct {
 	gap      string // why the log is incomplete, if it is
 	progress chan int64
 	done     chan struct{}
+	cancel   context.CancelFunc
 }
 
 func startStoreLog(ctx context.Context, cli *clientv3.Client, ns, path string) (*storeLog, error) {
@@ -65,8 +66,9 @@ func startStoreLog(ctx context.Context, cli *clientv3.Client, ns, path string) (
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel = context.WithCancel(ctx)
 	l := &storeLog{prefix: prefix, f: bufio.NewWriter(file), file: file, lastRev: resp.Header.Revision,
-		progress: make(chan int64, 16), done: make(chan struct{})}
+		progress: make(chan int64, 16), done: make(chan struct{}), cancel: cancel}
 	wch := cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithProgressNotify())
 	go l.run(ctx, cli, wch)
 	return l, nil
@@ -174,12 +176,18 @@ func (l *storeLog) catchUp(ctx context.Context, cli *clientv3.Client, rev int64)
 	return fmt.Errorf("store log did not catch up with revision %d", rev)
 }
 
-// result returns the events and, if the log is incomplete, why.
+// result stops the watch and returns the events and, if the log is
+// incomplete, why.
 func (l *storeLog) result() ([]StoreEvent, string) {
+	l.cancel()
+	<-l.done
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_ = l.f.Flush()
-	_ = l.file.Sync()
+	if l.file != nil {
+		_ = l.f.Flush()
+		_ = l.file.Close()
+		l.file = nil
+	}
 	return append([]StoreEvent(nil), l.events...), l.gap
 }
 
