@@ -24,6 +24,7 @@ package main
 
 import (
 	"crypto/subtle"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -116,4 +117,14 @@ func readToken(token, file, flagPrefix string) (string, error) {
 		return "", usagef("%sapi-token-file %s: want one line holding the token", flagPrefix, file)
 	}
 	return t, nil
+}
+
+// loadKeyPair returns the TLS configuration of the API's --tls-cert and
+// --tls-key.
+func loadKeyPair(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, usagef("--tls-cert %s / --tls-key %s: %s: give a PEM certificate and its key", certFile, keyFile, oneLine(err.Error()))
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -53,6 +53,13 @@ type daemonOpts struct {
 }
 
 func newDaemonCmd(g *globalOpts) *cobra.Command {
+	cmd, _ := newDaemonCommand(g)
+	return cmd
+}
+
+// newDaemonCommand returns the daemon command and the options its flags
+// set (which `config check` validates).
+func newDaemonCommand(g *globalOpts) (*cobra.Command, *daemonOpts) {
 	o := &daemonOpts{maxPayload: sizeValue(coordinator.DefaultMaxPayloadBytes)}
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -91,7 +98,7 @@ interrupted and re-queued. A second signal stops it at once.`,
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate (PEM; with --tls-key)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
 	f.StringArrayVar(&o.execs, "exec", nil, "run jobs of KIND with COMMAND (sh -c; payload on stdin), as KIND=COMMAND; repeatable (LEASEHOLD_EXEC: one per line)")
-	return cmd
+	return cmd, o
 }
 
 // daemonKinds returns the kinds a daemon runs: the built-in ones and each
@@ -169,11 +176,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	}
 	var tlsCfg *tls.Config
 	if o.tlsCert != "" {
-		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
-		if err != nil {
-			return usagef("--tls-cert %s / --tls-key %s: %s: give a PEM certificate and its key", o.tlsCert, o.tlsKey, oneLine(err.Error()))
+		if tlsCfg, err = loadKeyPair(o.tlsCert, o.tlsKey); err != nil {
+			return err
 		}
-		tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
 	if token == "" && !loopbackListen(o.listen) {
 		log.Warn("the API listens beyond loopback without a token: anyone who reaches it can enqueue and cancel jobs; set --api-token-file", slog.String("listen", o.listen))

@@ -39,7 +39,12 @@ LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 su
 2 usage error or bad input.`,
 		SilenceUsage:      true,
 		SilenceErrors:     true,
-		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return bindEnv(cmd) },
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if err := bindEnv(cmd); err != nil {
+				return err
+			}
+			return applyConfig(cmd)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usagef("missing command: run 'leasehold --help' to list them")
 		},
@@ -50,12 +55,14 @@ LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 su
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logFormat, "log-format", "auto", "log format: text, json, or auto (text on a terminal, json otherwise)")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().String("config", "", "read settings from this YAML or JSON file (see 'leasehold config --help'); flags and LEASEHOLD_* variables win over it")
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		name := cmdName(cmd)
 		return &cliError{code: exitUsage, bare: true,
 			msg: fmt.Sprintf("%s%v: see 'leasehold %s--help'", prefixed(name), err, suffixed(name))}
 	})
 	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd(), newEtcdCmd(g), newBenchCmd(g))
+	root.AddCommand(newConfigCmd())
 	return root
 }
 

@@ -1,0 +1,527 @@
+package main
+
+// The optional config file (--config FILE, or LEASEHOLD_CONFIG): a YAML
+// mapping (JSON is YAML too) from flag names to values, e.g.
+//
+//	listen: 127.0.0.1:7420
+//	data: /var/lib/leasehold
+//	concurrency: 50
+//	lease-ttl: 10s
+//	queues: [default, mail]
+//	exec:
+//	  - thumbnail=./thumbnail.sh
+//	api-token-file: /etc/leasehold/token
+//	log-format: json
+//
+// Keys are the daemon's flags, the global ones (log-format, log-level) and
+// the connection settings of the other commands (server, server-ca,
+// api-token, api-token-file, and the etcd ones). The daemon reads every
+// key; the client commands (enqueue, jobs, workers, ...) read only the
+// connection settings and the global ones, so that a key such as timeout or
+// queue, which means something else to them, never leaks into them; bench
+// and etcd (development tools) read none. A flag on the command line wins,
+// then its LEASEHOLD_* variable, then the file, then the default.
+//
+// `leasehold config check FILE` validates a file and explains each error.
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+)
+
+// maxConfigBytes bounds a config file.
+const maxConfigBytes = 1 << 20
+
+// connectionKeys are the settings every command that talks to a daemon or
+// a store reads from the config file.
+var connectionKeys = []string{
+	"server", "server-ca", "api-token", "api-token-file",
+	"etcd", "etcd-ca", "etcd-cert", "etcd-key", "etcd-user", "etcd-password", "namespace",
+	"log-format", "log-level",
+}
+
+// noConfigCommands read no config file.
+var noConfigCommands = []string{"bench", "etcd", "config"}
+
+// configSetting is one key of a config file.
+type configSetting struct {
+	key    string
+	line   int
+	values []string // what the flag is Set to, in order
+	err    string   // why the value cannot be a flag value
+}
+
+// configFile is a parsed config file.
+type configFile struct {
+	path     string
+	settings []configSetting
+}
+
+// loadConfig reads and parses path. Its error says what is wrong with the
+// file as a whole (unreadable, not YAML, not a mapping); problems of single
+// settings are in their err.
+func loadConfig(path string) (*configFile, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read config file: %s", oneLine(err.Error()))
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read config file: %s", oneLine(err.Error()))
+	}
+	if len(b) > maxConfigBytes {
+		return nil, fmt.Errorf("config file is over %d bytes: is it the right file?", maxConfigBytes)
+	}
+	cf := &configFile{path: path}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return cf, nil // empty: no settings
+		}
+		return nil, fmt.Errorf("not valid YAML: %s", strings.TrimPrefix(oneLine(err.Error()), "yaml: "))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("holds more than one YAML document: keep one mapping of settings")
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return cf, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("line %d: the file must be a mapping of settings such as 'listen: 127.0.0.1:7420', not a %s", root.Line, nodeKind(root))
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		s := configSetting{key: k.Value, line: k.Line}
+		if k.Kind != yaml.ScalarNode {
+			s.key = fmt.Sprintf("(%s)", nodeKind(k))
+			s.err = "a key must be a setting name such as listen"
+		} else if first, dup := seen[k.Value]; dup {
+			s.err = fmt.Sprintf("set twice (first on line %d): keep one", first)
+		} else {
+			seen[k.Value] = k.Line
+			s.values, s.err = nodeValues(v)
+		}
+		cf.settings = append(cf.settings, s)
+	}
+	return cf, nil
+}
+
+// nodeValues turns a YAML value into flag values: a scalar is one value, a
+// sequence of scalars one value each.
+func nodeValues(v *yaml.Node) ([]string, string) {
+	switch v.Kind {
+	case yaml.AliasNode:
+		return nodeValues(v.Alias)
+	case yaml.ScalarNode:
+		if v.Tag == "!!null" {
+			return nil, "has no value: give one, or remove the line"
+		}
+		return []string{v.Value}, ""
+	case yaml.SequenceNode:
+		out := make([]string, 0, len(v.Content))
+		for _, x := range v.Content {
+			if x.Kind != yaml.ScalarNode || x.Tag == "!!null" {
+				return nil, fmt.Sprintf("line %d: a list item is a %s: want plain values", x.Line, nodeKind(x))
+			}
+			out = append(out, x.Value)
+		}
+		return out, ""
+	}
+	return nil, fmt.Sprintf("is a %s: want a value or a list of values", nodeKind(v))
+}
+
+func nodeKind(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "null"
+		}
+		return "value"
+	}
+	return "YAML node"
+}
+
+// configKeys returns the keys a config file may hold, with the flags that
+// define them (from a daemon command and a client command).
+func configKeys() map[string]*pflag.Flag {
+	g := &globalOpts{}
+	d, _ := newDaemonCommand(g)
+	keys := map[string]*pflag.Flag{}
+	d.Flags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "help" && !f.Hidden {
+			keys[f.Name] = f
+		}
+	})
+	client := &cobra.Command{Use: "client"}
+	var t target
+	addTargetFlags(client, &t)
+	for _, k := range connectionKeys {
+		if f := client.Flags().Lookup(k); f != nil {
+			keys[k] = f
+		}
+	}
+	root := newRootCmd(nil, io.Discard, io.Discard)
+	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if f.Name != "config" {
+			keys[f.Name] = f
+		}
+	})
+	return keys
+}
+
+// topCommand is the name of the first-level command cmd is (or is under).
+func topCommand(cmd *cobra.Command) string {
+	for cmd.HasParent() && cmd.Parent().HasParent() {
+		cmd = cmd.Parent()
+	}
+	return cmd.Name()
+}
+
+// applyConfig sets every flag of cmd that was given neither on the command
+// line nor by its environment variable from the config file, if one is
+// named.
+func applyConfig(cmd *cobra.Command) error {
+	cf := cmd.Flags().Lookup("config")
+	if cf == nil || cf.Value.String() == "" || slices.Contains(noConfigCommands, topCommand(cmd)) {
+		return nil
+	}
+	path := cf.Value.String()
+	fail := func(format string, a ...any) error {
+		return &cliError{code: exitUsage, bare: true, msg: fmt.Sprintf("%sconfig file %s: %s: run 'leasehold config check %s'", prefixed(cmdName(cmd)), path, fmt.Sprintf(format, a...), path)}
+	}
+	file, err := loadConfig(path)
+	if err != nil {
+		return fail("%s", err.Error())
+	}
+	valid := configKeys()
+	daemon := topCommand(cmd) == "daemon"
+	for _, s := range file.settings {
+		if s.err != "" {
+			return fail("line %d: %s %s", s.line, s.key, s.err)
+		}
+		if valid[s.key] == nil {
+			return fail("line %d: %s", s.line, unknownKey(s.key, valid))
+		}
+		if !daemon && !slices.Contains(connectionKeys, s.key) {
+			continue
+		}
+		f := cmd.Flags().Lookup(s.key)
+		if f == nil || f.Changed {
+			continue
+		}
+		if msg := setFlag(cmd.Flags(), f, s.values); msg != "" {
+			return fail("line %d: %s: %s", s.line, s.key, msg)
+		}
+	}
+	return nil
+}
+
+// setFlag sets f from a config value; it returns what is wrong, or "".
+func setFlag(fs *pflag.FlagSet, f *pflag.Flag, values []string) string {
+	_, multi := f.Value.(pflag.SliceValue)
+	if len(values) != 1 && !multi {
+		return fmt.Sprintf("is a list of %d values: want one %s", len(values), typeHint(f))
+	}
+	for _, v := range values {
+		if err := fs.Set(f.Name, v); err != nil {
+			msg := oneLine(err.Error())
+			if _, after, ok := strings.Cut(msg, " flag: "); ok {
+				msg = after
+			}
+			return fmt.Sprintf("%q is not %s (%s)", truncateString(v, 60), typeHint(f), msg)
+		}
+	}
+	return ""
+}
+
+// typeHint says what a flag takes, for errors.
+func typeHint(f *pflag.Flag) string {
+	switch f.Value.Type() {
+	case "duration":
+		return "a duration such as 30s or 5m"
+	case "int":
+		return "a whole number"
+	case "float64":
+		return "a number"
+	case "bool":
+		return "true or false"
+	case "size":
+		return "a size such as 1MiB or 65536"
+	case "stringSlice", "stringArray":
+		return "a value or a list of values"
+	}
+	return "a string"
+}
+
+// unknownKey explains a key that is no setting.
+func unknownKey(key string, valid map[string]*pflag.Flag) string {
+	if strings.HasPrefix(key, "-") {
+		if valid[strings.TrimLeft(key, "-")] != nil {
+			return fmt.Sprintf("%q: write the setting without dashes: %s", key, strings.TrimLeft(key, "-"))
+		}
+	}
+	if n := strings.ReplaceAll(strings.ToLower(key), "_", "-"); n != key && valid[n] != nil {
+		return fmt.Sprintf("%q is not a setting: did you mean %s? (settings are flag names, with dashes)", key, n)
+	}
+	best, bestD := "", 3
+	for k := range valid {
+		if d := editDistance(strings.ToLower(key), k); d < bestD || (d == bestD && best != "" && k < best) {
+			best, bestD = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("%q is not a setting: did you mean %s?", key, best)
+	}
+	var owners []string
+	for _, c := range newRootCmd(nil, io.Discard, io.Discard).Commands() {
+		walkCommands(c, func(c *cobra.Command) {
+			if c.LocalFlags().Lookup(key) != nil {
+				owners = append(owners, "'leasehold "+cmdName(c)+"'")
+			}
+		})
+	}
+	if len(owners) > 0 {
+		return fmt.Sprintf("%q is a flag of %s, which the config file does not set (its meaning differs between commands): pass it on the command line", key, strings.Join(owners, ", "))
+	}
+	return fmt.Sprintf("%q is not a setting: settings are the daemon's flag names (see 'leasehold daemon --help') and %s", key, strings.Join(connectionKeys, ", "))
+}
+
+// walkCommands calls fn for c and every command under it.
+func walkCommands(c *cobra.Command, fn func(*cobra.Command)) {
+	fn(c)
+	for _, sub := range c.Commands() {
+		walkCommands(sub, fn)
+	}
+}
+
+// editDistance is the Levenshtein distance of a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// fileKeys name files that must exist.
+var fileKeys = []string{"api-token-file", "tls-cert", "tls-key", "server-ca", "etcd-ca", "etcd-cert", "etcd-key"}
+
+// secretKeys hold secrets: a file with them should not be readable by
+// others.
+var secretKeys = []string{"api-token", "etcd-password"}
+
+func newConfigCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "config",
+		Short: "Check a config file",
+		Long: `A config file (--config FILE, or LEASEHOLD_CONFIG) is a YAML (or JSON)
+mapping from flag names to values:
+
+  listen: 127.0.0.1:7420
+  data: /var/lib/leasehold
+  concurrency: 50
+  lease-ttl: 10s
+  queues: [default, mail]
+  exec:
+    - thumbnail=./thumbnail.sh
+  api-token-file: /etc/leasehold/token
+  log-format: json
+
+The daemon reads every key. The client commands (enqueue, jobs, workers)
+read only the connection settings: ` + strings.Join(connectionKeys, ", ") + `.
+bench and etcd read no config file. A flag on the command line wins, then
+its LEASEHOLD_* variable, then the file, then the default.`,
+		Args: argsBetween(0, 0, "check FILE"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return usagef("config: missing command: use 'leasehold config check FILE'")
+		},
+	}
+	check := &cobra.Command{
+		Use:   "check FILE",
+		Short: "Validate a config file and explain each error",
+		Long: `Validate a config file: its syntax, that each key is a setting, that each
+value suits it (a duration, a number, a list...), that files it names exist,
+and the daemon's own checks of the values together. Prints one line per
+problem and exits 2 if there is any; otherwise prints what the file sets.`,
+		Example: "  leasehold config check /etc/leasehold/config.yaml",
+		Args:    argsBetween(1, 1, "FILE"),
+		RunE:    action(func(cmd *cobra.Command, args []string) error { return runConfigCheck(cmd, args[0]) }),
+	}
+	cmd.AddCommand(check)
+	return cmd
+}
+
+// configProblem is one error or warning of `config check`.
+type configProblem struct {
+	line int
+	key  string
+	msg  string
+}
+
+func (p configProblem) String() string {
+	var b strings.Builder
+	if p.line > 0 {
+		fmt.Fprintf(&b, "line %d: ", p.line)
+	}
+	if p.key != "" {
+		b.WriteString(p.key + ": ")
+	}
+	b.WriteString(p.msg)
+	return b.String()
+}
+
+// checkConfig returns the errors and warnings of the config file at path.
+func checkConfig(path string) (errs, warns []configProblem, file *configFile) {
+	file, err := loadConfig(path)
+	if err != nil {
+		return []configProblem{{msg: err.Error()}}, nil, nil
+	}
+	valid := configKeys()
+	g := &globalOpts{}
+	dcmd, o := newDaemonCommand(g)
+	root := newRootCmd(nil, io.Discard, io.Discard)
+	client := &cobra.Command{Use: "client"}
+	var t target
+	addTargetFlags(client, &t)
+	set := map[string]bool{}
+	for _, s := range file.settings {
+		if s.err != "" {
+			errs = append(errs, configProblem{s.line, s.key, s.err})
+			continue
+		}
+		f := valid[s.key]
+		if f == nil {
+			errs = append(errs, configProblem{line: s.line, msg: unknownKey(s.key, valid)})
+			continue
+		}
+		// Set it where it is defined, to check the value.
+		fs := dcmd.Flags()
+		switch {
+		case root.PersistentFlags().Lookup(s.key) != nil:
+			fs = root.PersistentFlags()
+		case fs.Lookup(s.key) == nil:
+			fs = client.Flags()
+		}
+		if msg := setFlag(fs, fs.Lookup(s.key), s.values); msg != "" {
+			errs = append(errs, configProblem{s.line, s.key, msg})
+			continue
+		}
+		set[s.key] = true
+		if slices.Contains(fileKeys, s.key) {
+			if _, err := os.Stat(s.values[0]); err != nil {
+				errs = append(errs, configProblem{s.line, s.key, fmt.Sprintf("file %s: %s", s.values[0], oneLine(strings.TrimPrefix(err.Error(), "stat "+s.values[0]+": ")))})
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return errs, nil, file
+	}
+	// The checks of the values together, as the commands make them.
+	if err := o.validate(); err != nil {
+		errs = append(errs, configProblem{msg: "daemon: " + configMessage(err)})
+	}
+	if o.tlsCert != "" && o.tlsKey != "" {
+		if _, err := loadKeyPair(o.tlsCert, o.tlsKey); err != nil {
+			errs = append(errs, configProblem{key: "tls-cert", msg: configMessage(err)})
+		}
+	}
+	lg := &globalOpts{logFormat: root.PersistentFlags().Lookup("log-format").Value.String(), logLevel: root.PersistentFlags().Lookup("log-level").Value.String()}
+	if _, err := newLogger(lg, io.Discard); err != nil {
+		errs = append(errs, configProblem{msg: configMessage(err)})
+	}
+	if set["server"] {
+		if _, err := newClient(t.server); err != nil {
+			errs = append(errs, configProblem{key: "server", msg: configMessage(err)})
+		}
+	}
+	if set["server-ca"] || set["api-token-file"] {
+		if c, err := newClient(defaultServer); err == nil {
+			if err := c.setAuth(t.auth); err != nil {
+				errs = append(errs, configProblem{msg: configMessage(err)})
+			}
+		}
+	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+		for _, k := range secretKeys {
+			if set[k] {
+				warns = append(warns, configProblem{key: k, msg: fmt.Sprintf("the file holds a secret and is readable by others (mode %v): chmod 600 %s, or use api-token-file", st.Mode().Perm(), path)})
+			}
+		}
+	}
+	return errs, warns, file
+}
+
+// configMessage is an error's message for config check: flag names as
+// setting names.
+func configMessage(err error) string {
+	var ce *cliError
+	msg := err.Error()
+	if errors.As(err, &ce) {
+		msg = ce.msg
+	}
+	return strings.ReplaceAll(oneLine(msg), "--", "")
+}
+
+func runConfigCheck(cmd *cobra.Command, path string) error {
+	errs, warns, file := checkConfig(path)
+	out := cmd.OutOrStdout()
+	for _, w := range warns {
+		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: config check: %s: warning: %s\n", path, w)
+	}
+	if len(errs) > 0 {
+		for _, e := range errs {
+			fmt.Fprintf(out, "%s: %s\n", path, e)
+		}
+		return &cliError{code: exitUsage, bare: true, msg: fmt.Sprintf("config check: %s has %d problem(s), listed above: fix them and check again", path, len(errs))}
+	}
+	var daemonOnly, shared []string
+	for _, s := range file.settings {
+		if slices.Contains(connectionKeys, s.key) {
+			shared = append(shared, s.key)
+		} else {
+			daemonOnly = append(daemonOnly, s.key)
+		}
+	}
+	fmt.Fprintf(out, "%s: ok: %d settings", path, len(file.settings))
+	if len(daemonOnly) > 0 {
+		fmt.Fprintf(out, "; for the daemon: %s", strings.Join(daemonOnly, ", "))
+	}
+	if len(shared) > 0 {
+		fmt.Fprintf(out, "; for every command: %s", strings.Join(shared, ", "))
+	}
+	fmt.Fprintln(out)
+	return nil
+}
