@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/leasehold/leasehold/internal/bench"
 	"github.com/spf13/cobra"
@@ -77,14 +76,15 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
-	p := &progress{w: errw, on: isTerminal(errw)}
-	start := time.Now()
+	p := newMeter(errw, "")
 	cfg := bench.Config{
 		Mode: o.mode, Data: o.data, Etcd: o.etcd, Jobs: o.jobs, Concurrency: o.concurrency,
 		LatencyJobs: o.latencyJobs, LatencyRate: o.latencyRate, Ceiling: o.ceiling, Logger: log,
 		Progress: func(phase string, done, total int) {
-			el := time.Since(start).Seconds()
-			p.show(fmt.Sprintf("%s: %d/%d (%.0f%%) %.1fs", phase, done, total, 100*float64(done)/float64(max(total, 1)), el))
+			if phase != p.what {
+				p.reset(phase)
+			}
+			p.update(done, total, "")
 		},
 	}
 	if !o.json {

@@ -181,6 +181,8 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 
 	var all []*coordinator.Job
 	done := 0
+	p := newMeter(stderr, "enqueue")
+	defer p.clear()
 	for done < o.count {
 		n := min(enqueueChunk, o.count-done)
 		batch := batchRequest{Jobs: make([]createRequest, n)}
@@ -189,6 +191,7 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 		}
 		var res batchResponse
 		if err := c.call(ctx, http.MethodPost, "/v1/jobs/batch", nil, batch, &res); err != nil {
+			p.clear()
 			if done > 0 {
 				var ce *cliError
 				if errors.As(err, &ce) {
@@ -203,6 +206,7 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 		if len(res.Jobs) != n {
 			return failf("the daemon answered %d jobs for a batch of %d: is --server a leasehold daemon?", len(res.Jobs), n)
 		}
+		p.clear() // the ids go to stdout, maybe the same terminal
 		if o.json {
 			all = append(all, res.Jobs...)
 		} else {
@@ -216,7 +220,9 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 			}
 		}
 		done += n
+		p.update(done, o.count, "")
 	}
+	p.done(done, o.count, "")
 	if o.json {
 		return printJSON(stdout, all)
 	}

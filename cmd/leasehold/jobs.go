@@ -340,7 +340,7 @@ func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
-	p := &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr())}
+	p := newMeter(cmd.ErrOrStderr(), "waiting")
 	defer p.clear()
 	if o.all {
 		return waitAll(ctx, c, o, cmd.OutOrStdout(), p)
@@ -348,11 +348,11 @@ func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
 	return waitIDs(ctx, c, o, ids, cmd.OutOrStdout(), p)
 }
 
-func waitIDs(ctx context.Context, c *client, o *waitOpts, ids []string, out io.Writer, p *progress) error {
+func waitIDs(ctx context.Context, c *client, o *waitOpts, ids []string, out io.Writer, p *meter) error {
 	var final []*coordinator.Job
 	for i, id := range ids {
 		for {
-			p.show(fmt.Sprintf("waiting: %d of %d jobs final; %s is not yet", i, len(ids), id))
+			p.update(i, len(ids), id+" is not final yet")
 			wait := waitPoll
 			if dl, ok := ctx.Deadline(); ok {
 				wait = min(wait, max(time.Until(dl), time.Millisecond))
@@ -378,14 +378,16 @@ func waitIDs(ctx context.Context, c *client, o *waitOpts, ids []string, out io.W
 			}
 		}
 	}
+	p.done(len(ids), len(ids), "")
 	if o.json {
 		return printJSON(out, final)
 	}
 	return nil
 }
 
-func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *progress) error {
+func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *meter) error {
 	var last *statsResponse
+	base := -1 // final jobs at the first poll
 	for {
 		st, err := c.stats(ctx)
 		if ctx.Err() != nil {
@@ -400,8 +402,12 @@ func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *prog
 			return err
 		}
 		last = st
-		if pendingTotal(st.Counts) == 0 {
-			p.clear()
+		pending := pendingTotal(st.Counts)
+		if base < 0 {
+			base = st.Total - pending
+		}
+		if pending == 0 {
+			p.done(st.Total-base, st.Total-base, "")
 			if o.json {
 				return printJSON(out, st.Counts)
 			}
@@ -409,7 +415,7 @@ func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *prog
 				st.Counts[coordinator.StateCompleted], st.Counts[coordinator.StateDiscarded], st.Counts[coordinator.StateCancelled])
 			return nil
 		}
-		p.show("waiting: " + pendingCounts(st.Counts) + fmt.Sprintf(" (completed=%d)", st.Counts[coordinator.StateCompleted]))
+		p.update(st.Total-pending-base, st.Total-base, pendingCounts(st.Counts))
 		select {
 		case <-ctx.Done():
 		case <-time.After(waitAllPoll):
@@ -433,27 +439,4 @@ func pendingCounts(counts map[coordinator.State]int) string {
 		parts[i] = fmt.Sprintf("%s=%d", st, counts[st])
 	}
 	return strings.Join(parts, " ")
-}
-
-// progress shows one self-overwriting status line on a terminal.
-type progress struct {
-	w     io.Writer
-	on    bool
-	shown bool
-	last  string
-}
-
-func (p *progress) show(s string) {
-	if !p.on || s == p.last {
-		return
-	}
-	p.last, p.shown = s, true
-	fmt.Fprintf(p.w, "\r\033[K%s", s)
-}
-
-func (p *progress) clear() {
-	if p.on && p.shown {
-		fmt.Fprint(p.w, "\r\033[K")
-		p.shown, p.last = false, ""
-	}
 }
