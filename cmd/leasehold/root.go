@@ -37,8 +37,8 @@ variable LEASEHOLD_<FLAG>, e.g. LEASEHOLD_SERVER or LEASEHOLD_LEASE_TTL; a
 flag given on the command line wins. (Inside a job run by --exec,
 LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 success, 1 failure,
 2 usage error or bad input.`,
-		SilenceUsage:      true,
-		SilenceErrors:     true,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd); err != nil {
 				return err
