@@ -13,7 +13,21 @@ type unit struct {
 	txn kv.Txn
 }
 
-func (u unit) ops() int { return max(len(u.txn.If), len(u.txn.Then), len(u.txn.Else)) }
+func (u unit) ops() int { return txnOps(u.txn) }
+
+// txnOps counts t's ops etcd's way: the longest of its compares and
+// branches, plus what its largest nested transaction needs.
+func txnOps(t kv.Txn) int {
+	inner := 0
+	for _, ops := range [][]kv.Op{t.Then, t.Else} {
+		for _, op := range ops {
+			if op.Type == kv.OpTxn {
+				inner = max(inner, txnOps(*op.Txn))
+			}
+		}
+	}
+	return max(len(t.If), len(t.Then), len(t.Else)) + inner
+}
 
 func (u unit) bytes() int {
 	n := 0

@@ -17,6 +17,10 @@ type ClaimStats struct {
 	Candidates int
 	// Conflicts is how many of them someone else took first.
 	Conflicts int
+	// Held is true when the queue is paused or its global limit is
+	// reached: claiming again is useless until that changes (see
+	// WatchQueues).
+	Held bool
 }
 
 // Claim takes up to n available jobs of queue for sess, highest priority and
@@ -36,6 +40,30 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if !sess.Valid() {
 		return nil, st, fmt.Errorf("coordinator: claim: %w", ErrSessionExpired)
 	}
+	// The queue's configuration: a paused queue is not claimed from, and
+	// a global limit bounds the claim to the free slots. Every claim
+	// compares the configuration's revision, so a pause that lands while
+	// the claim is in flight refuses it.
+	conf, confRev, err := c.queueConfig(ctx, queue)
+	if err != nil {
+		return nil, st, err
+	}
+	if conf.Paused {
+		st.Held = true
+		return nil, st, nil
+	}
+	var slots []string
+	if conf.Limit > 0 {
+		if slots, err = c.freeSlots(ctx, queue, conf.Limit, n, spread); err != nil {
+			return nil, st, err
+		}
+		if len(slots) == 0 {
+			st.Held = true
+			return nil, st, nil
+		}
+		n = len(slots)
+	}
+	confGuard := kv.ModRevisionIs(c.keys.queueConf(queue), kv.Equal, confRev)
 	window := n
 	if spread {
 		window = min(4*n, 512)
@@ -80,6 +108,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	owner := sess.WorkerID()
 	var units []unit
 	var jobs []*Job
+	slotOf := map[string]string{}
 	for i := range cands {
 		x := &cands[i]
 		j, err := DecodeJob(x.Key, x.Value)
@@ -95,15 +124,24 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		j.AttemptedAt = &now
 		j.Owner = owner
 		j.Token = 0 // the claim's revision; see decodeKV
-		units = append(units, unit{txn: kv.Txn{
-			If: []kv.Cmp{kv.ModRevisionIs(x.Key, kv.Equal, x.ModRevision)},
+		t := kv.Txn{
+			If: []kv.Cmp{kv.ModRevisionIs(x.Key, kv.Equal, x.ModRevision), confGuard},
 			Then: []kv.Op{
 				kv.Delete(x.Key),
 				kv.Put(c.keys.job(j.ID), encodeJob(j), 0),
 				kv.Put(c.keys.owner(j.ID), []byte(owner), sess.lease),
 				kv.Put(c.keys.running(j.ID), []byte(owner), 0),
 			},
-		}})
+		}
+		if slots != nil {
+			// The slot hangs on the session's lease: a dead daemon's
+			// share of the limit is freed with its lease.
+			s := slots[len(units)]
+			slotOf[j.ID] = s
+			t.If = append(t.If, kv.Missing(s))
+			t.Then = append(t.Then, kv.Put(s, []byte(j.ID), sess.lease))
+		}
+		units = append(units, unit{txn: t})
 		jobs = append(jobs, j)
 	}
 	if len(units) == 0 {
@@ -118,6 +156,9 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		if rerr != nil {
 			return nil, st, fmt.Errorf("coordinator: claim: %w (and resolving it: %v)", err, rerr)
 		}
+		for _, r := range runs {
+			r.slot = slotOf[r.job.ID]
+		}
 		if len(runs) > 0 {
 			c.log.Warn("claim reply lost; resolved from ownership keys", slog.Int("claimed", len(runs)), slog.Any("err", err))
 			return runs, st, nil
@@ -131,7 +172,9 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		}
 		j := jobs[i]
 		j.Token = fence.Token(r.Revision)
-		runs = append(runs, c.newRun(sess, j))
+		run := c.newRun(sess, j)
+		run.slot = slotOf[j.ID]
+		runs = append(runs, run)
 	}
 	if tracked {
 		// Every candidate tried is gone from the index now (claimed by us

@@ -52,6 +52,10 @@ type Config struct {
 	Retention time.Duration
 	// RetryPolicy computes the next retry time. Default: DefaultRetryPolicy.
 	RetryPolicy RetryPolicy
+	// EnqueueHooks run, in order, on every job enqueued through this
+	// coordinator (including periodic ones) before it is validated: for
+	// metadata such as trace ids or tenants. See EnqueueHook.
+	EnqueueHooks []EnqueueHook
 }
 
 // Defaults of Config.
@@ -77,6 +81,7 @@ type Coordinator struct {
 
 	floors floors
 	group  groupCommit
+	qconf  queueCache
 }
 
 // New returns a coordinator on store. It validates cfg.

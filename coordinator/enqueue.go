@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"golang.org/x/sync/errgroup"
@@ -32,35 +33,18 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 	seen := make(map[string]int)
 	for i := range ps {
 		p := ps[i]
-		if err := p.normalize(c.cfg.MaxPayloadBytes); err != nil {
+		j, err := c.buildJob(ctx, &p, now)
+		if err != nil {
 			if len(ps) > 1 {
 				return nil, fmt.Errorf("job %d: %w", i, err)
 			}
 			return nil, err
 		}
-		if p.UniqueKey != "" {
-			if j, dup := seen[p.UniqueKey]; dup {
-				return nil, fmt.Errorf("%w: jobs %d and %d have the same unique key %q", ErrInvalid, j, i, p.UniqueKey)
+		if j.UniqueKey != "" {
+			if k, dup := seen[j.UniqueKey]; dup {
+				return nil, fmt.Errorf("%w: jobs %d and %d have the same unique key %q", ErrInvalid, k, i, j.UniqueKey)
 			}
-			seen[p.UniqueKey] = i
-		}
-		j := &Job{
-			ID:          c.newID(now),
-			Kind:        p.Kind,
-			Queue:       p.Queue,
-			Priority:    p.Priority,
-			State:       StateAvailable,
-			Payload:     p.Payload,
-			MaxAttempts: p.MaxAttempts,
-			Errors:      []AttemptError{},
-			CreatedAt:   now,
-			ScheduledAt: now,
-			TimeoutMS:   p.Timeout.Milliseconds(),
-			UniqueKey:   p.UniqueKey,
-		}
-		if p.ScheduledAt.After(now) {
-			j.State = StateScheduled
-			j.ScheduledAt = p.ScheduledAt.UTC()
+			seen[j.UniqueKey] = i
 		}
 		jobs[i] = j
 	}
@@ -126,4 +110,48 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		out[i].Job = j
 	}
 	return out, nil
+}
+
+// EnqueueHook runs before a job is validated and inserted (see
+// Config.EnqueueHooks). It may change p (set metadata, a queue, a unique
+// key); an error refuses the whole enqueue, and nothing is written.
+type EnqueueHook func(ctx context.Context, p *EnqueueParams) error
+
+// buildJob runs the enqueue hooks on p, validates it, and returns the job
+// it describes. It writes nothing.
+func (c *Coordinator) buildJob(ctx context.Context, p *EnqueueParams, now time.Time) (*Job, error) {
+	for _, h := range c.cfg.EnqueueHooks {
+		if err := h(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	if err := p.normalize(c.cfg.MaxPayloadBytes); err != nil {
+		return nil, err
+	}
+	j := &Job{
+		ID:          c.newID(now),
+		Kind:        p.Kind,
+		Queue:       p.Queue,
+		Priority:    p.Priority,
+		State:       StateAvailable,
+		Payload:     p.Payload,
+		MaxAttempts: p.MaxAttempts,
+		Errors:      []AttemptError{},
+		CreatedAt:   now,
+		ScheduledAt: now,
+		TimeoutMS:   p.Timeout.Milliseconds(),
+		UniqueKey:   deriveUniqueKey(p, now),
+		Metadata:    p.Metadata,
+	}
+	if p.Unique != nil {
+		j.UniqueStates = p.Unique.finalStates()
+	}
+	if len(j.UniqueKey) > 4*maxUniqueKeyLen {
+		return nil, fmt.Errorf("%w: unique key is %d bytes: use a shorter kind, queue or key", ErrInvalid, len(j.UniqueKey))
+	}
+	if p.ScheduledAt.After(now) {
+		j.State = StateScheduled
+		j.ScheduledAt = p.ScheduledAt.UTC()
+	}
+	return j, nil
 }

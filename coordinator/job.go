@@ -84,6 +84,13 @@ type Job struct {
 	// CancelRequested is true while a cancel request waits for the
 	// running owner. It is read from its own key, never stored here.
 	CancelRequested bool `json:"cancel_requested,omitempty"`
+	// UniqueStates are the final states in which the job keeps holding
+	// its unique key (see UniqueOpts.ByState); in every other final state
+	// the key is released.
+	UniqueStates []State `json:"unique_states,omitempty"`
+	// Metadata is free-form JSON for middleware and hooks (trace ids,
+	// tenants); leasehold does not interpret it.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
 }
 
 // Timeout returns the per-attempt timeout, zero if unset.
@@ -103,6 +110,7 @@ const (
 	DefaultMaxPayloadBytes = 1 << 20
 	maxNameLen             = 128
 	maxUniqueKeyLen        = 256
+	maxMetadataBytes       = 64 << 10
 )
 
 // EnqueueParams describe one job to insert.
@@ -122,6 +130,12 @@ type EnqueueParams struct {
 	// UniqueKey, if set, returns the live job with that key instead of
 	// inserting a second one.
 	UniqueKey string
+	// Unique, if set, derives the unique key from the job itself (kind,
+	// and optionally payload, queue and period) and says in which states
+	// an existing job counts. See UniqueOpts.
+	Unique *UniqueOpts
+	// Metadata is free-form JSON stored with the job (default none).
+	Metadata json.RawMessage
 }
 
 // EnqueueResult is the outcome of one EnqueueParams.
@@ -206,5 +220,11 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	if len(p.UniqueKey) > maxUniqueKeyLen {
 		return fmt.Errorf("%w: unique key is %d bytes, over the %d-byte limit", ErrInvalid, len(p.UniqueKey), maxUniqueKeyLen)
 	}
-	return nil
+	if len(p.Metadata) > 0 && !json.Valid(p.Metadata) {
+		return fmt.Errorf("%w: metadata is not valid JSON", ErrInvalid)
+	}
+	if len(p.Metadata) > maxMetadataBytes {
+		return fmt.Errorf("%w: metadata is %d bytes, over the %d-byte limit", ErrInvalid, len(p.Metadata), maxMetadataBytes)
+	}
+	return p.Unique.validate()
 }

@@ -33,6 +33,18 @@ func (k keys) finished() string         { return k.root + "f/" }
 func (k keys) available() string        { return k.root + "q/" }
 func (k keys) queue(q string) string    { return k.root + "q/" + q + "/" }
 
+// Queue management (pause, global limits) lives under one prefix so that
+// one watch covers it: qm/c/QUEUE is a queue's configuration, and
+// qm/s/QUEUE/N is slot N of its global concurrency limit, held by a run
+// under its daemon's lease. p/NAME is the state of a periodic schedule.
+func (k keys) queueMgmt() string           { return k.root + "qm/" }
+func (k keys) queueConf(q string) string   { return k.root + "qm/c/" + q }
+func (k keys) queueConfs() string          { return k.root + "qm/c/" }
+func (k keys) slots(q string) string       { return k.root + "qm/s/" + q + "/" }
+func (k keys) slot(q string, n int) string { return fmt.Sprintf("%sqm/s/%s/%d", k.root, q, n) }
+func (k keys) periodic(name string) string { return k.root + "p/" + name }
+func (k keys) periodics() string           { return k.root + "p/" }
+
 // index returns the one index key of j in its current state.
 func (k keys) index(j *Job) string {
 	switch j.State {
@@ -55,8 +67,11 @@ func (k keys) index(j *Job) string {
 func (k keys) put(j *Job) (rec []byte, ops []kv.Op) {
 	rec = encodeJob(j)
 	idx := []byte(j.State)
-	if j.State == StateAvailable {
+	switch {
+	case j.State == StateAvailable:
 		idx = rec
+	case j.State.Final():
+		idx = finishedIndexValue(j)
 	}
 	return rec, []kv.Op{kv.Put(k.job(j.ID), rec, 0), kv.Put(k.index(j), idx, 0)}
 }

@@ -75,7 +75,7 @@ func (c *Coordinator) PurgeFinished(ctx context.Context) (int, error) {
 	total := 0
 	cutoff := c.clock.Now().Add(-c.cfg.Retention)
 	for {
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.finished(), End: c.keys.finished() + tsKey(cutoff), Limit: maintainBatch, KeysOnly: true})
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.finished(), End: c.keys.finished() + tsKey(cutoff), Limit: maintainBatch})
 		if err != nil {
 			return total, fmt.Errorf("coordinator: list expired jobs: %w", err)
 		}
@@ -86,7 +86,7 @@ func (c *Coordinator) PurgeFinished(ctx context.Context) (int, error) {
 		for i, x := range rr.KVs {
 			units[i] = unit{txn: kv.Txn{
 				If:   []kv.Cmp{kv.Exists(x.Key)},
-				Then: []kv.Op{kv.Delete(x.Key), kv.Delete(c.keys.job(idFromIndex(x.Key)))},
+				Then: append([]kv.Op{kv.Delete(x.Key), kv.Delete(c.keys.job(idFromIndex(x.Key)))}, c.releaseHeldUnique(x)...),
 			}}
 		}
 		res, _, err := c.runUnits(ctx, units)

@@ -167,7 +167,8 @@ func (c *Coordinator) Counts(ctx context.Context) (map[State]int, error) {
 			case c.keys.available():
 				out[StateAvailable]++
 			default:
-				out[State(x.Value)]++
+				st, _ := parseIndexValue(x.Value)
+				out[st]++
 			}
 			return nil
 		}); err != nil {
@@ -242,9 +243,7 @@ func (c *Coordinator) Cancel(ctx context.Context, id string) (*Job, error) {
 			j.State, j.FinalizedAt = StateCancelled, &now
 			_, puts := c.keys.put(j)
 			then := append([]kv.Op{kv.Delete(old)}, puts...)
-			if j.UniqueKey != "" {
-				then = append(then, kv.Delete(c.keys.unique(j.UniqueKey)))
-			}
+			then = append(then, c.keys.releaseUnique(j)...)
 			res, err := c.store.Txn(ctx, kv.Txn{If: guard, Then: then})
 			if err != nil {
 				return nil, fmt.Errorf("coordinator: cancel job %s: %w", id, err)

@@ -78,9 +78,7 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 			j.Attempt-- // a lost run does not use up an attempt
 			j.Owner, j.Token = "", 0
 		}
-		if j.State.Final() && j.UniqueKey != "" {
-			then = append(then, kv.Delete(c.keys.unique(j.UniqueKey)))
-		}
+		then = append(then, c.keys.releaseUnique(j)...)
 		_, puts := c.keys.put(j)
 		then = append(then, puts...)
 		units = append(units, unit{txn: kv.Txn{

@@ -31,6 +31,8 @@ type Run struct {
 	// uncertain holds the record of a write whose reply was lost: it may
 	// have been applied. A later refusal is checked against it.
 	uncertain []byte
+	// slot is the key of the queue slot the run holds (global limit), or "".
+	slot string
 }
 
 func (c *Coordinator) newRun(sess *Session, j *Job) *Run {
@@ -78,6 +80,9 @@ type FailOpts struct {
 	RetryAt time.Time
 	// Discard ends the job now, whatever attempts remain.
 	Discard bool
+	// MaxAttempts, if positive, replaces the job's max attempts before
+	// the decision (a per-kind setting of the worker).
+	MaxAttempts int
 }
 
 // Fail records a failed attempt. The job becomes retryable at the time the
@@ -86,6 +91,9 @@ func (r *Run) Fail(ctx context.Context, cause error, o FailOpts) error {
 	now := r.c.clock.Now().UTC()
 	return r.write(ctx, "fail", true, func(j *Job) {
 		j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt, Error: cause.Error(), Trace: o.Trace})
+		if o.MaxAttempts > 0 {
+			j.MaxAttempts = o.MaxAttempts
+		}
 		if o.Discard || j.Attempt >= j.MaxAttempts {
 			j.State = StateDiscarded
 			return
@@ -175,8 +183,9 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 			j.Owner, j.Token = "", 0
 		}
 		then = []kv.Op{kv.Delete(k.running(j.ID)), kv.Delete(k.owner(j.ID)), kv.Delete(k.cancel(j.ID))}
-		if j.State.Final() && j.UniqueKey != "" {
-			then = append(then, kv.Delete(k.unique(j.UniqueKey)))
+		then = append(then, k.releaseUnique(&j)...)
+		if r.slot != "" {
+			then = append(then, kv.Delete(r.slot)) // the queue's global-limit slot
 		}
 		var puts []kv.Op
 		rec, puts = k.put(&j)

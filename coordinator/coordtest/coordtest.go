@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ClaimFloorNeverHidesAJob", testClaimFloor},
 		{"GroupedOutcomesAreFencedEach", testGroupedOutcomes},
 	}
+	tests = append(tests, featureTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)

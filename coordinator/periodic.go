@@ -1,0 +1,371 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/robfig/cron/v3"
+)
+
+// DefaultCatchUp is how far back the periodic loop enqueues ticks that fell
+// due while no leader ran them (a leader change, every daemon down).
+const DefaultCatchUp = time.Hour
+
+// maxTicksPerTxn bounds the ticks of one schedule enqueued by one
+// transaction.
+const maxTicksPerTxn = 32
+
+// PeriodicJob is a schedule: enqueue Job at every tick of Spec.
+//
+// Spec is robfig/cron syntax: five fields (minute hour day-of-month month
+// day-of-week), or six with a leading seconds field, or a descriptor
+// (@hourly, @daily, @weekly, @monthly, @yearly, @every 90s). Times are UTC
+// unless the spec starts with CRON_TZ=Zone (e.g. "CRON_TZ=Europe/Paris 0 9
+// * * 1-5").
+//
+// Each tick is enqueued at most once, by the elected maintenance leader: the
+// schedule's last enqueued tick is stored (p/NAME) and advanced by a
+// compare-and-set in the same transaction that inserts the tick's job, so a
+// leader change, or two leaders briefly overlapping, never enqueues a tick
+// twice. A tick that fell due while no leader ran is enqueued late if it is
+// within CatchUp of now, and skipped (counted in Skipped) if older. The
+// job's unique key is "periodic:NAME:TICK", which shows which tick it was.
+type PeriodicJob struct {
+	// Name identifies the schedule (its stored state); letters, digits
+	// and _ . : -.
+	Name string
+	Spec string
+	// Job is the template of every tick's job. ScheduledAt, UniqueKey
+	// and Unique are ignored.
+	Job EnqueueParams
+	// CatchUp is the catch-up window. Default: DefaultCatchUp.
+	CatchUp time.Duration
+}
+
+// PeriodicState is a schedule's stored state, as `periodic list` shows it.
+type PeriodicState struct {
+	Name  string `json:"name"`
+	Spec  string `json:"spec"`
+	Kind  string `json:"kind"`
+	Queue string `json:"queue"`
+	// Since is when the schedule was first seen by a leader: ticks start
+	// after it.
+	Since time.Time `json:"since"`
+	// LastTick is the last tick enqueued (or skipped), LastJobID its job.
+	LastTick       *time.Time `json:"last_tick,omitempty"`
+	LastJobID      string     `json:"last_job_id,omitempty"`
+	LastEnqueuedAt *time.Time `json:"last_enqueued_at,omitempty"`
+	// Enqueued and Skipped count the ticks enqueued and those skipped
+	// because they were older than the catch-up window.
+	Enqueued int `json:"enqueued"`
+	Skipped  int `json:"skipped,omitempty"`
+	// NextAt is the next tick.
+	NextAt time.Time `json:"next_at"`
+	// CatchUpMS is the schedule's catch-up window.
+	CatchUpMS int64 `json:"catch_up_ms"`
+}
+
+// ParseSchedule parses a cron spec as PeriodicJob.Spec describes.
+func ParseSchedule(spec string) (sched cron.Schedule, err error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, fmt.Errorf("%w: cron spec is empty: use e.g. \"0 3 * * *\" or \"@every 10m\"", ErrInvalid)
+	}
+	full := spec
+	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
+		if !strings.Contains(spec, " ") {
+			return nil, fmt.Errorf("%w: cron spec %q has a time zone but no schedule: use e.g. \"CRON_TZ=Europe/Paris 0 9 * * *\"", ErrInvalid, spec)
+		}
+	} else {
+		full = "CRON_TZ=UTC " + spec
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			sched, err = nil, fmt.Errorf("%w: cron spec %q: %v", ErrInvalid, spec, p)
+		}
+	}()
+	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+	sched, err = parser.Parse(full)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cron spec %q: %v: use five fields (minute hour day-of-month month day-of-week), e.g. \"0 3 * * *\", or a descriptor such as @hourly or \"@every 10m\"", ErrInvalid, spec, err)
+	}
+	if cd, ok := sched.(cron.ConstantDelaySchedule); ok && cd.Delay < time.Second {
+		return nil, fmt.Errorf("%w: cron spec %q: @every needs at least 1s", ErrInvalid, spec)
+	}
+	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
+		if d, err := time.ParseDuration(strings.TrimSpace(rest)); err != nil || d < time.Second {
+			return nil, fmt.Errorf("%w: cron spec %q: @every needs a duration of at least 1s, e.g. \"@every 10m\"", ErrInvalid, spec)
+		}
+	}
+	if sched.Next(time.Now()).IsZero() {
+		return nil, fmt.Errorf("%w: cron spec %q never fires", ErrInvalid, spec)
+	}
+	return sched, nil
+}
+
+// periodicEntry is a validated PeriodicJob.
+type periodicEntry struct {
+	PeriodicJob
+	sched cron.Schedule
+}
+
+// validatePeriodic checks every schedule (and that names are distinct)
+// without writing anything.
+func (c *Coordinator) validatePeriodic(pjs []PeriodicJob) ([]periodicEntry, error) {
+	out := make([]periodicEntry, 0, len(pjs))
+	seen := map[string]bool{}
+	for _, pj := range pjs {
+		if err := validName("periodic job name", pj.Name); err != nil {
+			return nil, err
+		}
+		if seen[pj.Name] {
+			return nil, fmt.Errorf("%w: two periodic jobs are named %s", ErrInvalid, pj.Name)
+		}
+		seen[pj.Name] = true
+		sched, err := ParseSchedule(pj.Spec)
+		if err != nil {
+			return nil, fmt.Errorf("periodic job %s: %w", pj.Name, err)
+		}
+		if pj.CatchUp < 0 {
+			return nil, fmt.Errorf("%w: periodic job %s: catch-up window %s is negative", ErrInvalid, pj.Name, pj.CatchUp)
+		}
+		if pj.CatchUp == 0 {
+			pj.CatchUp = DefaultCatchUp
+		}
+		pj.Job.ScheduledAt, pj.Job.UniqueKey, pj.Job.Unique = time.Time{}, "", nil
+		p := pj.Job
+		if err := p.normalize(c.cfg.MaxPayloadBytes); err != nil {
+			return nil, fmt.Errorf("periodic job %s: %w", pj.Name, err)
+		}
+		pj.Job = p
+		out = append(out, periodicEntry{PeriodicJob: pj, sched: sched})
+	}
+	return out, nil
+}
+
+// ValidatePeriodic checks schedules as RunPeriodic would, writing nothing.
+func (c *Coordinator) ValidatePeriodic(pjs []PeriodicJob) error {
+	_, err := c.validatePeriodic(pjs)
+	return err
+}
+
+// RunPeriodic enqueues the ticks of pjs until ctx ends. Run it on one
+// daemon at a time (under RunElected, as the worker does with its
+// maintenance); two overlapping is safe, each tick is enqueued once. It
+// returns ctx's error, or at once an error wrapping ErrInvalid for a bad
+// schedule.
+func (c *Coordinator) RunPeriodic(ctx context.Context, pjs []PeriodicJob) error {
+	entries, err := c.validatePeriodic(pjs)
+	if err != nil {
+		return err
+	}
+	if len(entries) == 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	for {
+		now := c.clock.Now()
+		wake := now.Add(time.Minute)
+		for i := range entries {
+			next, err := c.enqueueDueTicks(ctx, &entries[i], now)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				c.log.Warn("periodic job: enqueueing due ticks failed; retrying", slog.String("periodic", entries[i].Name), slog.Any("err", err))
+				next = now.Add(time.Second)
+			}
+			if !next.IsZero() && next.Before(wake) {
+				wake = next
+			}
+		}
+		d := wake.Sub(c.clock.Now())
+		if d <= 0 {
+			continue // the clock passed the next tick meanwhile
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.clock.After(d):
+		}
+	}
+}
+
+// EnqueueDueTicks enqueues the ticks of pj due at now (within its catch-up
+// window) that no one enqueued yet, and returns the schedule's state after
+// it. RunPeriodic calls it; tests and tools may call it directly.
+func (c *Coordinator) EnqueueDueTicks(ctx context.Context, pj PeriodicJob) (PeriodicState, error) {
+	entries, err := c.validatePeriodic([]PeriodicJob{pj})
+	if err != nil {
+		return PeriodicState{}, err
+	}
+	if _, err := c.enqueueDueTicks(ctx, &entries[0], c.clock.Now()); err != nil {
+		return PeriodicState{}, err
+	}
+	st, _, err := c.readPeriodic(ctx, pj.Name)
+	return st, err
+}
+
+func (c *Coordinator) readPeriodic(ctx context.Context, name string) (PeriodicState, int64, error) {
+	key := c.keys.periodic(name)
+	res, err := c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(key)}})
+	if err != nil {
+		return PeriodicState{}, 0, fmt.Errorf("coordinator: read periodic job %s: %w", name, err)
+	}
+	x := res.Results[0].KV
+	if x == nil {
+		return PeriodicState{}, 0, nil
+	}
+	var st PeriodicState
+	if err := json.Unmarshal(x.Value, &st); err != nil {
+		return PeriodicState{}, 0, fmt.Errorf("%w: %s: %v", ErrCorrupt, key, err)
+	}
+	return st, x.ModRevision, nil
+}
+
+// enqueueDueTicks is EnqueueDueTicks on a validated schedule; it returns
+// the next tick.
+func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now time.Time) (time.Time, error) {
+	now = now.UTC()
+	key := c.keys.periodic(e.Name)
+	conflicts := 0
+	for {
+		st, rev, err := c.readPeriodic(ctx, e.Name)
+		if err != nil {
+			return time.Time{}, err
+		}
+		if rev == 0 {
+			st = PeriodicState{Name: e.Name, Since: now}
+		}
+		before := st
+		st.Spec, st.Kind, st.Queue, st.CatchUpMS = e.Spec, e.Job.Kind, e.Job.Queue, e.CatchUp.Milliseconds()
+		base := st.Since
+		if st.LastTick != nil {
+			base = *st.LastTick
+		}
+		cutoff := now.Add(-e.CatchUp)
+		perTxn := c.ticksPerTxn(e)
+		var due []time.Time
+		var last time.Time
+		skipped := 0
+		t := e.sched.Next(base)
+		for !t.IsZero() && !t.After(now) && len(due) < perTxn {
+			if t.Before(cutoff) {
+				skipped++
+			} else {
+				due = append(due, t)
+			}
+			last = t
+			t = e.sched.Next(t)
+		}
+		st.NextAt = t
+		if last.IsZero() && rev != 0 && sameDefinition(before, st) {
+			return t, nil // nothing due, nothing to record
+		}
+		if !last.IsZero() {
+			lt := last
+			st.LastTick = &lt
+		}
+		if skipped > 0 {
+			st.Skipped += skipped
+			c.log.Warn("periodic job: ticks older than the catch-up window skipped", slog.String("periodic", e.Name),
+				slog.Int("skipped", skipped), slog.Duration("catch_up", e.CatchUp))
+		}
+		var nested []kv.Op
+		var jobs []*Job
+		for _, tick := range due {
+			p := e.Job
+			p.UniqueKey = "periodic:" + e.Name + ":" + tick.UTC().Format(time.RFC3339)
+			j, err := c.buildJob(ctx, &p, now)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("periodic job %s: %w", e.Name, err)
+			}
+			uk := c.keys.unique(j.UniqueKey)
+			_, puts := c.keys.put(j)
+			nested = append(nested, kv.Nested(kv.Txn{
+				If:   []kv.Cmp{kv.Missing(uk)},
+				Then: append(puts, kv.Put(uk, []byte(j.ID), 0)),
+			}))
+			jobs = append(jobs, j)
+		}
+		if len(jobs) > 0 {
+			st.LastJobID = jobs[len(jobs)-1].ID
+			st.LastEnqueuedAt = &now
+			st.Enqueued += len(jobs)
+		}
+		b, _ := json.Marshal(st)
+		res, err := c.store.Txn(ctx, kv.Txn{
+			If:   []kv.Cmp{kv.ModRevisionIs(key, kv.Equal, rev)},
+			Then: append(nested, kv.Put(key, b, 0)),
+		})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("coordinator: enqueue ticks of periodic job %s: %w", e.Name, err)
+		}
+		if !res.Succeeded {
+			// Another leader moved the schedule: read what it did.
+			if conflicts++; conflicts > 16 {
+				return time.Time{}, fmt.Errorf("coordinator: enqueue ticks of periodic job %s: %w", e.Name, ErrConflict)
+			}
+			continue
+		}
+		for i, j := range jobs {
+			if r := res.Results[i].Txn; r != nil && r.Succeeded {
+				c.log.Info("periodic job enqueued", slog.String("periodic", e.Name), slog.String("job", j.ID), slog.String("tick", due[i].Format(time.RFC3339)))
+			}
+		}
+		if t.IsZero() || t.After(now) {
+			return t, nil
+		}
+		// More ticks are due than one transaction takes: go on.
+	}
+}
+
+// ticksPerTxn is how many of e's ticks fit in one transaction of the
+// store: each writes the job's record twice (record and available index)
+// and its unique key.
+func (c *Coordinator) ticksPerTxn(e *periodicEntry) int {
+	n := maxTicksPerTxn
+	if c.limits.MaxOps > 0 {
+		n = min(n, c.limits.MaxOps-4)
+	}
+	if c.limits.MaxBytes > 0 {
+		per := 2*(len(e.Job.Payload)+len(e.Job.Metadata)) + 2048
+		n = min(n, (c.limits.MaxBytes-requestOverhead)/per)
+	}
+	return max(n, 1)
+}
+
+func sameDefinition(a, b PeriodicState) bool {
+	return a.Spec == b.Spec && a.Kind == b.Kind && a.Queue == b.Queue && a.CatchUpMS == b.CatchUpMS && a.NextAt.Equal(b.NextAt)
+}
+
+// ListPeriodic returns the stored state of every schedule a leader has run,
+// sorted by name, with NextAt computed from its spec.
+func (c *Coordinator) ListPeriodic(ctx context.Context) ([]PeriodicState, error) {
+	out := []PeriodicState{}
+	if err := c.scan(ctx, c.keys.periodics(), false, func(x kv.KeyValue) error {
+		var st PeriodicState
+		if err := json.Unmarshal(x.Value, &st); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrCorrupt, x.Key, err)
+		}
+		if sched, err := ParseSchedule(st.Spec); err == nil {
+			base := st.Since
+			if st.LastTick != nil {
+				base = *st.LastTick
+			}
+			st.NextAt = sched.Next(base).UTC()
+		}
+		out = append(out, st)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: list periodic jobs: %w", err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

@@ -1,0 +1,395 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// QueueConfig is what operators set on a queue, stored in the store (so it
+// holds for every daemon and survives restarts).
+type QueueConfig struct {
+	Name string `json:"name"`
+	// Paused queues are not claimed from; their jobs stay where they are
+	// (available, scheduled, ...) until the queue is resumed.
+	Paused   bool       `json:"paused"`
+	PausedAt *time.Time `json:"paused_at,omitempty"`
+	// Limit bounds the jobs of the queue running at once across all
+	// daemons; 0 means no limit. See docs/adr/0005.
+	Limit     int       `json:"limit,omitempty"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// MaxQueueLimit bounds QueueConfig.Limit.
+const MaxQueueLimit = 10000
+
+// QueueInfo describes a queue for `queues list`.
+type QueueInfo struct {
+	QueueConfig
+	// Available counts the jobs ready to run now.
+	Available int `json:"available"`
+	// Held counts the slots of the global limit held by running jobs
+	// (only counted when Limit is set).
+	Held int `json:"held,omitempty"`
+	// Workers lists the live daemons that serve the queue.
+	Workers []string `json:"workers"`
+}
+
+// queueCache keeps the queue configurations while a WatchQueues runs in the
+// process, so that claims need not read them; without a watch, claims read
+// them from the store. Either way the claim transaction compares the
+// configuration's modification revision, so a stale copy can delay a claim
+// but never let one through a pause.
+type queueCache struct {
+	mu       sync.Mutex
+	watchers int
+	ready    bool
+	m        map[string]cachedQueue
+}
+
+type cachedQueue struct {
+	conf QueueConfig
+	rev  int64 // modification revision; 0: no record
+	seen int64 // revision of the event that set this entry
+}
+
+func (qc *queueCache) get(q string) (QueueConfig, int64, bool) {
+	qc.mu.Lock()
+	defer qc.mu.Unlock()
+	if qc.watchers == 0 || !qc.ready {
+		return QueueConfig{}, 0, false
+	}
+	e := qc.m[q]
+	return e.conf, e.rev, true
+}
+
+func (qc *queueCache) set(q string, e cachedQueue) {
+	qc.mu.Lock()
+	defer qc.mu.Unlock()
+	if qc.m == nil {
+		qc.m = map[string]cachedQueue{}
+	}
+	if old, ok := qc.m[q]; ok && old.seen > e.seen {
+		return
+	}
+	qc.m[q] = e
+}
+
+func (qc *queueCache) setReady(ready bool) {
+	qc.mu.Lock()
+	defer qc.mu.Unlock()
+	qc.ready = ready
+}
+
+func (qc *queueCache) watch(delta int) {
+	qc.mu.Lock()
+	defer qc.mu.Unlock()
+	qc.watchers += delta
+	if qc.watchers == 0 {
+		qc.ready = false
+	}
+}
+
+// queueConfig returns the configuration of queue q and the modification
+// revision of its record (0 if there is none).
+func (c *Coordinator) queueConfig(ctx context.Context, q string) (QueueConfig, int64, error) {
+	if conf, rev, ok := c.qconf.get(q); ok {
+		return conf, rev, nil
+	}
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.queueConf(q), Serializable: true})
+	if err != nil {
+		return QueueConfig{}, 0, fmt.Errorf("coordinator: read configuration of queue %s: %w", q, err)
+	}
+	if len(rr.KVs) == 0 {
+		return QueueConfig{Name: q}, 0, nil
+	}
+	conf, err := decodeQueueConfig(&rr.KVs[0])
+	return conf, rr.KVs[0].ModRevision, err
+}
+
+func decodeQueueConfig(x *kv.KeyValue) (QueueConfig, error) {
+	var conf QueueConfig
+	if err := json.Unmarshal(x.Value, &conf); err != nil {
+		return QueueConfig{}, fmt.Errorf("%w: %s: %v", ErrCorrupt, x.Key, err)
+	}
+	return conf, nil
+}
+
+// QueueConfig returns the configuration of queue q (the zero configuration,
+// named, if none was ever set).
+func (c *Coordinator) QueueConfig(ctx context.Context, q string) (QueueConfig, error) {
+	if err := ValidateQueue(q); err != nil {
+		return QueueConfig{}, err
+	}
+	conf, _, err := c.readQueueConfig(ctx, q)
+	return conf, err
+}
+
+// readQueueConfig reads q's configuration linearizably.
+func (c *Coordinator) readQueueConfig(ctx context.Context, q string) (QueueConfig, int64, error) {
+	res, err := c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(c.keys.queueConf(q))}})
+	if err != nil {
+		return QueueConfig{}, 0, fmt.Errorf("coordinator: read configuration of queue %s: %w", q, err)
+	}
+	x := res.Results[0].KV
+	if x == nil {
+		return QueueConfig{Name: q}, 0, nil
+	}
+	conf, err := decodeQueueConfig(x)
+	return conf, x.ModRevision, err
+}
+
+// updateQueue applies change to q's configuration by compare-and-set and
+// returns the result, and whether anything changed.
+func (c *Coordinator) updateQueue(ctx context.Context, q string, change func(*QueueConfig)) (QueueConfig, bool, error) {
+	if err := ValidateQueue(q); err != nil {
+		return QueueConfig{}, false, err
+	}
+	key := c.keys.queueConf(q)
+	for range 16 {
+		conf, rev, err := c.readQueueConfig(ctx, q)
+		if err != nil {
+			return QueueConfig{}, false, err
+		}
+		next := conf
+		change(&next)
+		if next == conf {
+			return conf, false, nil
+		}
+		next.Name = q
+		next.UpdatedAt = c.clock.Now().UTC()
+		b, _ := json.Marshal(next)
+		res, err := c.store.Txn(ctx, kv.Txn{
+			If:   []kv.Cmp{kv.ModRevisionIs(key, kv.Equal, rev)},
+			Then: []kv.Op{kv.Put(key, b, 0)},
+		})
+		if err != nil {
+			return QueueConfig{}, false, fmt.Errorf("coordinator: write configuration of queue %s: %w", q, err)
+		}
+		if res.Succeeded {
+			c.qconf.set(q, cachedQueue{conf: next, rev: res.Revision, seen: res.Revision})
+			return next, next.Paused != conf.Paused || next.Limit != conf.Limit, nil
+		}
+	}
+	return QueueConfig{}, false, fmt.Errorf("coordinator: configure queue %s: %w", q, ErrConflict)
+}
+
+// PauseQueue pauses queue q: once it returns, no daemon claims a job of q
+// (a claim in flight that read the queue unpaused is refused by the store,
+// because every claim compares the configuration's revision). Running jobs
+// go on. changed is false when q was already paused.
+func (c *Coordinator) PauseQueue(ctx context.Context, q string) (conf QueueConfig, changed bool, err error) {
+	now := c.clock.Now().UTC()
+	return c.updateQueue(ctx, q, func(qc *QueueConfig) {
+		if !qc.Paused {
+			qc.Paused, qc.PausedAt = true, &now
+		}
+	})
+}
+
+// ResumeQueue resumes queue q. changed is false when q was not paused.
+func (c *Coordinator) ResumeQueue(ctx context.Context, q string) (conf QueueConfig, changed bool, err error) {
+	return c.updateQueue(ctx, q, func(qc *QueueConfig) { qc.Paused, qc.PausedAt = false, nil })
+}
+
+// SetQueueLimit sets the global concurrency limit of queue q: at most n of
+// its jobs run at once across all daemons; 0 removes the limit. Jobs
+// running when it is lowered are not interrupted.
+func (c *Coordinator) SetQueueLimit(ctx context.Context, q string, n int) (conf QueueConfig, changed bool, err error) {
+	if n < 0 || n > MaxQueueLimit {
+		return QueueConfig{}, false, fmt.Errorf("%w: queue limit %d: want 0 (none) to %d", ErrInvalid, n, MaxQueueLimit)
+	}
+	return c.updateQueue(ctx, q, func(qc *QueueConfig) { qc.Limit = n })
+}
+
+// WatchQueues keeps this coordinator's copy of every queue configuration up
+// to date, so that claims need not read them, and calls fn (which must not
+// block) whenever a configuration changes or a slot of a global limit is
+// freed: a daemon waiting for either should try to claim again. It blocks
+// until ctx ends and returns ctx's error.
+func (c *Coordinator) WatchQueues(ctx context.Context, fn func()) error {
+	c.qconf.watch(1)
+	defer c.qconf.watch(-1)
+	for {
+		rr, err := c.store.Range(ctx, kv.Prefix(c.keys.queueConfs(), 0))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			c.log.Warn("queue configurations: read failed; retrying", slog.Any("err", err))
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-c.clock.After(500 * time.Millisecond):
+			}
+			continue
+		}
+		for i := range rr.KVs {
+			x := &rr.KVs[i]
+			conf, err := decodeQueueConfig(x)
+			if err != nil {
+				c.log.Error("skipping corrupt queue configuration", slog.Any("err", err))
+				continue
+			}
+			c.qconf.set(conf.Name, cachedQueue{conf: conf, rev: x.ModRevision, seen: rr.Revision})
+		}
+		c.qconf.setReady(true)
+		fn()
+		wctx, cancel := context.WithCancel(ctx)
+		ch := c.store.Watch(wctx, c.keys.queueMgmt(), rr.Revision+1)
+		for resp := range ch {
+			if resp.Err != nil {
+				break
+			}
+			wake := false
+			for _, ev := range resp.Events {
+				switch {
+				case strings.HasPrefix(ev.KV.Key, c.keys.queueConfs()):
+					q := strings.TrimPrefix(ev.KV.Key, c.keys.queueConfs())
+					e := cachedQueue{conf: QueueConfig{Name: q}, seen: ev.KV.ModRevision}
+					if ev.Type == kv.EventPut {
+						conf, err := decodeQueueConfig(&ev.KV)
+						if err != nil {
+							c.log.Error("skipping corrupt queue configuration", slog.Any("err", err))
+							continue
+						}
+						e.conf, e.rev = conf, ev.KV.ModRevision
+					}
+					c.qconf.set(q, e)
+					wake = true
+				case ev.Type == kv.EventDelete:
+					wake = true // a slot was freed
+				}
+			}
+			if wake {
+				fn()
+			}
+		}
+		cancel()
+		for range ch {
+		}
+		// The watch ended (compaction, reconnect): claims read the store
+		// until the copy is reloaded.
+		c.qconf.setReady(false)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}
+
+// freeSlots returns up to want free slots of queue q's global limit, in a
+// random order when spread (so that daemons do not all race for slot 0).
+func (c *Coordinator) freeSlots(ctx context.Context, q string, limit, want int, spread bool) ([]string, error) {
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.slots(q), End: kv.PrefixEnd(c.keys.slots(q)), KeysOnly: true, Serializable: true})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: read slots of queue %s: %w", q, err)
+	}
+	held := map[int]bool{}
+	for _, x := range rr.KVs {
+		if n, err := strconv.Atoi(idFromIndex(x.Key)); err == nil {
+			held[n] = true
+		}
+	}
+	room := limit - len(rr.KVs)
+	if room <= 0 {
+		return nil, nil
+	}
+	var free []int
+	for i := range limit {
+		if !held[i] {
+			free = append(free, i)
+		}
+	}
+	if spread {
+		rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+	}
+	out := make([]string, 0, min(room, want, len(free)))
+	for _, i := range free[:min(room, want, len(free))] {
+		out = append(out, c.keys.slot(q, i))
+	}
+	return out, nil
+}
+
+// KnownQueue reports whether queue q is known: a live daemon serves it, it
+// has a configuration, or it has available jobs.
+func (c *Coordinator) KnownQueue(ctx context.Context, q string) (bool, error) {
+	if err := ValidateQueue(q); err != nil {
+		return false, err
+	}
+	qs, err := c.Queues(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, x := range qs {
+		if x.Name == q {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// Queues lists the known queues: those with a configuration, those a live
+// daemon serves, and those with available jobs; sorted by name.
+func (c *Coordinator) Queues(ctx context.Context) ([]QueueInfo, error) {
+	byName := map[string]*QueueInfo{}
+	get := func(q string) *QueueInfo {
+		if x := byName[q]; x != nil {
+			return x
+		}
+		x := &QueueInfo{QueueConfig: QueueConfig{Name: q}, Workers: []string{}}
+		byName[q] = x
+		return x
+	}
+	if err := c.scan(ctx, c.keys.queueConfs(), false, func(x kv.KeyValue) error {
+		conf, err := decodeQueueConfig(&x)
+		if err != nil {
+			return err
+		}
+		get(conf.Name).QueueConfig = conf
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: list queues: %w", err)
+	}
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range ws {
+		for _, q := range w.Queues {
+			x := get(q)
+			x.Workers = append(x.Workers, w.ID)
+		}
+	}
+	if err := c.scan(ctx, c.keys.available(), true, func(x kv.KeyValue) error {
+		q, _, _ := strings.Cut(strings.TrimPrefix(x.Key, c.keys.available()), "/")
+		get(q).Available++
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: count available jobs: %w", err)
+	}
+	out := make([]QueueInfo, 0, len(byName))
+	for _, x := range byName {
+		if x.Limit > 0 {
+			if err := c.scan(ctx, c.keys.slots(x.Name), true, func(kv.KeyValue) error {
+				x.Held++
+				return nil
+			}); err != nil {
+				return nil, fmt.Errorf("coordinator: count slots of queue %s: %w", x.Name, err)
+			}
+		}
+		slices.Sort(x.Workers)
+		out = append(out, *x)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
