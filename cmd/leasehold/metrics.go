@@ -269,13 +269,23 @@ const maxRunningListed = 5000
 
 // queueCounts counts available jobs per queue from the index keys and
 // running jobs per queue from their records (there are at most the sum of
-// the daemons' concurrency).
+// the daemons' concurrency). Queues that live daemons serve are counted
+// even when empty.
 func queueCounts(ctx context.Context, c *coordinator.Coordinator) (map[string]*queueCount, error) {
 	avail, err := c.AvailableByQueue(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ws, err := c.Workers(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]*queueCount{}
+	for _, w := range ws {
+		for _, q := range w.Queues {
+			out[q] = &queueCount{}
+		}
+	}
 	get := func(q string) *queueCount {
 		if out[q] == nil {
 			out[q] = &queueCount{}
