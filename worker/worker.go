@@ -67,6 +67,17 @@ type Config struct {
 	// WorkerID names this worker; it must be unique. Default:
 	// coordinator.NewWorkerID().
 	WorkerID string
+	// Periodic are schedules this worker enqueues while it is the elected
+	// maintenance leader (it needs Maintain). Declare the same ones on
+	// every worker that may lead. See coordinator.PeriodicJob.
+	Periodic []coordinator.PeriodicJob
+	// Middleware wraps every handler, the first outermost (around each
+	// kind's own KindOptions.Middleware): for tracing, logging, metrics.
+	Middleware []Middleware
+	// QueueConcurrency bounds, per queue, the jobs this worker runs at
+	// once (within Concurrency). A limit across all daemons is set on the
+	// queue itself (coordinator.SetQueueLimit).
+	QueueConcurrency map[string]int
 }
 
 // Defaults of Config.
@@ -110,7 +121,7 @@ func (cfg Config) withDefaults(c *coordinator.Coordinator) (Config, error) {
 			return cfg, err
 		}
 	}
-	return cfg, nil
+	return cfg, cfg.validateFeatures(c)
 }
 
 // Worker claims and runs jobs. Create it with New, register handlers, then
@@ -122,6 +133,10 @@ type Worker struct {
 
 	handlers map[string]Handler
 	started  atomic.Bool
+
+	kindOpts     map[string]KindOptions   // HandleWith
+	wrapped      map[string]Handler       // handlers with their middleware, from Start
+	queueRunning map[string]*atomic.Int64 // runs holding a slot, per queue
 
 	sess       atomic.Pointer[coordinator.Session]
 	sessCancel context.CancelFunc // ends the first session's parent at Stop
@@ -175,7 +190,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Worker{
+	w := &Worker{
 		c:        c,
 		cfg:      cfg,
 		log:      cfg.Logger.With(slog.String("worker", cfg.WorkerID)),
@@ -184,7 +199,9 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 		tickets:  make(chan struct{}, 2*cfg.Concurrency),
 		wake:     make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
-	}, nil
+	}
+	w.initFeatures()
+	return w, nil
 }
 
 // Handle registers h for kind. It panics if called after Start or twice for
@@ -262,18 +279,19 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
 	w.cancelCtx, w.cancelStop = context.WithCancel(context.Background())
 
+	w.wrapHandlers()
 	w.goLoop(w.claimLoop)
 	w.goLoop(func() {
 		_ = w.c.WatchCancelRequests(w.cancelCtx, w.onCancelRequest)
 	})
+	// Queue pauses, limits and freed slots wake the claim loop.
+	w.goLoop(func() { _ = w.c.WatchQueues(w.loopCtx, w.poke) })
 	for _, q := range w.cfg.Queues {
 		w.goLoop(func() { _ = w.c.WatchAvailable(w.loopCtx, q, w.poke) })
 	}
 	if w.cfg.Maintain {
 		w.goLoop(func() {
-			_ = w.c.RunElected(w.loopCtx, "maintenance", w.Session, func(ctx context.Context) error {
-				return w.c.RunMaintenance(ctx, coordinator.MaintainConfig{})
-			})
+			_ = w.c.RunElected(w.loopCtx, "maintenance", w.Session, w.runMaintenance)
 		})
 	}
 	if w.cfg.Reap {
@@ -352,7 +370,11 @@ func (w *Worker) claimLoop() {
 		if free > 0 {
 			for i := range w.cfg.Queues {
 				q := w.cfg.Queues[(next+i)%len(w.cfg.Queues)]
-				runs, st, err := w.c.Claim(ctx, sess, q, free-claimed, w.cfg.Spread)
+				want := w.queueRoom(q, free-claimed)
+				if want == 0 {
+					continue // this worker's limit for the queue
+				}
+				runs, st, err := w.c.Claim(ctx, sess, q, want, w.cfg.Spread)
 				if err != nil && ctx.Err() == nil && sess.Ctx().Err() == nil {
 					w.log.Warn("claim failed", slog.String("queue", q), slog.Any("err", err))
 				}
@@ -432,6 +454,7 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 	w.slots <- struct{}{}
 	w.tickets <- struct{}{}
+	w.queueAdd(r.Job().Queue, 1)
 	w.handlersWG.Add(1)
 	w.inFlight.Add(1)
 	go func() {
@@ -447,10 +470,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
 	defer cancel(nil)
 	stopOnLoss := context.AfterFunc(sess.Ctx(), func() { cancel(context.Cause(sess.Ctx())) })
 	defer stopOnLoss()
-	if d := jc.Timeout(); d > 0 || w.cfg.DefaultTimeout > 0 {
-		if d == 0 {
-			d = w.cfg.DefaultTimeout
-		}
+	if d := w.timeoutOf(&jc); d > 0 {
 		var tcancel context.CancelFunc
 		ctx, tcancel = context.WithTimeout(ctx, d)
 		defer tcancel()
@@ -476,6 +496,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
 	}()
 	releaseSlot := sync.OnceFunc(func() {
 		<-w.slots
+		w.queueAdd(jc.Queue, -1)
 		w.inFlight.Add(-1)
 		w.poke()
 	})
@@ -506,7 +527,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
 
 // call runs the handler, turning a panic into an error with its stack.
 func (w *Worker) call(ctx context.Context, j *Job) (trace string, err error) {
-	h := w.handlers[j.Kind]
+	h := w.handler(j.Kind)
 	if h == nil {
 		return "", fmt.Errorf("%w %q on worker %s (it runs %v)", ErrUnknownKind, j.Kind, w.cfg.WorkerID, w.Kinds())
 	}
@@ -561,13 +582,17 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		op = r.Release
 	case errors.As(herr, &retryAt):
 		out.Op = "fail"
-		op = func(ctx context.Context) error { return r.Fail(ctx, herr, coordinator.FailOpts{RetryAt: retryAt.at}) }
+		op = func(ctx context.Context) error {
+			return r.Fail(ctx, herr, w.failOpts(&j.Job, coordinator.FailOpts{RetryAt: retryAt.at}))
+		}
 	default:
 		if errors.Is(cause, context.DeadlineExceeded) && ctx.Err() != nil {
 			herr = fmt.Errorf("attempt timed out: %w", herr)
 		}
 		out.Op = "fail"
-		op = func(ctx context.Context) error { return r.Fail(ctx, herr, coordinator.FailOpts{Trace: trace}) }
+		op = func(ctx context.Context) error {
+			return r.Fail(ctx, herr, w.failOpts(&j.Job, coordinator.FailOpts{Trace: trace}))
+		}
 	}
 	delay := 50 * time.Millisecond
 	for {

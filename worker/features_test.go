@@ -1,0 +1,204 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/worker"
+)
+
+func TestMiddlewareOrderAndMetadata(t *testing.T) {
+	e := newEnv(t, nil)
+	var mu sync.Mutex
+	var trace []string
+	mark := func(name string) worker.Middleware {
+		return func(next worker.Handler) worker.Handler {
+			return func(ctx context.Context, j *worker.Job) error {
+				mu.Lock()
+				trace = append(trace, name+">")
+				mu.Unlock()
+				err := next(ctx, j)
+				mu.Lock()
+				trace = append(trace, "<"+name)
+				mu.Unlock()
+				return err
+			}
+		}
+	}
+	// A tenancy middleware reads the metadata an enqueue hook wrote and
+	// refuses jobs without a tenant.
+	tenancy := func(next worker.Handler) worker.Handler {
+		return func(ctx context.Context, j *worker.Job) error {
+			var md struct {
+				Tenant string `json:"tenant"`
+			}
+			if err := json.Unmarshal(j.Metadata, &md); err != nil || md.Tenant == "" {
+				return worker.JobCancel(errors.New("no tenant"))
+			}
+			return next(ctx, j)
+		}
+	}
+	w, err := worker.New(e.c, worker.Config{Middleware: []worker.Middleware{mark("outer"), tenancy, mark("inner")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleWith("k", func(ctx context.Context, j *worker.Job) error {
+		mu.Lock()
+		trace = append(trace, "handler")
+		mu.Unlock()
+		return nil
+	}, worker.KindOptions{Middleware: []worker.Middleware{mark("kind")}})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	ok := e.enqueue(coordinator.EnqueueParams{Kind: "k", Metadata: json.RawMessage(`{"tenant":"acme"}`)})
+	if j := e.wait(ok); j.State != coordinator.StateCompleted {
+		t.Fatalf("job with a tenant: %s %+v", j.State, j.Errors)
+	}
+	mu.Lock()
+	got := strings.Join(trace, " ")
+	mu.Unlock()
+	if want := "outer> inner> kind> handler <kind <inner <outer"; got != want {
+		t.Fatalf("middleware order %q, want %q", got, want)
+	}
+	bad := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if j := e.wait(bad); j.State != coordinator.StateCancelled || !strings.Contains(j.Errors[0].Error, "no tenant") {
+		t.Fatalf("job without a tenant: %s %+v", j.State, j.Errors)
+	}
+}
+
+func TestKindOptions(t *testing.T) {
+	e := newEnv(t, nil)
+	var attempts atomic.Int32
+	w2, err := worker.New(e.c, worker.Config{Queues: []string{"kinds"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// flaky: at most 2 attempts, retried at once by its own policy.
+	w2.HandleWith("flaky", func(ctx context.Context, j *worker.Job) error {
+		attempts.Add(1)
+		return errors.New("down")
+	}, worker.KindOptions{MaxAttempts: 2, RetryPolicy: func(int, *coordinator.Job) time.Duration { return 0 }})
+	// slow: 50ms per attempt unless the job says otherwise.
+	w2.HandleWith("slow", func(ctx context.Context, j *worker.Job) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}, worker.KindOptions{Timeout: 50 * time.Millisecond, MaxAttempts: 1})
+	if err := w2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w2.Stop(context.Background()) })
+	// Retries are promoted by the maintenance leader.
+	e.worker(worker.Config{Maintain: true, Queues: []string{"none"}}, map[string]worker.Handler{"none": func(context.Context, *worker.Job) error { return nil }})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "flaky", Queue: "kinds"}) // max attempts 25 by default
+	j := e.wait(id)
+	if j.State != coordinator.StateDiscarded || j.Attempt != 2 || j.MaxAttempts != 2 || attempts.Load() != 2 {
+		t.Fatalf("flaky: %s after %d attempts (max %d, ran %d)", j.State, j.Attempt, j.MaxAttempts, attempts.Load())
+	}
+	start := time.Now()
+	id = e.enqueue(coordinator.EnqueueParams{Kind: "slow", Queue: "kinds"})
+	j = e.wait(id)
+	if j.State != coordinator.StateDiscarded || !strings.Contains(j.Errors[0].Error, "timed out") || time.Since(start) > 5*time.Second {
+		t.Fatalf("slow: %s %+v", j.State, j.Errors)
+	}
+}
+
+func TestQueueConcurrencyPerWorker(t *testing.T) {
+	e := newEnv(t, nil)
+	var cur, peak atomic.Int32
+	h := func(ctx context.Context, j *worker.Job) error {
+		n := cur.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		cur.Add(-1)
+		return nil
+	}
+	e.worker(worker.Config{Concurrency: 10, Queues: []string{"default", "narrow"}, QueueConcurrency: map[string]int{"narrow": 2}},
+		map[string]worker.Handler{"k": h})
+	var ids []string
+	for range 12 {
+		ids = append(ids, e.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "narrow"}))
+	}
+	for _, id := range ids {
+		if j := e.wait(id); j.State != coordinator.StateCompleted {
+			t.Fatalf("job %s: %s", id, j.State)
+		}
+	}
+	if p := peak.Load(); p > 2 || p < 1 {
+		t.Fatalf("peak %d jobs of queue narrow at once, want at most 2", p)
+	}
+	if _, err := worker.New(e.c, worker.Config{QueueConcurrency: map[string]int{"other": 1}}); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("limit for a queue not served: %v", err)
+	}
+}
+
+func TestPausedQueueRunsAfterResume(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, _, err := e.c.PauseQueue(ctx, coordinator.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	e.worker(worker.Config{PollInterval: time.Hour}, map[string]worker.Handler{"k": func(context.Context, *worker.Job) error { return nil }})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	time.Sleep(200 * time.Millisecond)
+	if j, _ := e.c.Get(ctx, id); j.State != coordinator.StateAvailable {
+		t.Fatalf("job of a paused queue is %s", j.State)
+	}
+	if _, _, err := e.c.ResumeQueue(ctx, coordinator.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	// The resume wakes the worker (no poll for an hour).
+	if j := e.wait(id); j.State != coordinator.StateCompleted {
+		t.Fatalf("after resume: %s", j.State)
+	}
+}
+
+type reportArgs struct {
+	Day string `json:"day"`
+}
+
+func (reportArgs) Kind() string { return "report" }
+
+func TestPeriodicAndTypedArgs(t *testing.T) {
+	e := newEnv(t, nil)
+	got := make(chan string, 8)
+	w, err := worker.New(e.c, worker.Config{Maintain: true, Periodic: []coordinator.PeriodicJob{
+		{Name: "reports", Spec: "@every 1s", Job: coordinator.EnqueueParams{Kind: "report", Payload: json.RawMessage(`{"day":"today"}`)}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker.HandleArgs(w, func(ctx context.Context, j *worker.Job, a reportArgs) error {
+		got <- a.Day
+		return nil
+	})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	select {
+	case day := <-got:
+		if day != "today" {
+			t.Fatalf("typed args: %q", day)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no periodic job ran within 10s")
+	}
+	for _, cfg := range []worker.Config{
+		{Periodic: []coordinator.PeriodicJob{{Name: "x", Spec: "@hourly", Job: coordinator.EnqueueParams{Kind: "k"}}}},
+		{Maintain: true, Periodic: []coordinator.PeriodicJob{{Name: "x", Spec: "every hour", Job: coordinator.EnqueueParams{Kind: "k"}}}},
+	} {
+		if _, err := worker.New(e.c, cfg); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("worker.New(%+v): %v, want ErrInvalid", cfg, err)
+		}
+	}
+}

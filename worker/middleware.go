@@ -1,0 +1,179 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"golang.org/x/sync/errgroup"
+)
+
+// Middleware wraps a handler: it runs code before and after the next one,
+// may change the context (tracing spans, loggers, tenants read from
+// Job.Metadata) and may change the error. It must call next at most once.
+// See Config.Middleware and KindOptions.Middleware.
+type Middleware func(next Handler) Handler
+
+// KindOptions are per-kind settings of a worker (HandleWith).
+type KindOptions struct {
+	// MaxAttempts, if positive, replaces the max attempts of jobs of the
+	// kind: the handler's owner knows best what it can survive. It is
+	// applied (and written to the job) when an attempt fails.
+	MaxAttempts int
+	// Timeout bounds each attempt of a job of the kind that sets no
+	// timeout of its own (before Config.DefaultTimeout).
+	Timeout time.Duration
+	// RetryPolicy computes the wait before the next attempt (instead of
+	// the coordinator's policy). A handler's JobRetryAt still wins.
+	RetryPolicy coordinator.RetryPolicy
+	// Middleware wraps the kind's handler, inside Config.Middleware.
+	Middleware []Middleware
+}
+
+// HandleWith registers h for kind with per-kind options. It panics if
+// called after Start, twice for one kind, or with negative options, as all
+// are programming errors.
+func (w *Worker) HandleWith(kind string, h Handler, o KindOptions) {
+	if o.MaxAttempts < 0 || o.Timeout < 0 {
+		panic("worker: negative KindOptions for kind " + kind)
+	}
+	w.Handle(kind, h)
+	w.kindOpts[kind] = o
+}
+
+// HandleArgs registers a handler of typed arguments: the kind is
+// T.Kind() (called on T's zero value, so it must not depend on the value,
+// as River's JobArgs), and the payload is decoded into a T first; a payload
+// that does not decode cancels the job. o, if given, are the kind's
+// options.
+func HandleArgs[T interface{ Kind() string }](w *Worker, fn func(ctx context.Context, j *Job, args T) error, o ...KindOptions) {
+	var zero T
+	var opts KindOptions
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	w.HandleWith(zero.Kind(), Typed(fn), opts)
+}
+
+// chain wraps h in mws, the first outermost.
+func chain(h Handler, mws []Middleware) Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
+// wrapHandlers builds every kind's handler with its middleware, once, at
+// Start.
+func (w *Worker) wrapHandlers() {
+	w.wrapped = make(map[string]Handler, len(w.handlers))
+	for k, h := range w.handlers {
+		h = chain(h, w.kindOpts[k].Middleware)
+		w.wrapped[k] = chain(h, w.cfg.Middleware)
+	}
+}
+
+// handler returns the handler of kind with its middleware, or nil.
+func (w *Worker) handler(kind string) Handler {
+	if h, ok := w.wrapped[kind]; ok {
+		return h
+	}
+	return w.handlers[kind]
+}
+
+// timeoutOf returns the bound on an attempt of j: its own timeout, else
+// its kind's, else the worker's default; 0 for none.
+func (w *Worker) timeoutOf(j *coordinator.Job) time.Duration {
+	if d := j.Timeout(); d > 0 {
+		return d
+	}
+	if d := w.kindOpts[j.Kind].Timeout; d > 0 {
+		return d
+	}
+	return w.cfg.DefaultTimeout
+}
+
+// failOpts returns the options of a failed attempt of j: its kind's max
+// attempts and, unless the handler chose a retry time, its kind's retry
+// policy.
+func (w *Worker) failOpts(j *coordinator.Job, o coordinator.FailOpts) coordinator.FailOpts {
+	ko := w.kindOpts[j.Kind]
+	o.MaxAttempts = ko.MaxAttempts
+	if o.RetryAt.IsZero() && ko.RetryPolicy != nil {
+		o.RetryAt = w.c.Clock().Now().Add(ko.RetryPolicy(j.Attempt, j))
+	}
+	return o
+}
+
+// validateFeatures checks the settings of periodic jobs, middleware and
+// queue limits.
+func (cfg Config) validateFeatures(c *coordinator.Coordinator) error {
+	if len(cfg.Periodic) > 0 && !cfg.Maintain {
+		return fmt.Errorf("%w: periodic jobs are enqueued by the maintenance leader: set Maintain", coordinator.ErrInvalid)
+	}
+	if err := c.ValidatePeriodic(cfg.Periodic); err != nil {
+		return err
+	}
+	for q, n := range cfg.QueueConcurrency {
+		if err := coordinator.ValidateQueue(q); err != nil {
+			return err
+		}
+		served := false
+		for _, s := range cfg.Queues {
+			served = served || s == q
+		}
+		if !served {
+			return fmt.Errorf("%w: concurrency limit for queue %s, which the worker does not serve (it serves %v)", coordinator.ErrInvalid, q, cfg.Queues)
+		}
+		if n < 1 {
+			return fmt.Errorf("%w: concurrency limit %d for queue %s: want 1 or more", coordinator.ErrInvalid, n, q)
+		}
+	}
+	for _, m := range cfg.Middleware {
+		if m == nil {
+			return fmt.Errorf("%w: nil middleware", coordinator.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// initFeatures sets up the per-kind options and per-queue counters.
+func (w *Worker) initFeatures() {
+	w.kindOpts = map[string]KindOptions{}
+	w.queueRunning = map[string]*atomic.Int64{}
+	for _, q := range w.cfg.Queues {
+		w.queueRunning[q] = new(atomic.Int64)
+	}
+}
+
+// queueRoom bounds a claim of queue q of up to n jobs by q's local
+// concurrency limit.
+func (w *Worker) queueRoom(q string, n int) int {
+	limit, ok := w.cfg.QueueConcurrency[q]
+	if !ok {
+		return n
+	}
+	return max(0, min(n, limit-int(w.queueRunning[q].Load())))
+}
+
+// queueAdd counts a run of queue q starting (+1) or giving its slot back
+// (-1).
+func (w *Worker) queueAdd(q string, d int64) {
+	if c := w.queueRunning[q]; c != nil {
+		c.Add(d)
+	}
+}
+
+// runMaintenance is the elected maintenance work: promotion and retention,
+// and the periodic jobs.
+func (w *Worker) runMaintenance(ctx context.Context) error {
+	if len(w.cfg.Periodic) == 0 {
+		return w.c.RunMaintenance(ctx, coordinator.MaintainConfig{})
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return w.c.RunMaintenance(gctx, coordinator.MaintainConfig{}) })
+	g.Go(func() error { return w.c.RunPeriodic(gctx, w.cfg.Periodic) })
+	return g.Wait()
+}
