@@ -294,8 +294,8 @@ func pageTemplate(content string) *template.Template {
 	return template.Must(template.Must(dashboardBaseTmpl.Clone()).Parse(content))
 }
 
-// page is what every dashboard page shows.
-type page struct {
+// dashPage is what every dashboard page shows.
+type dashPage struct {
 	Title        string
 	Nav          string
 	Namespace    string
@@ -355,10 +355,10 @@ func (a *api) routeDashboard() {
 	a.mux.HandleFunc("GET /jobs/{id}", a.dashboardJob)
 }
 
-func (a *api) newPage(title, nav string) *page {
+func (a *api) newPage(title, nav string) *dashPage {
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
-	return &page{
+	return &dashPage{
 		Title: title, Nav: nav, Namespace: a.cfg.Coord.Namespace(), Self: a.cfg.WorkerID,
 		AuthRequired: a.cfg.Auth.Token != "", Nonce: base64.RawStdEncoding.EncodeToString(nonce[:]),
 		Now: time.Now(), States: coordinator.States,
@@ -367,7 +367,7 @@ func (a *api) newPage(title, nav string) *page {
 
 // render writes p with t, with headers that keep the page from being
 // framed or running scripts other than its own.
-func (a *api) render(w http.ResponseWriter, r *http.Request, status int, t *template.Template, p *page) {
+func (a *api) render(w http.ResponseWriter, r *http.Request, status int, t *template.Template, p *dashPage) {
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "page", p); err != nil {
 		a.fail(w, r, err)
@@ -385,7 +385,7 @@ func (a *api) render(w http.ResponseWriter, r *http.Request, status int, t *temp
 }
 
 // storeErr records a failed read on p.
-func (a *api) storeErr(p *page, what string, err error) {
+func (a *api) storeErr(p *dashPage, what string, err error) {
 	if err == nil || p.Err != "" {
 		return
 	}
@@ -395,7 +395,7 @@ func (a *api) storeErr(p *page, what string, err error) {
 
 // known fills the kinds and queues offered by the filters, from the live
 // daemons and the queues seen.
-func (p *page) known(ws []coordinator.WorkerInfo, queues []queueRow) {
+func (p *dashPage) known(ws []coordinator.WorkerInfo, queues []queueRow) {
 	kinds, qs := map[string]bool{}, map[string]bool{}
 	for _, w := range ws {
 		for _, k := range w.Kinds {
