@@ -3,7 +3,7 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: all build daemon test test-unit fuzz-short test-broken-build lint bench clean
+.PHONY: all build daemon test test-unit browser-deps fuzz-short test-broken-build lint bench clean
 
 all: build
 
@@ -17,8 +17,16 @@ daemon:
 # Every test, with the race detector, then a short run of each fuzz target.
 test: test-unit fuzz-short test-broken-build
 
-test-unit:
-	$(GO) test -race -count=1 -timeout 15m ./...
+# Screenshots of the browser test land in ARTIFACTS (kept by CI).
+ARTIFACTS ?= $(CURDIR)/artifacts
+
+test-unit: browser-deps
+	LEASEHOLD_ARTIFACTS=$(ARTIFACTS) $(GO) test -race -count=1 -timeout 15m ./...
+
+# Headless Chromium for the dashboard's browser test (Debian's package; the
+# test skips, saying why, if it cannot be installed).
+browser-deps:
+	@sh scripts/install-chromium.sh >/dev/null || echo "browser-deps: chromium could not be installed: the browser test will skip"
 
 fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./coordinator/
