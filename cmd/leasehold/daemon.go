@@ -311,6 +311,11 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	}
 	serveErr := make(chan error, 1)
 	m.registerDaemon(w)
+	backend := "pebble"
+	if shared {
+		backend = "etcd"
+	}
+	m.initSeries(backend, o.queues, w.Kinds())
 	scheme := "http"
 	if tlsCfg != nil {
 		scheme = "https"

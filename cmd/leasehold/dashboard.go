@@ -149,6 +149,7 @@ form.filters input,form.filters select{font:inherit;padding:.2em .4em}
 ol.timeline{list-style:none;padding:0;margin:0}ol.timeline li{padding:.3em 0 .3em 1em;border-left:3px solid var(--line)}
 ol.timeline li.bad{border-color:#fda29b}ol.timeline li.good{border-color:#75e0a7}
 details summary{cursor:pointer;color:var(--mute)}
+#errors th:first-child{width:6em}#errors th:nth-child(2){width:15em}
 .self{font-size:.75em;background:#eff8ff;color:var(--accent);border-radius:4px;padding:0 .4em;margin-left:.4em}
 </style></head><body>
 <header><a class="brand" href="/">leasehold</a>
@@ -353,6 +354,7 @@ func (a *api) routeDashboard() {
 	a.mux.HandleFunc("GET /{$}", a.dashboard)
 	a.mux.HandleFunc("GET /jobs", a.dashboardJobs)
 	a.mux.HandleFunc("GET /jobs/{id}", a.dashboardJob)
+	a.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 }
 
 func (a *api) newPage(title, nav string) *dashPage {

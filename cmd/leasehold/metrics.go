@@ -403,3 +403,36 @@ func (s *meteredStore) Revoke(ctx context.Context, id kv.LeaseID) error {
 	}
 	return err
 }
+
+// outcomeOps are the Op values of worker.Outcome.
+var outcomeOps = []string{"complete", "fail", "snooze", "cancel", "release", "abandon"}
+
+// storeOps are the operations meteredStore counts.
+var storeOps = []string{"txn", "range", "watch", "grant", "keepalive", "revoke"}
+
+// initSeries creates the series of the daemon's queues, kinds, store and
+// outcome writes at zero, so that rates and alerts have a series to work
+// on before the first event.
+func (m *metrics) initSeries(backend string, queues, kinds []string) {
+	for _, q := range queues {
+		m.claims.WithLabelValues(q)
+		m.conflicts.WithLabelValues(q)
+	}
+	for _, k := range kinds {
+		m.completions.WithLabelValues(k)
+		m.failures.WithLabelValues(k)
+		m.retries.WithLabelValues(k)
+		m.discards.WithLabelValues(k, "attempts")
+		m.cancellations.WithLabelValues(k)
+	}
+	for _, op := range outcomeOps {
+		m.refused.WithLabelValues(op)
+		m.writeErrors.WithLabelValues(op)
+	}
+	for _, op := range storeOps {
+		m.storeErrors.WithLabelValues(backend, op)
+	}
+	for _, st := range []coordinator.State{coordinator.StateAvailable, coordinator.StateCancelled, coordinator.StateDiscarded} {
+		m.reaped.WithLabelValues(string(st))
+	}
+}
