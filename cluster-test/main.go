@@ -214,8 +214,12 @@ func (h *harness) progress(ctx context.Context, w *workload, start time.Time, es
 		phase, _ := h.phase.Load().(string)
 		cur, _ := h.current.Load().(string)
 		eta := max(est-el, 0)
-		s := fmt.Sprintf("[%s] %s: %d jobs (%.1f/s), faults %d/%d%s, ETA %s", el.Round(time.Second), phase, n,
-			float64(n)/max(el.Seconds(), 1), h.faultsDone.Load(), h.planned.Load(), noteSuffix(cur), eta.Round(time.Second))
+		faults := fmt.Sprint(h.faultsDone.Load())
+		if p := h.planned.Load(); p > 0 {
+			faults += fmt.Sprintf("/%d", p)
+		}
+		s := fmt.Sprintf("[%s] %s: %d jobs (%.1f/s), faults %s%s, ETA %s", el.Round(time.Second), phase, n,
+			float64(n)/max(el.Seconds(), 1), faults, noteSuffix(cur), eta.Round(time.Second))
 		if h.tty {
 			h.printMu.Lock()
 			h.lastProg = "\r\033[K" + s
@@ -341,7 +345,9 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	if cfg.duration > 0 && !cfg.short {
 		est = cfg.duration
 	}
-	h.planned.Store(int64(len(plans)))
+	if cfg.short {
+		h.planned.Store(int64(len(plans))) // with --duration, the deadline decides
+	}
 	est += 40 * time.Second // setup, tail, quiesce, checks
 
 	var tgt target
@@ -452,9 +458,10 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	qSecs := time.Since(qStart).Seconds()
 	stopSup()
 
-	// Final state: read it, then stop the daemons (embedded: the API goes
-	// with the daemon, so read first; shared: read after, which also sees
-	// anything a stopping daemon wrote).
+	// Final state: read it while the daemons still run ("lost" is "not
+	// final after the quiesce period"; what stopping daemons do to an
+	// unfinished job must not hide it), then stop them. The store log goes
+	// on until after the stop, so its checks see any late write.
 	h.phase.Store("final read")
 	var final map[string]*coordinator.Job
 	readFinal := func() error {
@@ -470,11 +477,9 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 		}
 		return err
 	}
-	if cfg.mode == "embedded" {
-		if err := readFinal(); err != nil {
-			stopProg()
-			return fail(fmt.Errorf("reading the final state: %w", err))
-		}
+	if err := readFinal(); err != nil {
+		stopProg()
+		return fail(fmt.Errorf("reading the final state: %w", err))
 	}
 	h.faultMu.Lock()
 	for _, d := range h.daemons {
@@ -485,10 +490,6 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	var logEvents []StoreEvent
 	logOK := false
 	if cfg.mode == "shared" {
-		if err := readFinal(); err != nil {
-			stopProg()
-			return fail(fmt.Errorf("reading the final state: %w", err))
-		}
 		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		resp, err := h.cli.Get(gctx, "/leasehold/"+h.namespace+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		cancel()

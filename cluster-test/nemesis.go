@@ -120,7 +120,7 @@ func estOverhead(kind string) time.Duration {
 func (h *harness) nemesis(ctx context.Context, plans []plan, deadline time.Time) error {
 	for i, p := range plans {
 		if !deadline.IsZero() && time.Now().Add(p.Gap+p.Dur+estOverhead(p.Kind)).After(deadline) {
-			h.planned.Store(int64(i))
+			h.logf("nemesis: --duration is up after %d faults", i)
 			return nil
 		}
 		select {
