@@ -249,11 +249,24 @@ func TestDashboardInBrowser(t *testing.T) {
 		Timeline int    `json:"timeline"`
 		Payload  string `json:"payload"`
 		Buttons  int    `json:"buttons"`
+		Retry    int    `json:"retry"`
 	}
 	eval("read the job page", `({state: document.getElementById("job-state").textContent, timeline: document.querySelectorAll("#timeline li").length,
-		payload: document.getElementById("payload").textContent, buttons: document.querySelectorAll("button[data-url]").length})`, &jobPage)
+		payload: document.getElementById("payload").textContent, buttons: document.querySelectorAll("button[data-job]").length,
+		retry: document.querySelectorAll("button[data-retry]").length})`, &jobPage)
 	if jobPage.State != "cancelled" || jobPage.Timeline < 3 || !strings.Contains(jobPage.Payload, `"ms": 120000`) || jobPage.Buttons != 0 {
 		t.Errorf("job page of the cancelled job: %+v", jobPage)
+	}
+	// Where the API can retry jobs, the page offers it for the cancelled
+	// job, and it works.
+	if jobPage.Retry == 1 {
+		run("click retry", chromedp.Click(chromedp.CSS(`button[data-retry="`+victim+`"]`)))
+		waitFor(t, 10*time.Second, "the retried job to leave cancelled", func() bool {
+			return e.get(t, victim).State != coordinator.StateCancelled
+		})
+		if code, b := e.req(t, "POST", "/v1/jobs/"+victim+"/cancel", "", e.auth()...); code != 200 {
+			t.Fatalf("cancel the retried job: %d %s", code, b)
+		}
 	}
 
 	// Screenshots, under load: two slots keep running short jobs that

@@ -76,7 +76,17 @@ var dashboardFuncs = template.FuncMap{
 		}
 		return truncateString(oneLine(j.Errors[len(j.Errors)-1].Error), dashboardErrorLen)
 	},
-	"final":   func(s coordinator.State) bool { return s.Final() },
+	"final": func(s coordinator.State) bool { return s.Final() },
+	"retryable": func(s coordinator.State) bool {
+		return s == coordinator.StateDiscarded || s == coordinator.StateCancelled || s == coordinator.StateScheduled || s == coordinator.StateRetryable
+	},
+	"act": func(p *dashPage, j *coordinator.Job) jobActions { return jobActions{Job: j, CanRetry: p.CanRetry} },
+	"confirmRetry": func(j *coordinator.Job) string {
+		if j.State == coordinator.StateScheduled || j.State == coordinator.StateRetryable {
+			return fmt.Sprintf("Run job %s (%s) now instead of at its due time?", j.ID, j.Kind)
+		}
+		return fmt.Sprintf("Retry %s job %s (%s) now? It becomes available and runs again.", j.State, j.ID, j.Kind)
+	},
 	"join":    func(s []string) string { return strings.Join(s, ", ") },
 	"seconds": func(ms int64) string { return (time.Duration(ms) * time.Millisecond).String() },
 	"confirmCancel": func(j *coordinator.Job) string {
@@ -143,6 +153,7 @@ a{color:var(--accent)}
 .flash{padding:.5em 1em;border-radius:6px;margin:.8em 0}.flash.ok{background:#ecfdf3;color:var(--good)}.flash.err{background:#fef3f2;color:var(--bad)}
 button.danger{color:var(--bad);border:1px solid #fda29b;background:#fff;border-radius:4px;padding:.1em .6em;cursor:pointer;font:inherit;font-size:.85em}
 button.danger:hover{background:#fef3f2}button:disabled{opacity:.5}
+button[data-url]:not(.danger){color:var(--accent);border:1px solid #b2ddff;background:#fff;border-radius:4px;padding:.1em .6em;cursor:pointer;font:inherit;font-size:.85em}
 form.filters{display:flex;gap:.8em;align-items:end;flex-wrap:wrap;margin:.6em 0}
 form.filters label{display:flex;flex-direction:column;font-size:.8em;color:var(--mute)}
 form.filters input,form.filters select{font:inherit;padding:.2em .4em}
@@ -202,10 +213,10 @@ details summary{cursor:pointer;color:var(--mute)}
 })();
 </script>
 </body></html>{{end}}
-{{define "cancel"}}{{if not (final .State)}}<button class="danger" data-url="/v1/jobs/{{.ID}}/cancel" data-confirm="{{confirmCancel .}}" data-done="Cancel of {{.ID}} sent." data-job="{{.ID}}">cancel</button>{{end}}{{end}}
+{{define "actions"}}{{with .Job}}{{if not (final .State)}}<button class="danger" data-url="/v1/jobs/{{.ID}}/cancel" data-confirm="{{confirmCancel .}}" data-done="Cancel of {{.ID}} sent." data-job="{{.ID}}">cancel</button>{{end}}{{end}}{{if and .CanRetry (retryable .Job.State)}} <button data-url="/v1/jobs/{{.Job.ID}}/retry" data-confirm="{{confirmRetry .Job}}" data-done="Job {{.Job.ID}} is available again." data-retry="{{.Job.ID}}">{{if or (eq .Job.State "scheduled") (eq .Job.State "retryable")}}run now{{else}}retry{{end}}</button>{{end}}{{end}}
 {{define "state"}}<span class="state s-{{.State}}">{{.State}}</span>{{if .CancelRequested}} <span class="mute">cancel requested</span>{{end}}{{end}}
 {{define "jobrows"}}<table class="jobs"><tr><th>id</th><th>kind</th><th>queue</th><th>state</th><th class="n">attempt</th><th>created</th><th>last error</th><th></th></tr>
-{{range .}}<tr data-job="{{.ID}}"><td><a href="/jobs/{{.ID}}"><code>{{.ID}}</code></a></td><td>{{.Kind}}</td><td>{{.Queue}}</td><td>{{template "state" .}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td title="{{ts .CreatedAt}}">{{ago .CreatedAt}}</td><td class="err">{{lastError .}}</td><td>{{template "cancel" .}}</td></tr>
+{{range .Jobs}}<tr data-job="{{.ID}}"><td><a href="/jobs/{{.ID}}"><code>{{.ID}}</code></a></td><td>{{.Kind}}</td><td>{{.Queue}}</td><td>{{template "state" .}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td title="{{ts .CreatedAt}}">{{ago .CreatedAt}}</td><td class="err">{{lastError .}}</td><td>{{template "actions" (act $ .)}}</td></tr>
 {{end}}</table>{{end}}
 {{define "filters"}}<form class="filters" method="get" action="/jobs">
 <label>state<select name="state"><option value="">any</option>{{range .States}}<option{{if eq (print .) $.Filter.State}} selected{{end}}>{{.}}</option>{{end}}</select></label>
@@ -222,8 +233,9 @@ const dashboardOverview = `{{define "content"}}
 <tr>{{range .States}}<td class="n"><a id="count-{{.}}" href="/jobs?state={{.}}">{{index $.Counts .}}</a></td>{{end}}<td class="n" id="count-total">{{.Total}}</td></tr></table>
 </section>
 <section><h2>Queues</h2>
-{{if .Queues}}<table><tr><th>queue</th><th class="n">available</th><th class="n">running</th><th class="n">daemons serving it</th></tr>
-{{range .Queues}}<tr id="queue-{{.Name}}"><td><a href="/jobs?queue={{.Name}}">{{.Name}}</a></td><td class="n">{{.Available}}</td><td class="n">{{.Running}}</td><td class="n">{{.Daemons}}</td></tr>
+{{if .Queues}}<table><tr><th>queue</th><th>state</th><th class="n">available</th><th class="n">running</th><th class="n">limit</th><th class="n">daemons serving it</th><th></th></tr>
+{{range .Queues}}<tr id="queue-{{.Name}}"><td><a href="/jobs?queue={{.Name}}">{{.Name}}</a></td><td>{{if .Paused}}<span class="state s-retryable">paused</span>{{with .PausedAt}} <span class="mute">{{ago .}}</span>{{end}}{{else}}<span class="mute">active</span>{{end}}</td><td class="n">{{.Available}}</td><td class="n">{{.Running}}</td><td class="n">{{with .Limit}}{{.}}{{else}}<span class="mute">none</span>{{end}}</td><td class="n">{{.Daemons}}</td>
+<td>{{if $.CanPause}}{{if .Paused}}<button data-url="/v1/queues/{{.Name}}/resume" data-confirm="Resume queue {{.Name}}? Its jobs will be claimed again." data-done="Queue {{.Name}} resumed." data-queue="{{.Name}}">resume</button>{{else}}<button class="danger" data-url="/v1/queues/{{.Name}}/pause" data-confirm="Pause queue {{.Name}}? No daemon will claim its jobs until it is resumed; running jobs go on." data-done="Queue {{.Name}} paused." data-queue="{{.Name}}">pause</button>{{end}}{{end}}</td></tr>
 {{end}}</table>
 <p class="note">Per queue: available and running jobs (the other states are counted for the whole namespace above).</p>{{else}}<p class="mute">No queues.</p>{{end}}
 </section>
@@ -231,28 +243,28 @@ const dashboardOverview = `{{define "content"}}
 {{if .Daemons}}<table class="daemons"><tr><th>worker</th><th>host</th><th class="n">pid</th><th>lease</th><th class="n">running</th><th>queues</th><th>kinds</th><th>started</th></tr>
 {{range .Daemons}}<tr id="daemon-{{.ID}}"><td><code>{{.ID}}</code>{{if .Self}}<span class="self">this daemon</span>{{end}}</td><td>{{.Host}}</td><td class="n">{{.PID}}</td><td><code>{{printf "%x" .Lease}}</code> <span class="mute">ttl {{seconds .LeaseTTLMS}}</span></td><td class="n">{{.Running}}/{{.Concurrency}}</td><td>{{join .Queues}}</td><td>{{join .Kinds}}</td><td title="{{ts .StartedAt}}">{{ago .StartedAt}}</td></tr>
 {{if .Jobs}}<tr><td colspan="8"><table class="running"><tr><th>running job</th><th>kind</th><th>queue</th><th class="n">attempt</th><th class="n">token</th><th>started</th><th></th></tr>
-{{range .Jobs}}<tr data-job="{{.ID}}"><td><a href="/jobs/{{.ID}}"><code>{{.ID}}</code></a>{{if .CancelRequested}} <span class="mute">cancel requested</span>{{end}}</td><td>{{.Kind}}</td><td>{{.Queue}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td class="n">{{.Token}}</td><td>{{with .AttemptedAt}}{{ago .}}{{end}}</td><td>{{template "cancel" .}}</td></tr>
+{{range .Jobs}}<tr data-job="{{.ID}}"><td><a href="/jobs/{{.ID}}"><code>{{.ID}}</code></a>{{if .CancelRequested}} <span class="mute">cancel requested</span>{{end}}</td><td>{{.Kind}}</td><td>{{.Queue}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td class="n">{{.Token}}</td><td>{{with .AttemptedAt}}{{ago .}}{{end}}</td><td>{{template "actions" (act $ .)}}</td></tr>
 {{end}}</table></td></tr>{{end}}
 {{end}}</table>{{else}}<p class="mute">No live daemons.</p>{{end}}
 {{if .Orphans}}<p class="note">{{len .Orphans}} running jobs belong to no live daemon: they are re-queued once their owner's lease expires.</p>{{end}}
 </section>
 <section><h2>Latest jobs</h2>
 {{template "filters" .}}
-{{if .Jobs}}{{template "jobrows" .Jobs}}{{else}}<p class="mute">No jobs.</p>{{end}}
+{{if .Jobs}}{{template "jobrows" .}}{{else}}<p class="mute">No jobs.</p>{{end}}
 </section>
 {{end}}`
 
 const dashboardJobList = `{{define "content"}}
 <section><h2>Jobs{{with .Filter.State}} · {{.}}{{end}}{{with .Filter.Kind}} · kind {{.}}{{end}}{{with .Filter.Queue}} · queue {{.}}{{end}}</h2>
 {{template "filters" .}}
-{{if .Jobs}}{{template "jobrows" .Jobs}}{{else}}<p class="mute">No jobs match.</p>{{end}}
+{{if .Jobs}}{{template "jobrows" .}}{{else}}<p class="mute">No jobs match.</p>{{end}}
 <p class="note">{{.Order}}{{with .Next}} · <a id="next-page" href="{{.}}">next page →</a>{{end}}</p>
 </section>
 {{end}}`
 
 const dashboardJobPage = `{{define "content"}}{{with .Job}}
 <section><h1>Job <code>{{.ID}}</code> <span id="job-state" class="state s-{{.State}}">{{.State}}</span>{{if .CancelRequested}} <span class="mute" id="cancel-requested">cancel requested</span>{{end}}</h1>
-<p>{{template "cancel" .}} <a href="/v1/jobs/{{.ID}}">JSON</a></p>
+<p>{{template "actions" (act $ .)}} <a href="/v1/jobs/{{.ID}}">JSON</a></p>
 <table class="kv">
 <tr><th>kind</th><td>{{.Kind}}</td></tr>
 <tr><th>queue</th><td><a href="/jobs?queue={{.Queue}}">{{.Queue}}</a></td></tr>
@@ -302,9 +314,12 @@ type dashPage struct {
 	Namespace    string
 	Self         string
 	AuthRequired bool
-	Nonce        string
-	Err          string
-	Now          time.Time
+	// CanRetry and CanPause: the API has the routes of these actions.
+	CanRetry bool
+	CanPause bool
+	Nonce    string
+	Err      string
+	Now      time.Time
 
 	States      []coordinator.State
 	Filter      jobFilter
@@ -329,6 +344,12 @@ type dashPage struct {
 	Missing  string
 }
 
+// jobActions is what the actions of one job need.
+type jobActions struct {
+	Job      *coordinator.Job
+	CanRetry bool
+}
+
 type jobFilter struct {
 	State, Kind, Queue string
 }
@@ -336,6 +357,9 @@ type jobFilter struct {
 type queueRow struct {
 	Name                        string
 	Available, Running, Daemons int
+	Paused                      bool
+	PausedAt                    *time.Time
+	Limit                       int
 }
 
 type daemonRow struct {
@@ -363,8 +387,21 @@ func (a *api) newPage(title, nav string) *dashPage {
 	return &dashPage{
 		Title: title, Nav: nav, Namespace: a.cfg.Coord.Namespace(), Self: a.cfg.WorkerID,
 		AuthRequired: a.cfg.Auth.Token != "", Nonce: base64.RawStdEncoding.EncodeToString(nonce[:]),
-		Now: time.Now(), States: coordinator.States,
+		CanRetry: a.hasRoute(http.MethodPost, "/v1/jobs/"+ulid.Make().String()+"/retry"),
+		CanPause: a.hasRoute(http.MethodPost, "/v1/queues/default/pause") && a.hasRoute(http.MethodPost, "/v1/queues/default/resume"),
+		Now:      time.Now(), States: coordinator.States,
 	}
+}
+
+// hasRoute reports whether the API serves method path (the actions of
+// the dashboard appear only when the API has them).
+func (a *api) hasRoute(method, path string) bool {
+	r, err := http.NewRequest(method, path, nil)
+	if err != nil {
+		return false
+	}
+	_, pattern := a.mux.Handler(r)
+	return pattern != ""
 }
 
 // render writes p with t, with headers that keep the page from being
@@ -426,10 +463,10 @@ func (a *api) dashboard(w http.ResponseWriter, r *http.Request) {
 	a.storeErr(p, "live daemons", err)
 	running, err := listJobsUpTo(ctx, a.cfg.Coord, coordinator.ListParams{State: coordinator.StateRunning}, dashboardRunning)
 	a.storeErr(p, "running jobs", err)
-	avail, err := a.cfg.Coord.AvailableByQueue(ctx)
-	a.storeErr(p, "available jobs", err)
+	queues, err := a.cfg.Coord.Queues(ctx)
+	a.storeErr(p, "queues", err)
 
-	// Queues: those with available or running jobs, and those served.
+	// Queues: those configured, served, or with available or running jobs.
 	rows := map[string]*queueRow{}
 	row := func(q string) *queueRow {
 		if rows[q] == nil {
@@ -437,16 +474,12 @@ func (a *api) dashboard(w http.ResponseWriter, r *http.Request) {
 		}
 		return rows[q]
 	}
-	for q, n := range avail {
-		row(q).Available = n
+	for _, q := range queues {
+		r := row(q.Name)
+		r.Available, r.Daemons, r.Paused, r.PausedAt, r.Limit = q.Available, len(q.Workers), q.Paused, q.PausedAt, q.Limit
 	}
 	for _, j := range running {
 		row(j.Queue).Running++
-	}
-	for _, wi := range ws {
-		for _, q := range wi.Queues {
-			row(q).Daemons++
-		}
 	}
 	for _, q := range rows {
 		p.Queues = append(p.Queues, *q)
