@@ -22,8 +22,16 @@ package main
 //	GET  /v1/workers       200 {"workers":[WORKER,...]}
 //	GET  /v1/stats         200 {"counts":{"scheduled":N,...},"total":N}
 //	GET  /v1/health        200 {"status":"ok"}   (also GET /healthz)
-//	GET  /metrics          Prometheus text format
-//	GET  /                 HTML dashboard
+//	GET  /readyz           200 {"status":"ready",...} or 503 {"status":"unready",
+//	                       "error":...}: store reachable, session lease valid
+//	                       with margin (health.go)
+//	GET  /metrics          Prometheus text format (metrics.go)
+//	GET  /, /jobs, /jobs/{id}   HTML dashboard (dashboard.go)
+//
+// With a token (--api-token), every request but GET, HEAD and OPTIONS needs
+// "Authorization: Bearer TOKEN" (401 otherwise); cross-origin browser
+// requests that change state and, on a loopback listener, requests for a
+// Host that is not loopback are refused with 403 (auth.go).
 //
 // A createRequest is
 //
