@@ -394,7 +394,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	defer tgt.close()
 
 	// Workload, nemesis, supervisor, progress.
-	h.phase.Store("faults")
+	h.phase.Store("under faults")
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	w := newWorkload(h, tgt, cfg.seed)
