@@ -92,6 +92,9 @@ func ParseSchedule(spec string) (sched cron.Schedule, err error) {
 	}()
 	parser := cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
 	sched, err = parser.Parse(full)
+	if err != nil && strings.Contains(err.Error(), "location") {
+		return nil, fmt.Errorf("%w: cron spec %q: %v: use an IANA time zone such as CRON_TZ=Europe/Paris", ErrInvalid, spec, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: cron spec %q: %v: use five fields (minute hour day-of-month month day-of-week), e.g. \"0 3 * * *\", or a descriptor such as @hourly or \"@every 10m\"", ErrInvalid, spec, err)
 	}

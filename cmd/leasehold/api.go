@@ -22,6 +22,9 @@ package main
 //	GET  /v1/workers       200 {"workers":[WORKER,...]}
 //	GET  /v1/stats         200 {"counts":{"scheduled":N,...},"total":N}
 //	GET  /v1/health        200 {"status":"ok"}   (also GET /healthz)
+//
+// and the operations of ops_api.go (retry, delete, bulk cancel, queues,
+// periodic jobs).
 //	GET  /readyz           200 {"status":"ready",...} or 503 {"status":"unready",
 //	                       "error":...}: store reachable, session lease valid
 //	                       with margin (health.go)
@@ -37,7 +40,9 @@ package main
 //
 //	{"kind":"sleep","payload":{"ms":100},"queue":"default","priority":1,
 //	 "scheduled_at":"2030-01-02T15:04:05Z" | "delay":"90s",
-//	 "max_attempts":25,"timeout":"30s","unique_key":"..."}
+//	 "max_attempts":25,"timeout":"30s","unique_key":"...",
+//	 "unique":{"by_args":true,"by_queue":true,"by_period":"1h",
+//	           "by_state":["completed"]},"metadata":{...}}
 //
 // where only kind is required. Unknown fields are refused.
 //
@@ -90,6 +95,8 @@ type createRequest struct {
 	MaxAttempts int             `json:"max_attempts,omitempty"`
 	Timeout     string          `json:"timeout,omitempty"`
 	UniqueKey   string          `json:"unique_key,omitempty"`
+	Unique      *uniqueRequest  `json:"unique,omitempty"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
 }
 
 type batchRequest struct {
@@ -183,6 +190,7 @@ func newAPI(cfg apiConfig) *api {
 	a.mux.HandleFunc("GET /readyz", a.ready)
 	a.mux.Handle("GET /metrics", promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{}))
 	a.routeDashboard()
+	a.routeOps()
 	return a
 }
 
@@ -229,7 +237,7 @@ func (j *jsonFallback) WriteHeader(code int) {
 	switch code {
 	case http.StatusNotFound:
 		j.swallowed = true
-		writeError(j.statusWriter, code, fmt.Sprintf("no endpoint %s %s: the API is under /v1/ (jobs, workers, stats, health)", j.r.Method, j.r.URL.Path))
+		writeError(j.statusWriter, code, fmt.Sprintf("no endpoint %s %s: the API is under /v1/ (jobs, workers, stats, health, queues, periodic)", j.r.Method, j.r.URL.Path))
 	case http.StatusMethodNotAllowed:
 		j.swallowed = true
 		writeError(j.statusWriter, code, fmt.Sprintf("method %s is not allowed on %s: use %s", j.r.Method, j.r.URL.Path, j.Header().Get("Allow")))
@@ -346,7 +354,7 @@ func bodyError(err error, limit int64) error {
 		}
 		return badRequest("field %q is a JSON %s: want %s", te.Field, te.Value, jsonTypeName(te.Type.String()))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return badRequest("%s: the fields are kind, payload, queue, priority, scheduled_at, delay, max_attempts, timeout, unique_key", strings.TrimPrefix(err.Error(), "json: "))
+		return badRequest("%s: the fields are kind, payload, queue, priority, scheduled_at, delay, max_attempts, timeout, unique_key, unique, metadata", strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return badRequest("cannot read request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
@@ -389,7 +397,10 @@ func (a *api) params(ctx context.Context, req createRequest, now time.Time) (coo
 	}
 	p := coordinator.EnqueueParams{
 		Kind: req.Kind, Payload: req.Payload, Queue: req.Queue, Priority: req.Priority,
-		MaxAttempts: req.MaxAttempts, UniqueKey: req.UniqueKey,
+		MaxAttempts: req.MaxAttempts, UniqueKey: req.UniqueKey, Metadata: req.Metadata,
+	}
+	if err := req.Unique.apply(&p); err != nil {
+		return coordinator.EnqueueParams{}, err
 	}
 	if string(p.Payload) == "null" {
 		p.Payload = nil

@@ -417,8 +417,8 @@ func TestAPIBadInputWritesNothing(t *testing.T) {
 		{"bad limit", "GET", "/v1/jobs?limit=0", "", 400, "limit"},
 		{"huge limit", "GET", "/v1/jobs?limit=1000000", "", 400, "limit"},
 		{"unknown query parameter", "GET", "/v1/jobs?stat=running", "", 400, `unknown query parameter "stat"`},
-		{"unknown endpoint", "GET", "/v1/queues", "", 404, "no endpoint"},
-		{"wrong method", "DELETE", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV", "", 405, "not allowed"},
+		{"unknown endpoint", "GET", "/v1/nothing", "", 404, "no endpoint"},
+		{"wrong method", "PUT", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV", "", 405, "not allowed"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -50,6 +50,10 @@ type daemonOpts struct {
 	apiTokenFile    string
 	tlsCert         string
 	tlsKey          string
+	// --periodic and --queue-concurrency (periodic.go)
+	periodic         []string
+	periodicJobs     []coordinator.PeriodicJob
+	queueConcurrency map[string]int
 }
 
 func newDaemonCmd(g *globalOpts) *cobra.Command {
@@ -98,6 +102,8 @@ interrupted and re-queued. A second signal stops it at once.`,
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate (PEM; with --tls-key)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
 	f.StringArrayVar(&o.execs, "exec", nil, "run jobs of KIND with COMMAND (sh -c; payload on stdin), as KIND=COMMAND; repeatable (LEASEHOLD_EXEC: one per line)")
+	f.StringArrayVar(&o.periodic, "periodic", nil, periodicFlagHelp)
+	f.StringToIntVar(&o.queueConcurrency, "queue-concurrency", nil, "at most N jobs of a queue at once on this daemon, as QUEUE=N,... (a limit across all daemons: 'leasehold queues limit')")
 	return cmd, o
 }
 
@@ -159,7 +165,7 @@ func (o *daemonOpts) validate() error {
 	if _, err := readToken(o.apiToken, o.apiTokenFile, "--"); err != nil {
 		return err
 	}
-	return nil
+	return o.validateFeatures()
 }
 
 func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
@@ -186,6 +192,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	m := newMetrics()
 	kinds, err := daemonKinds(o.execs, log)
 	if err != nil {
+		return err
+	}
+	if err := o.checkPeriodicKinds(kinds); err != nil {
 		return err
 	}
 	ctx, stopSignals := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -267,6 +276,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		Reap:         shared,
 		ReapInterval: o.reapInterval,
 		Spread:       shared,
+		// Periodic jobs, enqueued while this daemon leads maintenance.
+		Periodic:         o.periodicJobs,
+		QueueConcurrency: o.queueConcurrency,
 	}
 	m.workerHooks(&wcfg)
 	w, err := worker.New(coord, wcfg)

@@ -27,6 +27,7 @@ type enqueueOpts struct {
 	timeout     time.Duration
 	uniqueKey   string
 	json        bool
+	uniq        uniqueFlags // --unique-by-*, --unique-states, --metadata (enqueue_unique.go)
 }
 
 func newEnqueueCmd() *cobra.Command {
@@ -55,6 +56,7 @@ of inserting a second one; its id is printed and stderr says so.`,
 	f.DurationVar(&o.timeout, "timeout", 0, "bound on each attempt (0: the daemon's default)")
 	f.StringVar(&o.uniqueKey, "unique-key", "", "do not enqueue if a live job has this key")
 	f.BoolVar(&o.json, "json", false, "print the jobs as one JSON array")
+	addUniqueFlags(cmd, &o.uniq)
 	return cmd
 }
 
@@ -139,7 +141,10 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		}
 		req.ScheduledAt = t.Format(time.RFC3339Nano)
 	}
-	if o.uniqueKey != "" && o.count > 1 {
+	if err := o.uniq.apply(&req); err != nil {
+		return req, err
+	}
+	if (o.uniqueKey != "" || req.Unique != nil) && o.count > 1 {
 		return req, usagef("--unique-key with --count %d would give %d jobs one key: enqueue one job per key", o.count, o.count)
 	}
 	return req, nil
@@ -174,7 +179,7 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 			fmt.Fprintln(stdout, res.Job.ID)
 		}
 		if res.Existed {
-			fmt.Fprintf(stderr, "leasehold: enqueue: job %s already exists with unique key %s (state %s); nothing enqueued\n", res.Job.ID, o.uniqueKey, res.Job.State)
+			fmt.Fprintf(stderr, "leasehold: enqueue: job %s already exists with unique key %s (state %s); nothing enqueued\n", res.Job.ID, res.Job.UniqueKey, res.Job.State)
 		}
 		return nil
 	}

@@ -22,12 +22,12 @@ func newJobsCmd() *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return usagef("unknown command %q: use list, get, cancel or wait", args[0])
+				return usagef("unknown command %q: use list, get, cancel, retry, delete or wait", args[0])
 			}
-			return usagef("missing command: use list, get, cancel or wait")
+			return usagef("missing command: use list, get, cancel, retry, delete or wait")
 		}),
 	}
-	cmd.AddCommand(newJobsListCmd(), newJobsGetCmd(), newJobsCancelCmd(), newJobsWaitCmd())
+	cmd.AddCommand(newJobsListCmd(), newJobsGetCmd(), newJobsCancelCmd(), newJobsWaitCmd(), newJobsRetryCmd(), newJobsDeleteCmd())
 	return cmd
 }
 
@@ -243,11 +243,20 @@ func compact(b []byte) string {
 func newJobsCancelCmd() *cobra.Command {
 	var tgt target
 	var asJSON bool
+	var bulk cancelManyOpts
 	cmd := &cobra.Command{
-		Use:   "cancel ID",
-		Short: "Cancel a job (a running one is stopped by its daemon)",
-		Args:  argsBetween(1, 1, "ID"),
+		Use:   "cancel ID | --state S --kind K --queue Q | --all",
+		Short: "Cancel a job, or every unfinished job that matches filters (a running one is stopped by its daemon)",
+		Args:  argsBetween(0, 1, "ID | --state S --kind K --queue Q | --all"),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
+			switch {
+			case len(args) == 1 && bulk.set():
+				return usagef("pass a job ID or filters (--state, --kind, --queue, --all), not both")
+			case len(args) == 0 && !bulk.set():
+				return usagef("nothing to cancel: pass a job ID, or filters --state, --kind, --queue (or --all)")
+			case len(args) == 0:
+				return runCancelMany(cmd, &tgt, &bulk, asJSON)
+			}
 			id := args[0]
 			if err := jobIDArg(id); err != nil {
 				return err
@@ -277,7 +286,8 @@ func newJobsCancelCmd() *cobra.Command {
 		}),
 	}
 	addTargetFlags(cmd, &tgt)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
+	addCancelManyFlags(cmd, &bulk)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON (bulk: the counts)")
 	return cmd
 }
 

@@ -63,6 +63,7 @@ LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 su
 	})
 	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd(), newEtcdCmd(g), newBenchCmd(g))
 	root.AddCommand(newConfigCmd())
+	root.AddCommand(newQueuesCmd(), newPeriodicCmd())
 	return root
 }
 

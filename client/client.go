@@ -1,0 +1,368 @@
+// Package client is for programs that only enqueue and inspect leasehold
+// jobs: web handlers, cron scripts, other services. It does not run jobs
+// (see package worker for that).
+//
+// A Client talks to a daemon over its HTTP API (NewHTTP: embedded mode,
+// where the daemon owns the data directory), or to the store directly
+// (Dial: shared mode, straight to etcd; New: over any coordinator). Both
+// behave the same, down to the errors: test them with errors.Is against
+// coordinator.ErrInvalid, ErrNotFound and ErrWrongState.
+//
+// Job arguments are typed, as in River: a type with a Kind method is a
+// job's arguments, its JSON encoding the job's payload, and it may give its
+// own defaults with an InsertOpts method.
+//
+//	type Email struct{ To string `json:"to"` }
+//	func (Email) Kind() string { return "email" }
+//
+//	res, err := c.Insert(ctx, Email{To: "ada@example.com"}, nil)
+//	job, err := c.Wait(ctx, res.Job.ID)
+//
+// Insert middleware (Options.InsertMiddleware) runs around every insert,
+// for tracing, logging, metrics or tenancy (stamping Metadata, choosing a
+// queue).
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
+)
+
+// Args are a job's typed arguments: Kind names the handler that runs it,
+// and the value's JSON encoding is the job's payload.
+type Args interface {
+	Kind() string
+}
+
+// ArgsWithOpts are arguments that give their own insert defaults (a queue,
+// a priority, uniqueness); InsertOpts given to Insert override them field
+// by field.
+type ArgsWithOpts interface {
+	Args
+	InsertOpts() InsertOpts
+}
+
+// RawArgs are untyped arguments: a kind and a JSON payload.
+type RawArgs struct {
+	KindName string
+	Payload  json.RawMessage
+}
+
+// Kind returns r.KindName.
+func (r RawArgs) Kind() string { return r.KindName }
+
+// MarshalJSON returns the payload ({} when empty).
+func (r RawArgs) MarshalJSON() ([]byte, error) {
+	if len(r.Payload) == 0 {
+		return []byte("{}"), nil
+	}
+	return r.Payload, nil
+}
+
+// InsertOpts are the options of one insert. Zero fields take the
+// defaults (of the arguments' own InsertOpts, then of the queue).
+type InsertOpts struct {
+	Queue       string
+	Priority    int
+	ScheduledAt time.Time
+	MaxAttempts int
+	Timeout     time.Duration
+	// UniqueKey and Unique make the insert idempotent; see
+	// coordinator.UniqueOpts.
+	UniqueKey string
+	Unique    *coordinator.UniqueOpts
+	Metadata  json.RawMessage
+}
+
+// InsertParams is one job of InsertMany.
+type InsertParams struct {
+	Args Args
+	Opts *InsertOpts
+}
+
+// InsertResult says what an insert did: Existed is true when a job with the
+// same unique key was returned instead of inserting a new one.
+type InsertResult struct {
+	Job     *Job
+	Existed bool
+}
+
+// Aliases of the coordinator's types, so that callers need not import it.
+type (
+	Job              = coordinator.Job
+	ListParams       = coordinator.ListParams
+	ListPage         = coordinator.ListPage
+	CancelFilter     = coordinator.CancelFilter
+	CancelManyResult = coordinator.CancelManyResult
+	State            = coordinator.State
+)
+
+// InsertFunc inserts jobs (the next step of an InsertMiddleware).
+type InsertFunc func(ctx context.Context, ps []coordinator.EnqueueParams) ([]InsertResult, error)
+
+// InsertMiddleware wraps every insert of a client: it may change the jobs
+// (set Metadata, a Queue), refuse them, or observe the result.
+type InsertMiddleware func(next InsertFunc) InsertFunc
+
+// Options configure a Client. The zero value is fine.
+type Options struct {
+	// InsertMiddleware wraps every insert, the first outermost.
+	InsertMiddleware []InsertMiddleware
+	// Token is sent as a bearer token to a daemon that requires one
+	// (HTTP only).
+	Token string
+	// HTTPTimeout bounds one HTTP request that is not a wait. Default
+	// 30s.
+	HTTPTimeout time.Duration
+}
+
+// backend is what a Client runs on: the HTTP API or a coordinator.
+type backend interface {
+	insert(ctx context.Context, ps []coordinator.EnqueueParams) ([]InsertResult, error)
+	get(ctx context.Context, id string) (*Job, error)
+	list(ctx context.Context, p ListParams) (ListPage, error)
+	cancel(ctx context.Context, id string) (*Job, error)
+	cancelMany(ctx context.Context, f CancelFilter) (CancelManyResult, error)
+	retry(ctx context.Context, id string) (*Job, error)
+	remove(ctx context.Context, id string) (*Job, error)
+	wait(ctx context.Context, id string) (*Job, error)
+	close() error
+}
+
+// Client enqueues and inspects jobs. It is safe for concurrent use.
+type Client struct {
+	b      backend
+	insert InsertFunc
+}
+
+func newClient(b backend, o *Options) *Client {
+	c := &Client{b: b, insert: b.insert}
+	if o != nil {
+		for i := len(o.InsertMiddleware) - 1; i >= 0; i-- {
+			c.insert = o.InsertMiddleware[i](c.insert)
+		}
+	}
+	return c
+}
+
+// New returns a client over a coordinator (any store: embedded tests,
+// or an etcd store the caller manages). Close does not close the store.
+func New(coord *coordinator.Coordinator, o *Options) *Client {
+	return newClient(coordBackend{c: coord}, o)
+}
+
+// EtcdConfig says how to reach etcd (shared mode).
+type EtcdConfig struct {
+	etcdkv.Config
+	// Namespace of the queues. Default: coordinator.DefaultNamespace.
+	Namespace string
+}
+
+// Dial connects to etcd and returns a client on it (shared mode: no daemon
+// in between). Close releases the connection.
+func Dial(ctx context.Context, cfg EtcdConfig, o *Options) (*Client, error) {
+	cli, err := etcdkv.Dial(ctx, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	store := etcdkv.New(cli, etcdkv.Options{})
+	coord, err := coordinator.New(store, coordinator.Config{Namespace: cfg.Namespace})
+	if err != nil {
+		_ = store.Close()
+		_ = cli.Close()
+		return nil, err
+	}
+	return newClient(coordBackend{c: coord, closeFn: func() error {
+		err := store.Close()
+		if cerr := cli.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}}, o), nil
+}
+
+// Close releases what the client holds (an etcd connection, idle HTTP
+// connections).
+func (c *Client) Close() error { return c.b.close() }
+
+// params turns typed arguments and options into enqueue parameters.
+func params(p InsertParams) (coordinator.EnqueueParams, error) {
+	if p.Args == nil {
+		return coordinator.EnqueueParams{}, fmt.Errorf("%w: nil job arguments", coordinator.ErrInvalid)
+	}
+	payload, err := json.Marshal(p.Args)
+	if err != nil {
+		return coordinator.EnqueueParams{}, fmt.Errorf("%w: encode %s arguments: %v", coordinator.ErrInvalid, p.Args.Kind(), err)
+	}
+	var o InsertOpts
+	if d, ok := p.Args.(ArgsWithOpts); ok {
+		o = d.InsertOpts()
+	}
+	if p.Opts != nil {
+		o = merge(o, *p.Opts)
+	}
+	return coordinator.EnqueueParams{
+		Kind: p.Args.Kind(), Payload: payload, Queue: o.Queue, Priority: o.Priority, ScheduledAt: o.ScheduledAt,
+		MaxAttempts: o.MaxAttempts, Timeout: o.Timeout, UniqueKey: o.UniqueKey, Unique: o.Unique, Metadata: o.Metadata,
+	}, nil
+}
+
+// merge returns base with every non-zero field of over.
+func merge(base, over InsertOpts) InsertOpts {
+	if over.Queue != "" {
+		base.Queue = over.Queue
+	}
+	if over.Priority != 0 {
+		base.Priority = over.Priority
+	}
+	if !over.ScheduledAt.IsZero() {
+		base.ScheduledAt = over.ScheduledAt
+	}
+	if over.MaxAttempts != 0 {
+		base.MaxAttempts = over.MaxAttempts
+	}
+	if over.Timeout != 0 {
+		base.Timeout = over.Timeout
+	}
+	if over.UniqueKey != "" {
+		base.UniqueKey = over.UniqueKey
+	}
+	if over.Unique != nil {
+		base.Unique = over.Unique
+	}
+	if len(over.Metadata) > 0 {
+		base.Metadata = over.Metadata
+	}
+	return base
+}
+
+// Insert enqueues one job of args (opts may be nil) and returns once it is
+// durable. With a unique key or options that match an existing job, that
+// job is returned with Existed set and nothing is written.
+func (c *Client) Insert(ctx context.Context, args Args, opts *InsertOpts) (*InsertResult, error) {
+	rs, err := c.InsertMany(ctx, []InsertParams{{Args: args, Opts: opts}})
+	if err != nil {
+		return nil, err
+	}
+	return &rs[0], nil
+}
+
+// InsertMany enqueues jobs in as few requests (transactions) as fit. Bad
+// input in any of them refuses them all, and nothing is written.
+func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertResult, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	eps := make([]coordinator.EnqueueParams, len(ps))
+	for i, p := range ps {
+		ep, err := params(p)
+		if err != nil {
+			if len(ps) > 1 {
+				return nil, fmt.Errorf("job %d: %w", i, err)
+			}
+			return nil, err
+		}
+		eps[i] = ep
+	}
+	return c.insert(ctx, eps)
+}
+
+// Get returns a job (ErrNotFound if there is none).
+func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
+	if err := coordinator.ValidateID(id); err != nil {
+		return nil, err
+	}
+	return c.b.get(ctx, id)
+}
+
+// List returns one page of jobs; pass ListPage.Next as ListParams.After
+// for the next.
+func (c *Client) List(ctx context.Context, p ListParams) (ListPage, error) {
+	return c.b.list(ctx, p)
+}
+
+// Cancel cancels a job: at once if it is not running; a running job gets a
+// cancel request its daemon honours (Job.CancelRequested). A finished job
+// is ErrWrongState.
+func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
+	if err := coordinator.ValidateID(id); err != nil {
+		return nil, err
+	}
+	return c.b.cancel(ctx, id)
+}
+
+// CancelMany cancels every unfinished job that matches f.
+func (c *Client) CancelMany(ctx context.Context, f CancelFilter) (CancelManyResult, error) {
+	return c.b.cancelMany(ctx, f)
+}
+
+// Retry makes a discarded or cancelled job available again now (see
+// coordinator.Coordinator.Retry); other states are ErrWrongState.
+func (c *Client) Retry(ctx context.Context, id string) (*Job, error) {
+	if err := coordinator.ValidateID(id); err != nil {
+		return nil, err
+	}
+	return c.b.retry(ctx, id)
+}
+
+// Delete deletes a finished job now; an unfinished one is ErrWrongState.
+func (c *Client) Delete(ctx context.Context, id string) (*Job, error) {
+	if err := coordinator.ValidateID(id); err != nil {
+		return nil, err
+	}
+	return c.b.remove(ctx, id)
+}
+
+// Wait blocks until job id is final (completed, discarded or cancelled)
+// and returns it, or returns ctx's error.
+func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
+	if err := coordinator.ValidateID(id); err != nil {
+		return nil, err
+	}
+	return c.b.wait(ctx, id)
+}
+
+// coordBackend runs on a coordinator.
+type coordBackend struct {
+	c       *coordinator.Coordinator
+	closeFn func() error
+}
+
+func (b coordBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams) ([]InsertResult, error) {
+	rs, err := b.c.EnqueueBatch(ctx, ps)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]InsertResult, len(rs))
+	for i, r := range rs {
+		out[i] = InsertResult{Job: r.Job, Existed: r.Existed}
+	}
+	return out, nil
+}
+
+func (b coordBackend) get(ctx context.Context, id string) (*Job, error) { return b.c.Get(ctx, id) }
+func (b coordBackend) list(ctx context.Context, p ListParams) (ListPage, error) {
+	return b.c.List(ctx, p)
+}
+func (b coordBackend) cancel(ctx context.Context, id string) (*Job, error) {
+	return b.c.Cancel(ctx, id)
+}
+func (b coordBackend) cancelMany(ctx context.Context, f CancelFilter) (CancelManyResult, error) {
+	return b.c.CancelMany(ctx, f)
+}
+func (b coordBackend) retry(ctx context.Context, id string) (*Job, error) { return b.c.Retry(ctx, id) }
+func (b coordBackend) remove(ctx context.Context, id string) (*Job, error) {
+	return b.c.Delete(ctx, id)
+}
+func (b coordBackend) wait(ctx context.Context, id string) (*Job, error) { return b.c.Wait(ctx, id) }
+func (b coordBackend) close() error {
+	if b.closeFn != nil {
+		return b.closeFn()
+	}
+	return nil
+}

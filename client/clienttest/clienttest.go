@@ -1,0 +1,189 @@
+// Package clienttest is the behaviour suite of package client, run on
+// every backend (the daemon's HTTP API, a coordinator on Pebble, etcd) so
+// that they cannot drift apart.
+package clienttest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/coordinator"
+)
+
+// Echo are the arguments of the "echo" kind, which the daemon under test
+// must run by completing with its payload as result.
+type Echo struct {
+	Msg string `json:"msg"`
+}
+
+// Kind is "echo".
+func (Echo) Kind() string { return "echo" }
+
+// InsertOpts are Echo's defaults: priority 2.
+func (Echo) InsertOpts() client.InsertOpts { return client.InsertOpts{Priority: 2} }
+
+// Run runs the suite. newClient returns a client with o (which may be nil)
+// of a daemon that runs the kind "echo" on the queue "default"; each call
+// may return a new client of the same daemon and namespace.
+func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := newClient(t, nil)
+
+	t.Run("InsertWaitTypedArgs", func(t *testing.T) {
+		res, err := c.Insert(ctx, Echo{Msg: "hi"}, &client.InsertOpts{MaxAttempts: 3})
+		if err != nil || res.Existed || res.Job.Kind != "echo" || res.Job.Priority != 2 || res.Job.MaxAttempts != 3 {
+			t.Fatalf("Insert = %+v, %v", res, err)
+		}
+		j, err := c.Wait(ctx, res.Job.ID)
+		if err != nil || j.State != coordinator.StateCompleted {
+			t.Fatalf("Wait = %+v, %v", j, err)
+		}
+		var got Echo
+		if err := json.Unmarshal(j.Result, &got); err != nil || got.Msg != "hi" {
+			t.Fatalf("result %s", j.Result)
+		}
+	})
+
+	t.Run("InsertManyGetList", func(t *testing.T) {
+		at := time.Now().Add(time.Hour)
+		ps := []client.InsertParams{
+			{Args: Echo{Msg: "1"}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: "later"}},
+			{Args: Echo{Msg: "2"}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: "later"}},
+			{Args: client.RawArgs{KindName: "echo", Payload: json.RawMessage(`{"msg":"3"}`)}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: "later", Priority: 4}},
+		}
+		rs, err := c.InsertMany(ctx, ps)
+		if err != nil || len(rs) != 3 {
+			t.Fatalf("InsertMany = %v, %v", rs, err)
+		}
+		for _, r := range rs {
+			j, err := c.Get(ctx, r.Job.ID)
+			if err != nil || j.State != coordinator.StateScheduled || j.Queue != "later" {
+				t.Fatalf("Get = %+v, %v", j, err)
+			}
+		}
+		if rs[2].Job.Priority != 4 || string(rs[2].Job.Payload) != `{"msg":"3"}` {
+			t.Fatalf("raw args job: %+v", rs[2].Job)
+		}
+		page, err := c.List(ctx, client.ListParams{Queue: "later", Kind: "echo", Limit: 10})
+		if err != nil || len(page.Jobs) != 3 {
+			t.Fatalf("List = %d jobs, %v", len(page.Jobs), err)
+		}
+		res, err := c.CancelMany(ctx, client.CancelFilter{Queue: "later"})
+		if err != nil || res.Cancelled != 3 {
+			t.Fatalf("CancelMany = %+v, %v", res, err)
+		}
+	})
+
+	t.Run("UniqueByArgs", func(t *testing.T) {
+		opts := &client.InsertOpts{ScheduledAt: time.Now().Add(time.Hour), Unique: &coordinator.UniqueOpts{ByArgs: true}}
+		first, err := c.Insert(ctx, Echo{Msg: "once"}, opts)
+		if err != nil || first.Existed {
+			t.Fatalf("first = %+v, %v", first, err)
+		}
+		again, err := c.Insert(ctx, Echo{Msg: "once"}, opts)
+		if err != nil || !again.Existed || again.Job.ID != first.Job.ID {
+			t.Fatalf("again = %+v, %v", again, err)
+		}
+		if _, err := c.Cancel(ctx, first.Job.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("CancelRetryDelete", func(t *testing.T) {
+		res, err := c.Insert(ctx, Echo{Msg: "later"}, &client.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := res.Job.ID
+		if j, err := c.Cancel(ctx, id); err != nil || j.State != coordinator.StateCancelled {
+			t.Fatalf("Cancel = %+v, %v", j, err)
+		}
+		if _, err := c.Cancel(ctx, id); !errors.Is(err, coordinator.ErrWrongState) {
+			t.Fatalf("second Cancel: %v, want ErrWrongState", err)
+		}
+		if _, err := c.Delete(ctx, res.Job.ID); err != nil {
+			t.Fatalf("Delete cancelled: %v", err)
+		}
+		if _, err := c.Get(ctx, id); !errors.Is(err, coordinator.ErrNotFound) {
+			t.Fatalf("Get deleted: %v, want ErrNotFound", err)
+		}
+		res, err = c.Insert(ctx, Echo{Msg: "again"}, &client.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Delete(ctx, res.Job.ID); !errors.Is(err, coordinator.ErrWrongState) {
+			t.Fatalf("Delete scheduled: %v, want ErrWrongState", err)
+		}
+		if _, err := c.Cancel(ctx, res.Job.ID); err != nil {
+			t.Fatal(err)
+		}
+		if j, err := c.Retry(ctx, res.Job.ID); err != nil || j.State != coordinator.StateAvailable {
+			t.Fatalf("Retry = %+v, %v", j, err)
+		}
+		j, err := c.Wait(ctx, res.Job.ID)
+		if err != nil || j.State != coordinator.StateCompleted {
+			t.Fatalf("retried job: %+v, %v", j, err)
+		}
+		if _, err := c.Retry(ctx, res.Job.ID); !errors.Is(err, coordinator.ErrWrongState) {
+			t.Fatalf("Retry completed: %v, want ErrWrongState", err)
+		}
+	})
+
+	t.Run("BadInput", func(t *testing.T) {
+		if _, err := c.Insert(ctx, client.RawArgs{KindName: "bad kind"}, nil); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("bad kind: %v", err)
+		}
+		if _, err := c.Insert(ctx, Echo{}, &client.InsertOpts{Priority: 9}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("bad priority: %v", err)
+		}
+		if _, err := c.Get(ctx, "nope"); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("bad id: %v", err)
+		}
+		if _, err := c.Get(ctx, "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.Is(err, coordinator.ErrNotFound) {
+			t.Errorf("unknown id: %v", err)
+		}
+		if _, err := c.List(ctx, client.ListParams{State: "done"}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("bad state: %v", err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer wcancel()
+		res, err := c.Insert(ctx, Echo{}, &client.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Wait(wctx, res.Job.ID); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Wait past its context: %v", err)
+		}
+		if _, err := c.Cancel(ctx, res.Job.ID); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("InsertMiddleware", func(t *testing.T) {
+		var seen atomic.Int32
+		tenant := func(next client.InsertFunc) client.InsertFunc {
+			return func(ctx context.Context, ps []coordinator.EnqueueParams) ([]client.InsertResult, error) {
+				for i := range ps {
+					ps[i].Metadata = json.RawMessage(`{"tenant":"acme"}`)
+				}
+				seen.Add(int32(len(ps)))
+				return next(ctx, ps)
+			}
+		}
+		mc := newClient(t, &client.Options{InsertMiddleware: []client.InsertMiddleware{tenant}})
+		res, err := mc.Insert(ctx, Echo{Msg: "tenanted"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := mc.Wait(ctx, res.Job.ID)
+		if err != nil || string(j.Metadata) != `{"tenant":"acme"}` || seen.Load() != 1 {
+			t.Fatalf("job %+v (%v), middleware saw %d", j, err, seen.Load())
+		}
+	})
+}

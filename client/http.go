@@ -1,0 +1,289 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+)
+
+// The wire format of the daemon's HTTP API (cmd/leasehold/api.go).
+type (
+	wireUnique struct {
+		ByArgs   bool     `json:"by_args,omitempty"`
+		ByQueue  bool     `json:"by_queue,omitempty"`
+		ByPeriod string   `json:"by_period,omitempty"`
+		ByState  []string `json:"by_state,omitempty"`
+	}
+	wireCreate struct {
+		Kind        string          `json:"kind"`
+		Payload     json.RawMessage `json:"payload,omitempty"`
+		Queue       string          `json:"queue,omitempty"`
+		Priority    int             `json:"priority,omitempty"`
+		ScheduledAt string          `json:"scheduled_at,omitempty"`
+		MaxAttempts int             `json:"max_attempts,omitempty"`
+		Timeout     string          `json:"timeout,omitempty"`
+		UniqueKey   string          `json:"unique_key,omitempty"`
+		Unique      *wireUnique     `json:"unique,omitempty"`
+		Metadata    json.RawMessage `json:"metadata,omitempty"`
+	}
+	wireJob struct {
+		Job     *Job `json:"job"`
+		Existed bool `json:"existed"`
+	}
+	wireBatch struct {
+		Jobs    []*Job `json:"jobs"`
+		Existed []bool `json:"existed"`
+	}
+	wireError struct {
+		Error string `json:"error"`
+	}
+)
+
+// batchChunk is how many jobs one batch request carries.
+const batchChunk = 1000
+
+// waitPoll is the long-poll of one wait request.
+const waitPoll = 30 * time.Second
+
+type httpBackend struct {
+	server  string
+	base    *url.URL
+	hc      *http.Client
+	token   string
+	timeout time.Duration
+}
+
+// NewHTTP returns a client of the daemon whose API is at server (e.g.
+// http://127.0.0.1:7420): embedded mode, where the daemon owns the data
+// directory.
+func NewHTTP(server string, o *Options) (*Client, error) {
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("%w: server %q is not an http:// or https:// URL", coordinator.ErrInvalid, server)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	b := &httpBackend{server: server, base: u, hc: &http.Client{}, timeout: 30 * time.Second}
+	if o != nil {
+		b.token = o.Token
+		if o.HTTPTimeout > 0 {
+			b.timeout = o.HTTPTimeout
+		}
+	}
+	return newClient(b, o), nil
+}
+
+func (b *httpBackend) close() error {
+	b.hc.CloseIdleConnections()
+	return nil
+}
+
+// call sends one request and decodes the answer into out. The API's
+// errors come back wrapping the coordinator's sentinels.
+func (b *httpBackend) call(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	u := *b.base
+	u.Path += path
+	u.RawQuery = q.Encode()
+	var rd io.Reader
+	if body != nil {
+		buf, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if b.token != "" {
+		req.Header.Set("Authorization", "Bearer "+b.token)
+	}
+	resp, err := b.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("leasehold daemon at %s: %w", b.server, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
+	if err != nil {
+		return fmt.Errorf("leasehold daemon at %s: %w", b.server, err)
+	}
+	if resp.StatusCode >= 300 {
+		var we wireError
+		msg := strings.TrimSpace(string(data))
+		if json.Unmarshal(data, &we) == nil && we.Error != "" {
+			msg = we.Error
+		}
+		switch resp.StatusCode {
+		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+			return fmt.Errorf("%w: %s", coordinator.ErrInvalid, msg)
+		case http.StatusNotFound:
+			return fmt.Errorf("%w: %s", coordinator.ErrNotFound, msg)
+		case http.StatusConflict:
+			return fmt.Errorf("%w: %s", coordinator.ErrWrongState, msg)
+		}
+		return fmt.Errorf("leasehold daemon at %s answered %s: %s", b.server, resp.Status, msg)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("leasehold daemon at %s: answer is not leasehold's JSON: %w", b.server, err)
+	}
+	return nil
+}
+
+func toWire(p coordinator.EnqueueParams) wireCreate {
+	w := wireCreate{
+		Kind: p.Kind, Payload: p.Payload, Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts,
+		UniqueKey: p.UniqueKey, Metadata: p.Metadata,
+	}
+	if !p.ScheduledAt.IsZero() {
+		w.ScheduledAt = p.ScheduledAt.UTC().Format(time.RFC3339Nano)
+	}
+	if p.Timeout > 0 {
+		w.Timeout = p.Timeout.String()
+	}
+	if u := p.Unique; u != nil {
+		w.Unique = &wireUnique{ByArgs: u.ByArgs, ByQueue: u.ByQueue}
+		if u.ByPeriod > 0 {
+			w.Unique.ByPeriod = u.ByPeriod.String()
+		}
+		for _, st := range u.ByState {
+			w.Unique.ByState = append(w.Unique.ByState, string(st))
+		}
+	}
+	return w
+}
+
+func (b *httpBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams) ([]InsertResult, error) {
+	if len(ps) == 1 {
+		var res wireJob
+		if err := b.call(ctx, http.MethodPost, "/v1/jobs", nil, toWire(ps[0]), &res, b.timeout); err != nil {
+			return nil, err
+		}
+		if res.Job == nil {
+			return nil, fmt.Errorf("leasehold daemon at %s answered without a job", b.server)
+		}
+		return []InsertResult{{Job: res.Job, Existed: res.Existed}}, nil
+	}
+	out := make([]InsertResult, 0, len(ps))
+	for len(ps) > 0 {
+		n := min(batchChunk, len(ps))
+		req := struct {
+			Jobs []wireCreate `json:"jobs"`
+		}{Jobs: make([]wireCreate, n)}
+		for i := range n {
+			req.Jobs[i] = toWire(ps[i])
+		}
+		var res wireBatch
+		if err := b.call(ctx, http.MethodPost, "/v1/jobs/batch", nil, req, &res, b.timeout); err != nil {
+			if len(out) > 0 {
+				return out, fmt.Errorf("inserted %d jobs (returned), then: %w", len(out), err)
+			}
+			return nil, err
+		}
+		if len(res.Jobs) != n || len(res.Existed) != n {
+			return out, fmt.Errorf("leasehold daemon at %s answered %d jobs for a batch of %d", b.server, len(res.Jobs), n)
+		}
+		for i := range n {
+			out = append(out, InsertResult{Job: res.Jobs[i], Existed: res.Existed[i]})
+		}
+		ps = ps[n:]
+	}
+	return out, nil
+}
+
+func (b *httpBackend) job(ctx context.Context, method, path string, q url.Values, timeout time.Duration) (*Job, error) {
+	var res wireJob
+	if err := b.call(ctx, method, path, q, nil, &res, timeout); err != nil {
+		return nil, err
+	}
+	if res.Job == nil {
+		return nil, fmt.Errorf("leasehold daemon at %s answered without a job", b.server)
+	}
+	return res.Job, nil
+}
+
+func (b *httpBackend) get(ctx context.Context, id string) (*Job, error) {
+	return b.job(ctx, http.MethodGet, "/v1/jobs/"+id, nil, b.timeout)
+}
+
+func (b *httpBackend) list(ctx context.Context, p ListParams) (ListPage, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"state": string(p.State), "kind": p.Kind, "queue": p.Queue, "after": p.After} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if p.Limit != 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	var page ListPage
+	err := b.call(ctx, http.MethodGet, "/v1/jobs", q, nil, &page, b.timeout)
+	if page.Jobs == nil {
+		page.Jobs = []*Job{}
+	}
+	return page, err
+}
+
+func (b *httpBackend) cancel(ctx context.Context, id string) (*Job, error) {
+	return b.job(ctx, http.MethodPost, "/v1/jobs/"+id+"/cancel", nil, b.timeout)
+}
+
+func (b *httpBackend) cancelMany(ctx context.Context, f CancelFilter) (CancelManyResult, error) {
+	var res CancelManyResult
+	body := struct {
+		CancelFilter
+		All bool `json:"all,omitempty"`
+	}{CancelFilter: f, All: f == CancelFilter{}}
+	err := b.call(ctx, http.MethodPost, "/v1/jobs/cancel", nil, body, &res, b.timeout)
+	return res, err
+}
+
+func (b *httpBackend) retry(ctx context.Context, id string) (*Job, error) {
+	return b.job(ctx, http.MethodPost, "/v1/jobs/"+id+"/retry", nil, b.timeout)
+}
+
+func (b *httpBackend) remove(ctx context.Context, id string) (*Job, error) {
+	return b.job(ctx, http.MethodDelete, "/v1/jobs/"+id, nil, b.timeout)
+}
+
+// wait long-polls the job until it is final.
+func (b *httpBackend) wait(ctx context.Context, id string) (*Job, error) {
+	for {
+		poll := waitPoll
+		if dl, ok := ctx.Deadline(); ok {
+			poll = min(poll, max(time.Until(dl), time.Millisecond))
+		}
+		j, err := b.job(ctx, http.MethodGet, "/v1/jobs/"+id, url.Values{"wait": {poll.String()}}, poll+b.timeout)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) && ue.Timeout() {
+				continue
+			}
+			return nil, err
+		}
+		if j.State.Final() {
+			return j, nil
+		}
+	}
+}

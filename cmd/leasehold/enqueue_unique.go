@@ -1,0 +1,58 @@
+package main
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/spf13/cobra"
+)
+
+// uniqueFlags are enqueue's unique options beyond --unique-key, and its
+// metadata.
+type uniqueFlags struct {
+	byArgs   bool
+	byQueue  bool
+	period   time.Duration
+	states   []string
+	metadata string
+}
+
+func addUniqueFlags(cmd *cobra.Command, u *uniqueFlags) {
+	f := cmd.Flags()
+	f.BoolVar(&u.byArgs, "unique-by-args", false, "unique by kind and payload (as JSON values): return the existing job instead of inserting a second")
+	f.BoolVar(&u.byQueue, "unique-by-queue", false, "unique by kind and queue (with the other --unique-* options)")
+	f.DurationVar(&u.period, "unique-period", 0, "unique within a period, e.g. 1h: one job per kind (and payload, queue) per hour")
+	f.StringSliceVar(&u.states, "unique-states", nil, "finished states in which an existing job still counts as a duplicate: completed, discarded, cancelled (unfinished jobs always count)")
+	f.StringVar(&u.metadata, "metadata", "", "JSON stored with the job for middleware (trace ids, tenants)")
+}
+
+// apply validates the flags and sets them on req.
+func (u *uniqueFlags) apply(req *createRequest) error {
+	if u.metadata != "" {
+		if !json.Valid([]byte(u.metadata)) {
+			return usagef(`--metadata is not valid JSON: pass e.g. '{"tenant":"acme"}'`)
+		}
+		req.Metadata = json.RawMessage(u.metadata)
+	}
+	set := u.byArgs || u.byQueue || u.period != 0 || len(u.states) > 0
+	if !set {
+		return nil
+	}
+	if u.period < 0 {
+		return usagef("--unique-period %s is negative: want a duration such as 1h", u.period)
+	}
+	ur := &uniqueRequest{ByArgs: u.byArgs, ByQueue: u.byQueue}
+	if u.period > 0 {
+		ur.ByPeriod = u.period.String()
+	}
+	for _, s := range u.states {
+		st, err := coordinator.ParseState(s)
+		if err != nil {
+			return usagef("--unique-states: %s", cleanCoordError(err))
+		}
+		ur.ByState = append(ur.ByState, string(st))
+	}
+	req.Unique = ur
+	return nil
+}

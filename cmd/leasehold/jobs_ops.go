@@ -1,0 +1,154 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/spf13/cobra"
+)
+
+// --- jobs retry ---
+
+func newJobsRetryCmd() *cobra.Command {
+	var tgt target
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "retry ID",
+		Short: "Run a discarded or cancelled job again now",
+		Long: `Make a discarded or cancelled job available again now, keeping its history
+(errors, attempts, checkpoint); if it had used all its attempts it gets one
+more. A scheduled or retryable job is made available now. A running,
+available or completed job is refused with a message saying why (exit 1).`,
+		Args: argsBetween(1, 1, "ID [--json]"),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := jobIDArg(id); err != nil {
+				return err
+			}
+			c, err := tgt.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			var res jobResponse
+			if err := c.call(cmd.Context(), http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/retry", nil, nil, &res); err != nil {
+				return err
+			}
+			if res.Job == nil {
+				return failf("the daemon answered without a job: is --server a leasehold daemon?")
+			}
+			if asJSON {
+				return printJSON(cmd.OutOrStdout(), res.Job)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: attempt %d of %d next\n", id, res.Job.State, res.Job.Attempt+1, res.Job.MaxAttempts)
+			return nil
+		}),
+	}
+	addTargetFlags(cmd, &tgt)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the job as JSON")
+	return cmd
+}
+
+// --- jobs delete ---
+
+func newJobsDeleteCmd() *cobra.Command {
+	var tgt target
+	cmd := &cobra.Command{
+		Use:   "delete ID",
+		Short: "Delete a finished job now (without waiting for retention)",
+		Long: `Delete a completed, discarded or cancelled job now, instead of waiting for
+the daemon's --retention. An unfinished job is refused (exit 1): cancel it
+first.`,
+		Args: argsBetween(1, 1, "ID"),
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			id := args[0]
+			if err := jobIDArg(id); err != nil {
+				return err
+			}
+			c, err := tgt.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.close()
+			var res jobResponse
+			if err := c.call(cmd.Context(), http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), nil, nil, &res); err != nil {
+				return err
+			}
+			state := "finished"
+			if res.Job != nil {
+				state = string(res.Job.State)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s deleted (it was %s)\n", id, state)
+			return nil
+		}),
+	}
+	addTargetFlags(cmd, &tgt)
+	return cmd
+}
+
+// --- jobs cancel --state S --kind K --queue Q | --all ---
+
+type cancelManyOpts struct {
+	state, kind, queue string
+	all                bool
+}
+
+func addCancelManyFlags(cmd *cobra.Command, o *cancelManyOpts) {
+	f := cmd.Flags()
+	f.StringVar(&o.state, "state", "", "cancel every job in this state: scheduled, available, running or retryable")
+	f.StringVar(&o.kind, "kind", "", "cancel every unfinished job of this kind")
+	f.StringVar(&o.queue, "queue", "", "cancel every unfinished job in this queue")
+	f.BoolVar(&o.all, "all", false, "cancel every unfinished job")
+}
+
+func (o *cancelManyOpts) set() bool { return o.state != "" || o.kind != "" || o.queue != "" || o.all }
+
+// validate checks the filters before any request is made.
+func (o *cancelManyOpts) validate() error {
+	if o.state != "" {
+		st, err := coordinator.ParseState(o.state)
+		if err != nil {
+			return usagef("--state: %s", cleanCoordError(err))
+		}
+		if st.Final() {
+			return usagef("--state %s: finished jobs cannot be cancelled; use scheduled, available, running or retryable", st)
+		}
+	}
+	if o.kind != "" {
+		if err := coordinator.ValidateKind(o.kind); err != nil {
+			return usagef("--kind: %s", cleanCoordError(err))
+		}
+	}
+	if o.queue != "" {
+		if err := coordinator.ValidateQueue(o.queue); err != nil {
+			return usagef("--queue: %s", cleanCoordError(err))
+		}
+	}
+	if o.all && (o.state != "" || o.kind != "" || o.queue != "") {
+		return usagef("--all cancels every unfinished job: pass it alone, or filters without it")
+	}
+	return nil
+}
+
+func runCancelMany(cmd *cobra.Command, tgt *target, o *cancelManyOpts, asJSON bool) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	c, err := tgt.client(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var res coordinator.CancelManyResult
+	req := cancelManyRequest{State: o.state, Kind: o.kind, Queue: o.queue, All: o.all}
+	if err := c.call(cmd.Context(), http.MethodPost, "/v1/jobs/cancel", nil, req, &res); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(cmd.OutOrStdout(), res)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "cancelled %d jobs; cancel requested for %d running jobs (their daemons stop them)\n", res.Cancelled, res.CancelRequested)
+	return nil
+}

@@ -1,0 +1,265 @@
+package main
+
+// Operations of the HTTP API beyond enqueue and inspect (issue 6):
+//
+//	POST   /v1/jobs/{id}/retry      200 {"job":JOB}  discarded or cancelled
+//	                                (or scheduled/retryable) job available now
+//	DELETE /v1/jobs/{id}            200 {"job":JOB}  the finished job deleted
+//	POST   /v1/jobs/cancel          body {"state":"","kind":"","queue":""}
+//	    200 {"cancelled":N,"cancel_requested":M}  bulk cancel by filter (at
+//	                                least one field, or "all":true)
+//	GET    /v1/queues               200 {"queues":[QUEUE,...]}
+//	POST   /v1/queues/{queue}/pause     ?force=true for a queue not known yet
+//	POST   /v1/queues/{queue}/resume
+//	PUT    /v1/queues/{queue}/limit     body {"limit":N} (0: none), ?force=true
+//	    200 {"queue":CONFIG,"changed":bool}
+//	GET    /v1/periodic             200 {"periodic":[SCHEDULE,...]}
+//
+// A retry or delete in a state where it makes no sense is 409 with a
+// message saying why and what to do; an unknown queue is 400.
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+)
+
+// uniqueRequest is createRequest.unique.
+type uniqueRequest struct {
+	ByArgs   bool     `json:"by_args,omitempty"`
+	ByQueue  bool     `json:"by_queue,omitempty"`
+	ByPeriod string   `json:"by_period,omitempty"`
+	ByState  []string `json:"by_state,omitempty"`
+}
+
+// apply sets p.Unique from u (nil: nothing).
+func (u *uniqueRequest) apply(p *coordinator.EnqueueParams) error {
+	if u == nil {
+		return nil
+	}
+	o := &coordinator.UniqueOpts{ByArgs: u.ByArgs, ByQueue: u.ByQueue}
+	if u.ByPeriod != "" {
+		d, err := time.ParseDuration(u.ByPeriod)
+		if err != nil || d <= 0 {
+			return badRequest("unique.by_period %q is not a positive duration: use e.g. 1h or 24h", truncateString(u.ByPeriod, 40))
+		}
+		o.ByPeriod = d
+	}
+	for _, s := range u.ByState {
+		st, err := coordinator.ParseState(s)
+		if err != nil {
+			return badRequest("unique.by_state: %s", cleanCoordError(err))
+		}
+		o.ByState = append(o.ByState, st)
+	}
+	p.Unique = o
+	return nil
+}
+
+type cancelManyRequest struct {
+	State string `json:"state,omitempty"`
+	Kind  string `json:"kind,omitempty"`
+	Queue string `json:"queue,omitempty"`
+	All   bool   `json:"all,omitempty"`
+}
+
+type queuesResponse struct {
+	Queues []coordinator.QueueInfo `json:"queues"`
+}
+
+type queueResponse struct {
+	Queue   coordinator.QueueConfig `json:"queue"`
+	Changed bool                    `json:"changed"`
+}
+
+type limitRequest struct {
+	Limit *int `json:"limit"`
+}
+
+type periodicResponse struct {
+	Periodic []coordinator.PeriodicState `json:"periodic"`
+}
+
+func (a *api) routeOps() {
+	a.mux.HandleFunc("POST /v1/jobs/{id}/retry", a.retryJob)
+	a.mux.HandleFunc("DELETE /v1/jobs/{id}", a.deleteJob)
+	a.mux.HandleFunc("POST /v1/jobs/cancel", a.cancelMany)
+	a.mux.HandleFunc("GET /v1/queues", a.listQueues)
+	a.mux.HandleFunc("POST /v1/queues/{queue}/pause", a.pauseQueue)
+	a.mux.HandleFunc("POST /v1/queues/{queue}/resume", a.resumeQueue)
+	a.mux.HandleFunc("PUT /v1/queues/{queue}/limit", a.limitQueue)
+	a.mux.HandleFunc("GET /v1/periodic", a.listPeriodic)
+}
+
+// wrongState answers a coordinator ErrWrongState as 409 with its reason.
+func (a *api) failOp(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, coordinator.ErrWrongState) {
+		msg := strings.TrimPrefix(cleanCoordError(err), strings.TrimPrefix(coordinator.ErrWrongState.Error(), "coordinator: ")+": ")
+		writeError(w, http.StatusConflict, msg)
+		return
+	}
+	a.fail(w, r, err)
+}
+
+func (a *api) retryJob(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	j, err := a.cfg.Coord.Retry(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.failOp(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobResponse{Job: j})
+}
+
+func (a *api) deleteJob(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	j, err := a.cfg.Coord.Delete(r.Context(), r.PathValue("id"))
+	if err != nil {
+		a.failOp(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, jobResponse{Job: j})
+}
+
+func (a *api) cancelMany(w http.ResponseWriter, r *http.Request) {
+	var req cancelManyRequest
+	if err := decodeBody(w, r, 64<<10, &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if req.State == "" && req.Kind == "" && req.Queue == "" && !req.All {
+		a.fail(w, r, badRequest(`no filter: set "state", "kind" or "queue", or "all":true to cancel every unfinished job`))
+		return
+	}
+	res, err := a.cfg.Coord.CancelMany(r.Context(), coordinator.CancelFilter{State: coordinator.State(req.State), Kind: req.Kind, Queue: req.Queue})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (a *api) listQueues(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	qs, err := a.cfg.Coord.Queues(r.Context())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, queuesResponse{Queues: qs})
+}
+
+// knownQueue refuses a queue nobody knows (no daemon serves it, it has no
+// jobs available and no configuration) unless force: most likely a typo.
+func (a *api) knownQueue(r *http.Request, q string, force bool, hint string) error {
+	if err := coordinator.ValidateQueue(q); err != nil {
+		return err
+	}
+	if force {
+		return nil
+	}
+	qs, err := a.cfg.Coord.Queues(r.Context())
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(qs))
+	for _, x := range qs {
+		if x.Name == q {
+			return nil
+		}
+		names = append(names, x.Name)
+	}
+	known := "none"
+	if len(names) > 0 {
+		known = strings.Join(names, ", ")
+	}
+	return badRequest("unknown queue %s: no daemon serves it and it has no jobs (known queues: %s); check the name%s", q, known, hint)
+}
+
+func forceParam(r *http.Request) (bool, error) {
+	if err := checkQuery(r, "force"); err != nil {
+		return false, err
+	}
+	switch r.URL.Query().Get("force") {
+	case "", "false", "0":
+		return false, nil
+	case "true", "1":
+		return true, nil
+	}
+	return false, badRequest("force %q: want true or false", truncateString(r.URL.Query().Get("force"), 20))
+}
+
+func (a *api) pauseQueue(w http.ResponseWriter, r *http.Request) {
+	a.changeQueue(w, r, forceHint, func(q string) (coordinator.QueueConfig, bool, error) {
+		return a.cfg.Coord.PauseQueue(r.Context(), q)
+	})
+}
+
+func (a *api) resumeQueue(w http.ResponseWriter, r *http.Request) {
+	a.changeQueue(w, r, "", func(q string) (coordinator.QueueConfig, bool, error) {
+		return a.cfg.Coord.ResumeQueue(r.Context(), q)
+	})
+}
+
+func (a *api) limitQueue(w http.ResponseWriter, r *http.Request) {
+	var req limitRequest
+	if err := decodeBody(w, r, 4<<10, &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if req.Limit == nil {
+		a.fail(w, r, badRequest(`limit is missing: send {"limit":N} with N from 0 (no limit) to %d`, coordinator.MaxQueueLimit))
+		return
+	}
+	a.changeQueue(w, r, forceHint, func(q string) (coordinator.QueueConfig, bool, error) {
+		return a.cfg.Coord.SetQueueLimit(r.Context(), q, *req.Limit)
+	})
+}
+
+// forceHint ends the unknown-queue error of pause and limit.
+const forceHint = ", or pass force=true to configure a queue before any daemon serves it"
+
+func (a *api) changeQueue(w http.ResponseWriter, r *http.Request, hint string, change func(q string) (coordinator.QueueConfig, bool, error)) {
+	force, err := forceParam(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	q := r.PathValue("queue")
+	if err := a.knownQueue(r, q, force, hint); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	conf, changed, err := change(q)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, queueResponse{Queue: conf, Changed: changed})
+}
+
+func (a *api) listPeriodic(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ps, err := a.cfg.Coord.ListPeriodic(r.Context())
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("list periodic jobs: %w", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, periodicResponse{Periodic: ps})
+}
