@@ -468,7 +468,8 @@ func (c *checker) checkTokens(id string, runs []*Run) {
 // delayingFaults hold a daemon's replies from etcd (or the daemon itself)
 // past its lease: a claim or write applied in etcd before the fault's end
 // may be recorded in the daemon's history only after it.
-var delayingFaults = map[string]bool{fPauseDaemon: true, fPartition: true, fPartitionReq: true, fPartitionReply: true}
+var delayingFaults = map[string]bool{fPauseDaemon: true, fPartition: true, fPartitionReq: true, fPartitionReply: true,
+	fLatency: true, fDropConns: true}
 
 // pausedRecording reports whether slot's daemon was paused or cut off so
 // that an event it recorded at `at` may have happened before `before`: the
