@@ -320,18 +320,33 @@ func (c *Coordinator) freeSlots(ctx context.Context, q string, limit, want int, 
 	return out, nil
 }
 
-// KnownQueue reports whether queue q is known: a live daemon serves it, it
-// has a configuration, or it has available jobs.
+// KnownQueue reports whether queue q is known: it has a configuration, a
+// live daemon serves it, or it has available jobs. It reads at most one
+// key, the live daemons' registrations and one index entry.
 func (c *Coordinator) KnownQueue(ctx context.Context, q string) (bool, error) {
 	if err := ValidateQueue(q); err != nil {
 		return false, err
 	}
-	qs, err := c.Queues(ctx)
+	res, err := c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(c.keys.queueConf(q))}})
+	if err != nil {
+		return false, fmt.Errorf("coordinator: read configuration of queue %s: %w", q, err)
+	}
+	if res.Results[0].KV != nil {
+		return true, nil
+	}
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.queue(q), End: kv.PrefixEnd(c.keys.queue(q)), Limit: 1, KeysOnly: true})
+	if err != nil {
+		return false, fmt.Errorf("coordinator: read available jobs of queue %s: %w", q, err)
+	}
+	if len(rr.KVs) > 0 {
+		return true, nil
+	}
+	ws, err := c.Workers(ctx)
 	if err != nil {
 		return false, err
 	}
-	for _, x := range qs {
-		if x.Name == q {
+	for _, w := range ws {
+		if slices.Contains(w.Queues, q) {
 			return true, nil
 		}
 	}

@@ -171,15 +171,15 @@ func (a *api) knownQueue(r *http.Request, q string, force bool, hint string) err
 	if force {
 		return nil
 	}
+	if ok, err := a.cfg.Coord.KnownQueue(r.Context(), q); ok || err != nil {
+		return err
+	}
 	qs, err := a.cfg.Coord.Queues(r.Context())
 	if err != nil {
 		return err
 	}
 	names := make([]string, 0, len(qs))
 	for _, x := range qs {
-		if x.Name == q {
-			return nil
-		}
 		names = append(names, x.Name)
 	}
 	known := "none"

@@ -425,6 +425,11 @@ func testPauseAcrossRestart(t *testing.T, h *harness) {
 	}
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "mail"})
 	other := h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "other"})
+	for q, want := range map[string]bool{"mail": true, "other": true, "nosuch": false} {
+		if known, err := h.c.KnownQueue(h.ctx(), q); err != nil || known != want {
+			t.Errorf("KnownQueue(%s) = %v, %v; want %v", q, known, err, want)
+		}
+	}
 	s := h.session(h.c)
 	runs, st, err := h.c.Claim(h.ctx(), s, "mail", 5, false)
 	if err != nil || len(runs) != 0 || !st.Held {
