@@ -1,0 +1,113 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/localstore"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// SendEmail are the arguments of the "email" kind.
+type SendEmail struct {
+	To      string `json:"to"`
+	Subject string `json:"subject"`
+}
+
+// Kind names the handler, as River's JobArgs.
+func (SendEmail) Kind() string { return "email" }
+
+// InsertOpts are the kind's defaults: its own queue.
+func (SendEmail) InsertOpts() client.InsertOpts { return client.InsertOpts{Queue: "mail"} }
+
+// exampleDaemon starts an embedded queue with a worker for "email" and
+// returns its coordinator. In production the worker runs in the daemon and
+// the client is client.NewHTTP("http://127.0.0.1:7420", nil) (embedded) or
+// client.Dial(ctx, client.EtcdConfig{...}, nil) (shared).
+func exampleDaemon() (*coordinator.Coordinator, func()) {
+	dir, _ := os.MkdirTemp("", "leasehold-client-example")
+	store, err := localstore.Open(dir, localstore.Options{Logger: quiet()})
+	if err != nil {
+		panic(err)
+	}
+	coord, _ := coordinator.New(store, coordinator.Config{Logger: quiet()})
+	w, _ := worker.New(coord, worker.Config{Queues: []string{"mail"}})
+	worker.HandleArgs(w, func(ctx context.Context, j *worker.Job, a SendEmail) error {
+		return j.SetResult("sent " + a.Subject + " to " + a.To)
+	})
+	if err := w.Start(context.Background()); err != nil {
+		panic(err)
+	}
+	return coord, func() {
+		_ = w.Stop(context.Background())
+		_ = store.Close()
+		_ = os.RemoveAll(dir)
+	}
+}
+
+// Insert typed arguments, then wait for the job to finish.
+func Example() {
+	coord, stop := exampleDaemon()
+	defer stop()
+	c := client.New(coord, nil)
+	defer c.Close()
+	ctx := context.Background()
+
+	res, err := c.Insert(ctx, SendEmail{To: "ada@example.com", Subject: "welcome"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	j, err := c.Wait(wctx, res.Job.ID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(j.Queue, j.State, string(j.Result))
+	// Output: mail completed "sent welcome to ada@example.com"
+}
+
+// Batch insert, with uniqueness by arguments: the second insert of the
+// same arguments returns the first job.
+func ExampleClient_InsertMany() {
+	coord, stop := exampleDaemon()
+	defer stop()
+	c := client.New(coord, nil)
+	ctx := context.Background()
+	later := &client.InsertOpts{ScheduledAt: time.Now().Add(time.Hour), Unique: &coordinator.UniqueOpts{ByArgs: true}}
+	rs, _ := c.InsertMany(ctx, []client.InsertParams{
+		{Args: SendEmail{To: "a@example.com", Subject: "digest"}, Opts: later},
+		{Args: SendEmail{To: "b@example.com", Subject: "digest"}, Opts: later},
+	})
+	again, _ := c.Insert(ctx, SendEmail{To: "a@example.com", Subject: "digest"}, later)
+	fmt.Println(len(rs), rs[0].Existed, again.Existed, again.Job.ID == rs[0].Job.ID)
+	n, _ := c.CancelMany(ctx, client.CancelFilter{Queue: "mail", State: coordinator.StateScheduled})
+	fmt.Println("cancelled", n.Cancelled)
+	// Output:
+	// 2 false true true
+	// cancelled 2
+}
+
+// Insert middleware runs around every insert: here it stamps a trace id
+// into the job's metadata, which worker middleware can read.
+func ExampleInsertMiddleware() {
+	coord, stop := exampleDaemon()
+	defer stop()
+	trace := func(next client.InsertFunc) client.InsertFunc {
+		return func(ctx context.Context, ps []coordinator.EnqueueParams) ([]client.InsertResult, error) {
+			for i := range ps {
+				ps[i].Metadata = json.RawMessage(`{"trace_id":"4bf92f35"}`)
+			}
+			return next(ctx, ps)
+		}
+	}
+	c := client.New(coord, &client.Options{InsertMiddleware: []client.InsertMiddleware{trace}})
+	res, _ := c.Insert(context.Background(), SendEmail{To: "ada@example.com"}, &client.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)})
+	fmt.Println(string(res.Job.Metadata))
+	// Output: {"trace_id":"4bf92f35"}
+}
