@@ -269,6 +269,20 @@ func TestDashboardInBrowser(t *testing.T) {
 		}
 	}
 
+	// Pause and resume the queue from the overview.
+	run("load the overview", chromedp.Navigate(e.srv.URL+"/?refresh=0"), chromedp.WaitVisible(chromedp.CSS("#count-total")))
+	for _, action := range []string{"pause", "resume"} {
+		run(action+" the queue", chromedp.Click(chromedp.CSS(`#queue-default button[data-queue="default"]`)))
+		want := action == "pause"
+		waitFor(t, 10*time.Second, "queue default "+action+"d", func() bool {
+			qc, err := e.coord.QueueConfig(context.Background(), "default")
+			return err == nil && qc.Paused == want
+		})
+		next := map[bool]string{true: "resume", false: "pause"}[want]
+		time.Sleep(700 * time.Millisecond) // the page reloads itself after an action
+		run("reload", chromedp.Navigate(e.srv.URL+"/?refresh=0"), chromedp.WaitVisible(chromedp.CSS(`#queue-default button[data-url="/v1/queues/default/`+next+`"]`)))
+	}
+
 	// Screenshots, under load: two slots keep running short jobs that
 	// arrive steadily while the page is rendered.
 	loadCtx, stopLoad := context.WithCancel(context.Background())

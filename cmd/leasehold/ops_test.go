@@ -553,3 +553,62 @@ func TestCLITokenAndTLS(t *testing.T) {
 		}
 	}
 }
+
+func TestDashboardPages(t *testing.T) {
+	e := newOpsEnv(t, opsOpts{})
+	done := e.enqueue(t, `{"kind":"echo","payload":{"<script>alert(1)</script>":"x"}}`)
+	failed := e.enqueue(t, `{"kind":"fail","payload":{"times":9},"max_attempts":1}`)
+	e.waitState(t, done.ID, coordinator.StateCompleted, 10*time.Second)
+	e.waitState(t, failed.ID, coordinator.StateDiscarded, 10*time.Second)
+	page := func(path string, want int) string {
+		t.Helper()
+		r, err := http.Get(e.srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		if r.StatusCode != want {
+			t.Errorf("GET %s: %d, want %d: %.300s", path, r.StatusCode, want, b)
+		}
+		if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/html") {
+			t.Errorf("GET %s: Content-Type %q", path, ct)
+		}
+		if csp := r.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") || !strings.Contains(csp, "script-src 'nonce-") {
+			t.Errorf("GET %s: Content-Security-Policy %q", path, csp)
+		}
+		return string(b)
+	}
+	body := page("/jobs/"+done.ID, 200)
+	if strings.Contains(body, "<script>alert") || !strings.Contains(body, "script") {
+		t.Error("job page does not escape the payload")
+	}
+	if strings.Count(body, "<script") != 1 {
+		t.Errorf("job page has %d scripts, want its own one", strings.Count(body, "<script"))
+	}
+	body = page("/jobs/"+failed.ID, 200)
+	if !strings.Contains(body, "fail: attempt 1 of 9 planned failures") || !strings.Contains(body, `id="errors"`) {
+		t.Error("job page lacks the attempt's error")
+	}
+	body = page("/jobs?state=discarded&refresh=0", 200)
+	if !strings.Contains(body, failed.ID) || strings.Contains(body, done.ID) {
+		t.Error("/jobs?state=discarded does not list exactly the discarded job")
+	}
+	body = page("/jobs?kind=echo", 200)
+	if !strings.Contains(body, done.ID) || strings.Contains(body, failed.ID) {
+		t.Error("/jobs?kind=echo does not list exactly the echo job")
+	}
+	if body = page("/jobs", 200); !strings.Contains(body, done.ID) || !strings.Contains(body, failed.ID) {
+		t.Error("/jobs does not list the latest jobs")
+	}
+	if body = page("/jobs?state=bogus", 400); !strings.Contains(body, "unknown state") {
+		t.Errorf("bad filter: %.500s", body)
+	}
+	page("/jobs/not-an-id", 400)
+	if body = page("/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV", 404); !strings.Contains(body, "No job 01ARZ3NDEKTSV4RRFFQ69G5FAV") {
+		t.Errorf("unknown job: %.500s", body)
+	}
+	if body = page("/", 200); !strings.Contains(body, `id="queue-default"`) || !strings.Contains(body, e.w.ID()) {
+		t.Errorf("overview: %.500s", body)
+	}
+}
