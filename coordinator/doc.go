@@ -27,6 +27,15 @@
 // fencing token. What others write while a job runs lives in keys of its own
 // that the owner's writes never overwrite: a cancel request is c/ID.
 //
+// A unique key is u/KEY (value: the job id), held while the job is
+// unfinished and, per UniqueOpts.ByState, in some final states (then the
+// finished index entry carries the key, for retention to free it). Queue
+// management is under qm/: qm/c/QUEUE is a queue's configuration (pause,
+// global limit), and qm/s/QUEUE/N a slot of its global limit, held by a run
+// on its daemon's lease (docs/adr/0005). p/NAME is a periodic schedule's
+// state, advanced by compare-and-set with each tick's job (docs/adr/0007).
+// e/NAME is an election's leader key.
+//
 // # Fencing
 //
 // Every write a run makes after its claim is a transaction conditional on the

@@ -25,6 +25,13 @@
 // MaxAttempts, then discarded. A panic is recovered into a failed attempt
 // with its stack.
 //
+// Per kind, HandleWith sets max attempts, a timeout and a retry policy, and
+// HandleArgs registers a handler of typed arguments (the kind from their
+// Kind method). Middleware (Config.Middleware, KindOptions.Middleware)
+// wraps handlers for tracing, logging, metrics or tenancy. A worker with
+// Maintain also enqueues Config.Periodic schedules while it is the elected
+// maintenance leader, and Config.QueueConcurrency bounds its jobs per queue.
+//
 // Execution is at least once. Side effects outside the store should be
 // fenced with Job.Token or made idempotent with Job.IdempotencyKey.
 package worker
