@@ -203,6 +203,9 @@ func printJob(w io.Writer, j *coordinator.Job) error {
 	if j.UniqueKey != "" {
 		row("unique_key", j.UniqueKey)
 	}
+	if isSet(j.Metadata) {
+		row("metadata", compact(j.Metadata))
+	}
 	if j.Owner != "" {
 		row("owner", j.Owner)
 		row("token", j.Token.String())
