@@ -218,3 +218,52 @@ func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*
 	}
 	return runs, nil
 }
+
+// ReleaseOrphans gives back the jobs that hang on sess's lease but that the
+// caller does not run: claims whose reply was lost and that could not be
+// resolved at the time (the read failed, or ran before the claim landed).
+// Without this they would stay held, never run and never reaped, until the
+// session ends. mine names the jobs the caller holds (claimed and not yet
+// finished); it must include claims in progress, so call ReleaseOrphans
+// from the goroutine that claims. Each release is a fenced write under the
+// orphaned claim's own token.
+func (c *Coordinator) ReleaseOrphans(ctx context.Context, sess *Session, mine func(jobID string) bool) (int, error) {
+	var orphans []kv.KeyValue
+	if err := c.scan(ctx, c.keys.owners(), false, func(x kv.KeyValue) error {
+		if x.Lease == sess.lease && !mine(idFromIndex(x.Key)) {
+			orphans = append(orphans, x)
+		}
+		return nil
+	}); err != nil {
+		return 0, fmt.Errorf("coordinator: list ownership keys: %w", err)
+	}
+	if len(orphans) == 0 {
+		return 0, nil
+	}
+	jkeys := make([]string, len(orphans))
+	for i, o := range orphans {
+		jkeys[i] = c.keys.job(idFromIndex(o.Key))
+	}
+	recs, err := c.getMany(ctx, jkeys)
+	if err != nil {
+		return 0, fmt.Errorf("coordinator: read orphaned jobs: %w", err)
+	}
+	n := 0
+	for i, rec := range recs {
+		if rec == nil {
+			continue
+		}
+		j, err := decodeKV(rec)
+		if err != nil || j.State != StateRunning || j.Owner != sess.WorkerID() {
+			continue
+		}
+		j.Token = fence.Token(orphans[i].CreateRevision)
+		if err := c.newRun(sess, j).Release(ctx); err != nil {
+			c.log.Warn("releasing an orphaned claim failed", slog.String("job", j.ID), slog.Any("err", err))
+			continue
+		}
+		n++
+		c.log.Warn("released a job claimed by a transaction whose reply was lost", slog.String("job", j.ID), slog.Int64("token", int64(j.Token)))
+	}
+	return n, nil
+}

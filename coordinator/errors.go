@@ -20,6 +20,10 @@ var (
 	ErrSessionExpired = errors.New("coordinator: session expired")
 	// ErrSessionClosed is the cause of a session's context after Close.
 	ErrSessionClosed = errors.New("coordinator: session closed")
+	// ErrUnknownOutcome is returned by a run's write when an earlier
+	// attempt's reply was lost and the run can no longer find out whether
+	// it was applied (its session ended). The job's record says.
+	ErrUnknownOutcome = errors.New("coordinator: outcome unknown")
 	// ErrConflict is returned when an operation kept losing races with
 	// concurrent writers; it is safe to retry.
 	ErrConflict = errors.New("coordinator: too many concurrent changes, try again")

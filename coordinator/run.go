@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,9 +29,10 @@ type Run struct {
 	job  *Job // the stored record as this run last wrote it
 	done bool // a final write was accepted, or the run was lost
 	lost error
-	// uncertain holds the record of a write whose reply was lost: it may
-	// have been applied. A later refusal is checked against it.
-	uncertain []byte
+	// uncertain holds the records of final writes whose reply was lost:
+	// any of them may have been applied. A later refusal is checked
+	// against them all.
+	uncertain [][]byte
 	// slot is the key of the queue slot the run holds (global limit), or "".
 	slot string
 }
@@ -165,6 +167,12 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 	}
 	// A session past its deadline stops writing: the store would refuse
 	// (or, worse, race the lease's expiry), and the caller must abandon.
+	if fencing && !r.sess.Valid() && len(r.uncertain) > 0 {
+		// An earlier attempt may still land: the outcome is unknown, not
+		// refused.
+		r.lost = fmt.Errorf("%w: %s of job %s: an earlier attempt's reply was lost and the session ended", ErrUnknownOutcome, op, r.job.ID)
+		return r.lost
+	}
 	if fencing && !r.sess.Valid() {
 		return r.loseLocked(&fence.LostError{JobID: r.job.ID, Token: r.pred.Token, Op: op, Local: true}, "session no longer valid")
 	}
@@ -212,7 +220,7 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 	}
 	if err != nil {
 		if final {
-			r.uncertain = rec
+			r.uncertain = append(r.uncertain, rec)
 		}
 		return fmt.Errorf("coordinator: %s job %s: %w", op, j.ID, err)
 	}
@@ -221,7 +229,7 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 		if o := res.Results[0].KV; o != nil {
 			cur = o.CreateRevision
 		}
-		if cur == 0 && r.uncertain != nil && r.appliedEarlier(ctx) {
+		if cur == 0 && len(r.uncertain) > 0 && r.appliedEarlier(ctx) {
 			// The final write whose reply was lost had been applied: it
 			// deleted the ownership key that this retry compared on.
 			r.done = true
@@ -241,7 +249,8 @@ func (r *Run) appliedEarlier(ctx context.Context) bool {
 	if err != nil || res.Results[0].KV == nil {
 		return false
 	}
-	if !bytes.Equal(res.Results[0].KV.Value, r.uncertain) {
+	stored := res.Results[0].KV.Value
+	if !slices.ContainsFunc(r.uncertain, func(rec []byte) bool { return bytes.Equal(stored, rec) }) {
 		return false
 	}
 	j, err := decodeKV(res.Results[0].KV)

@@ -139,11 +139,13 @@ type Worker struct {
 	queueRunning map[string]*atomic.Int64 // runs holding a slot, per queue
 
 	sess       atomic.Pointer[coordinator.Session]
-	sessCancel context.CancelFunc // ends the first session's parent at Stop
+	sessParent context.Context    // parent of every session: outlives the claim loop, ends at Stop
+	sessCancel context.CancelFunc // ends sessParent
 	slots      chan struct{}      // one token per running handler
 	tickets    chan struct{}      // one token per run not yet recorded: bounds outcome writes in flight
 	wake       chan struct{}      // new work may be available, or a slot freed
 	active     sync.Map           // job id -> *active
+	held       sync.Map           // job id -> struct{}: claimed by this worker and not yet finished
 
 	loopCtx     context.Context // claiming, watches, maintenance
 	loopCancel  context.CancelFunc
@@ -273,7 +275,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 		return err
 	}
-	w.sessCancel = scancel
+	w.sessParent, w.sessCancel = sctx, scancel
 	w.sess.Store(sess)
 	w.loopCtx, w.loopCancel = context.WithCancel(context.Background())
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
@@ -329,6 +331,13 @@ func (w *Worker) isRunning(id string) bool {
 	return ok && a.(*active).run.Session() == w.sess.Load()
 }
 
+// isHeld reports whether this worker claimed job id and has not finished
+// its run.
+func (w *Worker) isHeld(id string) bool {
+	_, ok := w.held.Load(id)
+	return ok
+}
+
 // poke wakes the claim loop without blocking.
 func (w *Worker) poke() {
 	select {
@@ -354,6 +363,7 @@ func (w *Worker) claimLoop() {
 	ctx := w.loopCtx
 	backoff := time.Duration(0)
 	next := 0
+	lastJanitor := time.Now()
 	for ctx.Err() == nil {
 		sess := w.sess.Load()
 		if sess.Ctx().Err() != nil {
@@ -361,6 +371,15 @@ func (w *Worker) claimLoop() {
 				return
 			}
 			continue
+		}
+		if time.Since(lastJanitor) >= w.cfg.ReapInterval {
+			// Claims whose reply was lost and could not be resolved hang
+			// on our lease with no handler: give them back. This runs in
+			// the claiming goroutine, so every claim it made is held.
+			lastJanitor = time.Now()
+			if _, err := w.c.ReleaseOrphans(ctx, sess, w.isHeld); err != nil && ctx.Err() == nil {
+				w.log.Warn("releasing orphaned claims failed", slog.Any("err", err))
+			}
 		}
 		// A slot is free once its handler returned; the outcome write
 		// goes on (batched with others) under a ticket, so slow fsyncs do
@@ -377,6 +396,8 @@ func (w *Worker) claimLoop() {
 				runs, st, err := w.c.Claim(ctx, sess, q, want, w.cfg.Spread)
 				if err != nil && ctx.Err() == nil && sess.Ctx().Err() == nil {
 					w.log.Warn("claim failed", slog.String("queue", q), slog.Any("err", err))
+					// It may still land: look for orphans again soon.
+					lastJanitor = time.Now().Add(time.Second - w.cfg.ReapInterval)
 				}
 				conflicts += st.Conflicts
 				if w.cfg.OnClaim != nil {
@@ -426,8 +447,26 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 	cancel()
 	delay := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		sess, err := w.newSession(ctx)
+		// The session must outlive ctx (the claim loop's, which Stop
+		// ends first, before draining): it derives from sessParent, and
+		// ctx bounds only its creation.
+		sctx, scancel := context.WithCancel(w.sessParent)
+		stopBound := context.AfterFunc(ctx, scancel)
+		sess, err := w.newSession(sctx)
+		if !stopBound() {
+			if err == nil {
+				cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+				_ = sess.Close(cctx)
+				cancel()
+			}
+			scancel()
+			return false
+		}
+		if err != nil {
+			scancel()
+		}
 		if err == nil {
+			context.AfterFunc(w.sessParent, scancel) // released with the parent at Stop
 			w.sess.Store(sess)
 			w.log.Info("new session started", slog.Int64("lease", int64(sess.Lease())))
 			// The old lease's jobs are orphans now (its revoke above, or its
@@ -454,11 +493,14 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 	w.slots <- struct{}{}
 	w.tickets <- struct{}{}
+	id := r.Job().ID
+	w.held.Store(id, struct{}{})
 	w.queueAdd(r.Job().Queue, 1)
 	w.handlersWG.Add(1)
 	w.inFlight.Add(1)
 	go func() {
 		defer w.handlersWG.Done()
+		defer w.held.Delete(id)
 		w.execute(sess, r)
 	}()
 }
@@ -606,6 +648,9 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			return
 		case errors.Is(err, fence.ErrLeaseLost):
 			log.Warn("outcome refused: another run owns the job; recording nothing", slog.Any("err", err))
+			return
+		case errors.Is(err, coordinator.ErrUnknownOutcome):
+			log.Warn("outcome unknown: an attempt's reply was lost and the session ended; the job's record says what happened", slog.Any("err", err))
 			return
 		case wctx.Err() != nil || errors.Is(err, coordinator.ErrInvalid) || errors.Is(err, coordinator.ErrWrongState):
 			log.Error("cannot record outcome; the job will be reaped and run again", slog.Any("err", err))

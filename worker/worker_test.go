@@ -388,3 +388,53 @@ func TestStaleWriteFromHandlerRefused(t *testing.T) {
 		t.Fatalf("job attempt %d errors %+v", j.Attempt, j.Errors)
 	}
 }
+
+// TestGracefulStopAfterSessionRenewal: a worker whose first session was
+// lost and replaced still drains at Stop: the renewed session outlives the
+// claim loop, so running handlers finish and are recorded.
+func TestGracefulStopAfterSessionRenewal(t *testing.T) {
+	var sr *stuckRenewals
+	e := newEnv(t, func(s kv.Store) kv.Store { sr = &stuckRenewals{Store: s}; return sr })
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	w, err := worker.New(e.c, worker.Config{LeaseTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("k", func(ctx context.Context, j *worker.Job) error {
+		started <- struct{}{}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	first := w.Session()
+	sr.stuck.Store(true)
+	<-first.Ctx().Done() // the first session fenced itself
+	sr.stuck.Store(false)
+	deadline := time.Now().Add(10 * time.Second)
+	for w.Session() == first && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	<-started
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stopped <- w.Stop(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond) // Stop is draining; the handler still runs
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if j, _ := e.c.Get(context.Background(), id); j.State != coordinator.StateCompleted || j.Rescues != 0 {
+		t.Fatalf("job %s rescues %d: the drain did not let it finish", j.State, j.Rescues)
+	}
+}

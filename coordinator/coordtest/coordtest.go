@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ElectionOneLeaderAtATime", testElection},
 		{"ClaimFloorNeverHidesAJob", testClaimFloor},
 		{"GroupedOutcomesAreFencedEach", testGroupedOutcomes},
+		{"OrphanedClaimsReleased", testOrphanedClaims},
 	}
 	tests = append(tests, featureTests...)
 	for i, tc := range tests {
@@ -782,11 +783,15 @@ func testSessionRevoked(t *testing.T, h *harness) {
 type flakyStore struct {
 	kv.Store
 	fail atomic.Int32 // number of upcoming writes to "lose"
+	drop atomic.Int32 // number of upcoming writes to fail without applying them
 }
 
 var errReplyLost = errors.New("reply lost")
 
 func (f *flakyStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if writes(t) && f.drop.Add(-1) >= 0 {
+		return kv.TxnResult{}, errReplyLost
+	}
 	res, err := f.Store.Txn(ctx, t)
 	if err == nil && writes(t) && f.fail.Add(-1) >= 0 {
 		return kv.TxnResult{}, errReplyLost
@@ -825,6 +830,12 @@ func testLostFinalReply(t *testing.T, h *harness) {
 	fs.fail.Store(1)
 	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
 		t.Fatalf("first complete: %v", err)
+	}
+	// A second attempt fails before reaching the store: the first one's
+	// record must still be recognised by the third.
+	fs.drop.Store(1)
+	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
+		t.Fatalf("second complete: %v", err)
 	}
 	// The retry finds its own write applied, not a lost lease.
 	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); err != nil {
@@ -1034,5 +1045,34 @@ func testGroupedOutcomes(t *testing.T, h *harness) {
 	}
 	if n := h.counts(); n[coordinator.StateCompleted] != 20 {
 		t.Fatalf("completed = %d, want 20", n[coordinator.StateCompleted])
+	}
+}
+
+// testOrphanedClaims: a claim that landed while its claimer never learned
+// of it (its reply lost, the resolution failed) hangs on a live lease with
+// no handler; ReleaseOrphans gives such jobs back, and only those.
+func testOrphanedClaims(t *testing.T, h *harness) {
+	a := h.enqueue(coordinator.EnqueueParams{Kind: "k", MaxAttempts: 1})
+	b := h.enqueue(coordinator.EnqueueParams{Kind: "k", MaxAttempts: 1})
+	s := h.session(h.c)
+	runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 2, false)
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("claim: %d, %v", len(runs), err)
+	}
+	held := runs[0].Job().ID // the caller knows of this one only
+	n, err := h.c.ReleaseOrphans(h.ctx(), s, func(id string) bool { return id == held })
+	if err != nil || n != 1 {
+		t.Fatalf("ReleaseOrphans = %d, %v; want 1", n, err)
+	}
+	orphan := a.ID
+	if held == a.ID {
+		orphan = b.ID
+	}
+	if j := h.wantState(orphan, coordinator.StateAvailable); j.Attempt != 0 {
+		t.Fatalf("released orphan used an attempt: %d", j.Attempt)
+	}
+	h.wantState(held, coordinator.StateRunning)
+	if err := runs[0].Complete(h.ctx(), nil); err != nil {
+		t.Fatalf("the held run is untouched: %v", err)
 	}
 }
