@@ -258,7 +258,9 @@ func (c *Coordinator) ReleaseOrphans(ctx context.Context, sess *Session, mine fu
 			continue
 		}
 		j.Token = fence.Token(orphans[i].CreateRevision)
-		if err := c.newRun(sess, j).Release(ctx); err != nil {
+		run := c.newRun(sess, j)
+		run.slot = c.slotOf(ctx, sess, j) // its queue's global-limit slot, freed with it
+		if err := run.Release(ctx); err != nil {
 			c.log.Warn("releasing an orphaned claim failed", slog.String("job", j.ID), slog.Any("err", err))
 			continue
 		}

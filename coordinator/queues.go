@@ -408,3 +408,19 @@ func (c *Coordinator) Queues(ctx context.Context) ([]QueueInfo, error) {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
+
+// slotOf returns the key of the global-limit slot that job j holds on
+// sess's lease, or "" (no limit, or the read failed: the slot is then freed
+// when the session ends).
+func (c *Coordinator) slotOf(ctx context.Context, sess *Session, j *Job) string {
+	rr, err := c.store.Range(ctx, kv.Prefix(c.keys.slots(j.Queue), 0))
+	if err != nil {
+		return ""
+	}
+	for _, x := range rr.KVs {
+		if x.Lease == sess.lease && string(x.Value) == j.ID {
+			return x.Key
+		}
+	}
+	return ""
+}

@@ -33,6 +33,7 @@ var featureTests = []struct {
 	{"PauseRefusesClaimInFlight", testPauseRefusesClaimInFlight},
 	{"GlobalQueueLimitUnderLeases", testGlobalLimit},
 	{"GlobalQueueLimitRace", testGlobalLimitRace},
+	{"OrphanedClaimFreesItsSlot", testOrphanFreesSlot},
 	{"RetryAndDeleteByState", testRetryDelete},
 	{"CancelManyByFilter", testCancelMany},
 	{"EnqueueHooksAndMetadata", testEnqueueHooks},
@@ -776,5 +777,25 @@ func testFailMaxAttempts(t *testing.T, h *harness) {
 	}
 	if got := h.wantState(j.ID, coordinator.StateDiscarded); got.MaxAttempts != 1 {
 		t.Fatalf("max attempts %d, want the override 1", got.MaxAttempts)
+	}
+}
+
+// testOrphanFreesSlot: a claim its claimer never learned of, released by
+// ReleaseOrphans, frees its queue slot too (not only when the session ends).
+func testOrphanFreesSlot(t *testing.T, h *harness) {
+	h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "lim"})
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), "lim", 1); err != nil {
+		t.Fatal(err)
+	}
+	s := h.session(h.c)
+	if runs, _, err := h.c.Claim(h.ctx(), s, "lim", 1, false); err != nil || len(runs) != 1 {
+		t.Fatalf("claim: %d, %v", len(runs), err)
+	}
+	if n, err := h.c.ReleaseOrphans(h.ctx(), s, func(string) bool { return false }); err != nil || n != 1 {
+		t.Fatalf("ReleaseOrphans = %d, %v", n, err)
+	}
+	s2 := h.session(h.coordinator(h.store, coordinator.Config{}))
+	if runs, st, err := h.c.Claim(h.ctx(), s2, "lim", 1, false); err != nil || len(runs) != 1 {
+		t.Fatalf("claim after the orphan was released: %d (%+v), %v; its slot is still held", len(runs), st, err)
 	}
 }
