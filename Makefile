@@ -3,7 +3,7 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: all build daemon test test-unit browser-deps fuzz-short test-broken-build lint bench clean
+.PHONY: all build daemon test test-unit browser-deps fuzz-short test-broken-build test-cluster lint bench clean
 
 all: build
 
@@ -15,7 +15,7 @@ daemon:
 	$(GO) run ./cmd/leasehold daemon
 
 # Every test, with the race detector, then a short run of each fuzz target.
-test: test-unit fuzz-short test-broken-build
+test: test-unit fuzz-short test-broken-build test-cluster
 
 # Screenshots of the browser test land in ARTIFACTS (kept by CI).
 ARTIFACTS ?= $(CURDIR)/artifacts
@@ -32,6 +32,11 @@ fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./coordinator/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $(FUZZTIME) ./localstore/
 	$(GO) test -run '^$$' -fuzz '^FuzzCreateRequest$$' -fuzztime $(FUZZTIME) ./cmd/leasehold/
+
+# The multi-process fault test, short form, shared and embedded (about 2 and
+# 1.5 minutes): real etcd members and daemons, a nemesis and a checker.
+test-cluster:
+	LEASEHOLD_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 20m -run 'TestShort$$|TestShortEmbedded$$' -v ./cluster-test
 
 # Proof that the safety tests can fail: in a build without the fencing
 # condition (tag leasehold_nofence) the conformance suite must fail.
