@@ -14,14 +14,16 @@ build:
 daemon:
 	$(GO) run ./cmd/leasehold daemon
 
-# Every test, with the race detector, then a short run of each fuzz target.
+# Every test, with the race detector (one package at a time: several start
+# etcd members and daemon processes, and two cores are easily starved), then
+# short fuzz runs, the broken-build check and the short cluster test.
 test: test-unit fuzz-short test-broken-build test-cluster
 
 # Screenshots of the browser test land in ARTIFACTS (kept by CI).
 ARTIFACTS ?= $(CURDIR)/artifacts
 
 test-unit: browser-deps
-	LEASEHOLD_ARTIFACTS=$(ARTIFACTS) $(GO) test -race -count=1 -timeout 15m ./...
+	LEASEHOLD_ARTIFACTS=$(ARTIFACTS) $(GO) test -race -count=1 -p 1 -timeout 15m ./...
 
 # Headless Chromium for the dashboard's browser test (Debian's package; the
 # test skips, saying why, if it cannot be installed).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"os"
 	"path/filepath"
 	"sort"
@@ -31,7 +32,7 @@ type daemon struct {
 	slot    int
 	name    string
 	proc    *proc
-	proxies []*proxy
+	proxies []*etcdtest.Proxy
 	listen  string // embedded mode: fixed API address
 
 	mu     sync.Mutex
@@ -178,7 +179,7 @@ func (h *harness) setupDaemons() error {
 		if h.cfg.mode == "shared" {
 			var eps []string
 			for _, m := range h.members {
-				p, err := newProxy(strings.TrimPrefix(m.clientURL, "http://"))
+				p, err := etcdtest.StartProxy(m.clientURL)
 				if err != nil {
 					return err
 				}
@@ -374,7 +375,7 @@ func (h *harness) stopAll() {
 	}
 	for _, d := range h.daemons {
 		for _, p := range d.proxies {
-			p.Close()
+			_ = p.Close()
 		}
 	}
 }

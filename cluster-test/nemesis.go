@@ -214,7 +214,7 @@ func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 		toServer, toClient := p.Kind != fPartitionReply, p.Kind != fPartitionReq
 		f.Start = time.Now()
 		for _, x := range d.proxies {
-			x.Blackhole(toServer, toClient)
+			x.BlackholeDirection(toServer, toClient)
 		}
 		h.sleep(ctx, p.Dur)
 		for _, x := range d.proxies {

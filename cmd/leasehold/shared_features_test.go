@@ -62,13 +62,15 @@ func TestSharedPeriodicAcrossLeaderKills(t *testing.T) {
 		}
 	}
 	time.Sleep(spTTL + 4*time.Second) // the survivor takes over and catches up
-	var ps []coordinator.PeriodicState
-	if err := json.Unmarshal([]byte(c.cli(t, "periodic", "list", "--json")), &ps); err != nil || len(ps) != 1 {
-		t.Fatalf("periodic list: %+v, %v", ps, err)
-	}
+	// The jobs first, then the schedule's state: the survivor goes on
+	// ticking, so the state may count a tick or two more than were listed.
 	var jobs []coordinator.Job
 	if err := json.Unmarshal([]byte(c.cli(t, "jobs", "list", "--kind", "echo", "--json", "--limit", "1000")), &jobs); err != nil {
 		t.Fatal(err)
+	}
+	var ps []coordinator.PeriodicState
+	if err := json.Unmarshal([]byte(c.cli(t, "periodic", "list", "--json")), &ps); err != nil || len(ps) != 1 {
+		t.Fatalf("periodic list: %+v, %v", ps, err)
 	}
 	var ticks []time.Time
 	seen := map[string]bool{}
@@ -89,7 +91,7 @@ func TestSharedPeriodicAcrossLeaderKills(t *testing.T) {
 			t.Errorf("ticks %s and %s are %s apart: a tick is missing", ticks[i-1].Format(time.TimeOnly), ticks[i].Format(time.TimeOnly), d)
 		}
 	}
-	if len(ticks) < 8 || ps[0].Enqueued != len(ticks) || ps[0].Skipped != 0 {
+	if len(ticks) < 8 || ps[0].Enqueued < len(ticks) || ps[0].Enqueued > len(ticks)+2 || ps[0].Skipped != 0 {
 		t.Errorf("%d ticks enqueued, state %+v", len(ticks), ps[0])
 	}
 	t.Logf("%d ticks, one each, across %d leader kills", len(ticks), killed)
