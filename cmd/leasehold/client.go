@@ -160,3 +160,13 @@ func (c *client) stats(ctx context.Context) (*statsResponse, error) {
 	}
 	return &out, nil
 }
+
+// getOnce connects to t, GETs path and decodes the answer into out.
+func (t *target) getOnce(ctx context.Context, path string, out any) error {
+	c, err := t.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	return c.call(ctx, http.MethodGet, path, nil, nil, out)
+}

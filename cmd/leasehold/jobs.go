@@ -16,17 +16,7 @@ import (
 )
 
 func newJobsCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "jobs",
-		Short: "List, show, cancel and wait for jobs",
-		Args:  cobra.ArbitraryArgs,
-		RunE: action(func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q: use list, get, cancel, retry, delete or wait", args[0])
-			}
-			return usagef("missing command: use list, get, cancel, retry, delete or wait")
-		}),
-	}
+	cmd := groupCmd("jobs", "List, show, cancel and wait for jobs", "list, get, cancel, retry, delete or wait")
 	cmd.AddCommand(newJobsListCmd(), newJobsGetCmd(), newJobsCancelCmd(), newJobsWaitCmd(), newJobsRetryCmd(), newJobsDeleteCmd())
 	return cmd
 }

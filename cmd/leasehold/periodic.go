@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -135,17 +134,7 @@ func (o *daemonOpts) checkPeriodicKinds(kinds map[string]kindSpec) error {
 // --- periodic list ---
 
 func newPeriodicCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "periodic",
-		Short: "Show the periodic (cron) jobs",
-		Args:  cobra.ArbitraryArgs,
-		RunE: action(func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q: use list", args[0])
-			}
-			return usagef("missing command: use list")
-		}),
-	}
+	cmd := groupCmd("periodic", "Show the periodic (cron) jobs", "list")
 	var tgt target
 	var asJSON bool
 	list := &cobra.Command{
@@ -158,13 +147,8 @@ enqueued and skipped (older than the catch-up window). A next run in the past
 means no leader is running the schedule now.`,
 		Args: argsBetween(0, 0, "[--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			c, err := tgt.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
 			var res periodicResponse
-			if err := c.call(cmd.Context(), http.MethodGet, "/v1/periodic", nil, nil, &res); err != nil {
+			if err := tgt.getOnce(cmd.Context(), "/v1/periodic", &res); err != nil {
 				return err
 			}
 			if res.Periodic == nil {

@@ -15,22 +15,12 @@ import (
 )
 
 func newQueuesCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "queues",
-		Short: "List, pause, resume and limit queues",
-		Long: `Queue control, stored in the store so that it holds for every daemon and
+	cmd := groupCmd("queues", "List, pause, resume and limit queues", "list, pause, resume or limit")
+	cmd.Long = `Queue control, stored in the store so that it holds for every daemon and
 survives restarts. A paused queue's jobs stay where they are (available,
 scheduled, ...) and no daemon claims them until it is resumed; running jobs
 go on. A queue's limit bounds its jobs running at once across all daemons;
-a daemon that dies frees its share with its lease.`,
-		Args: cobra.ArbitraryArgs,
-		RunE: action(func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q: use list, pause, resume or limit", args[0])
-			}
-			return usagef("missing command: use list, pause, resume or limit")
-		}),
-	}
+a daemon that dies frees its share with its lease.`
 	cmd.AddCommand(newQueuesListCmd(), newQueueChangeCmd("pause"), newQueueChangeCmd("resume"), newQueueChangeCmd("limit"))
 	return cmd
 }
@@ -43,13 +33,8 @@ func newQueuesListCmd() *cobra.Command {
 		Short: "List the known queues: paused or not, limit, available jobs, daemons serving them",
 		Args:  argsBetween(0, 0, "[--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			c, err := tgt.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
 			var res queuesResponse
-			if err := c.call(cmd.Context(), http.MethodGet, "/v1/queues", nil, nil, &res); err != nil {
+			if err := tgt.getOnce(cmd.Context(), "/v1/queues", &res); err != nil {
 				return err
 			}
 			if res.Queues == nil {

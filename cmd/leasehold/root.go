@@ -217,3 +217,19 @@ func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
 }
+
+// groupCmd is a command that only holds subcommands; run alone or with an
+// unknown word it says which subcommands exist (verbs: "list, get or ...").
+func groupCmd(use, short, verbs string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.ArbitraryArgs,
+		RunE: action(func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q: use %s", args[0], verbs)
+			}
+			return usagef("missing command: use %s", verbs)
+		}),
+	}
+}

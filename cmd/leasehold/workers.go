@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -12,17 +11,7 @@ import (
 )
 
 func newWorkersCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "workers",
-		Short: "Show the live daemons",
-		Args:  cobra.ArbitraryArgs,
-		RunE: action(func(cmd *cobra.Command, args []string) error {
-			if len(args) > 0 {
-				return usagef("unknown command %q: use list", args[0])
-			}
-			return usagef("missing command: use list")
-		}),
-	}
+	cmd := groupCmd("workers", "Show the live daemons", "list")
 	var tgt target
 	var asJSON bool
 	list := &cobra.Command{
@@ -30,13 +19,8 @@ func newWorkersCmd() *cobra.Command {
 		Short: "List the live daemons and how many jobs each runs",
 		Args:  argsBetween(0, 0, "[--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			c, err := tgt.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer c.close()
 			var res workersResponse
-			if err := c.call(cmd.Context(), http.MethodGet, "/v1/workers", nil, nil, &res); err != nil {
+			if err := tgt.getOnce(cmd.Context(), "/v1/workers", &res); err != nil {
 				return err
 			}
 			if res.Workers == nil {
