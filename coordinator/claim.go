@@ -73,7 +73,8 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if floorKey > start {
 		start = floorKey
 	}
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: kv.PrefixEnd(c.keys.queue(queue)), Limit: window, Serializable: true})
+	end := kv.PrefixEnd(c.keys.queue(queue))
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: window, Serializable: true})
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
@@ -86,6 +87,13 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		return c.Claim(ctx, sess, queue, n, spread)
 	}
 	if len(rr.KVs) == 0 {
+		if tracked {
+			// Nothing from the floor to the queue's end at the read's
+			// revision: a job that becomes available later lowers the
+			// floor (and voids this advance), so claims skip everything
+			// read here until then, not just until the next full read.
+			c.floors.advance(queue, end, epoch)
+		}
 		return nil, st, nil
 	}
 	inOrder := make([]string, len(rr.KVs))

@@ -7,12 +7,12 @@ import (
 
 // Defaults of [Options].
 const (
-	// CacheSizeDefault is the default of Options.CacheSize: 64 MiB.
-	CacheSizeDefault = 64 << 20
+	// CacheSizeDefault is the default of Options.CacheSize: 32 MiB.
+	CacheSizeDefault = 32 << 20
 	// MaxTxnBytesDefault is the default of Options.MaxTxnBytes: 64 MiB.
 	MaxTxnBytesDefault = 64 << 20
-	// MemTableSizeDefault is the default of Options.MemTableSize: 64 MiB.
-	MemTableSizeDefault = 64 << 20
+	// MemTableSizeDefault is the default of Options.MemTableSize: 16 MiB.
+	MemTableSizeDefault = 16 << 20
 	// WatchBufferDefault is the default of Options.WatchBuffer.
 	WatchBufferDefault = 64
 	// WatchHistoryDefault is the default of Options.WatchHistory.
@@ -25,8 +25,11 @@ const (
 // Durability is not an option: every transaction is synced to disk before
 // [Store.Txn] returns.
 type Options struct {
-	// CacheSize is the size in bytes of Pebble's block cache.
-	// Default: CacheSizeDefault (64 MiB).
+	// CacheSize is the size in bytes of Pebble's block cache, beyond the
+	// memtables: Pebble charges live memtables to its cache, so the store
+	// gives it CacheSize plus two memtables (with a cache no larger than
+	// the memtables, nothing would be cached at all).
+	// Default: CacheSizeDefault (32 MiB).
 	CacheSize int64
 	// Logger receives the store's log lines (recovery at open) and Pebble's
 	// own, Pebble's informational ones at debug level.
@@ -39,7 +42,7 @@ type Options struct {
 	MaxTxnBytes int
 	// MemTableSize is the size in bytes of one Pebble memtable; larger
 	// memtables mean fewer flushes under a high write rate.
-	// Default: MemTableSizeDefault (64 MiB).
+	// Default: MemTableSizeDefault (16 MiB).
 	MemTableSize uint64
 	// WatchBuffer is how many responses each watch buffers for a slow
 	// reader. A watch whose reader falls further behind than the in-memory

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
@@ -90,13 +91,20 @@ func Open(dir string, opts Options) (*Store, error) {
 
 func open(lock *dirLock, opts Options) (*Store, error) {
 	popts := &pebble.Options{
-		CacheSize:    opts.CacheSize,
+		CacheSize:    opts.CacheSize + 2*int64(opts.MemTableSize), // see Options.CacheSize
 		Logger:       pebbleLogger{opts.Logger},
 		MemTableSize: opts.MemTableSize,
 		// Up to four memtables queued for flush before writes stall,
 		// rather than Pebble's two: absorbs bursts of enqueues.
 		MemTableStopWritesThreshold: 4,
 		FormatMajorVersion:          pebble.FormatNewest,
+	}
+	// Bloom filters on every level: most keys a transaction reads before
+	// writing do not exist yet (a claim's ownership and running keys), and
+	// without a filter each such Get reads a block of every sstable whose
+	// range covers the key.
+	for i := range popts.Levels {
+		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	db, err := pebble.Open(filepath.Join(lock.dir, pebbleDir), popts)
 	if err != nil {

@@ -1000,6 +1000,24 @@ func testClaimFloor(t *testing.T, h *harness) {
 	if err != nil || len(runs) != 2 {
 		t.Fatalf("claim the rest: %d, %v", len(runs), err)
 	}
+	// The queue is empty: a claim finds nothing and moves the floor to the
+	// queue's end. A job that lands afterwards lowers it and is found at
+	// once, not at the next read from the queue's start.
+	if runs, _, err = h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false); err != nil || len(runs) != 0 {
+		t.Fatalf("claim from an empty queue: %d, %v", len(runs), err)
+	}
+	for len(woke) > 0 {
+		<-woke
+	}
+	late := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 3})
+	select {
+	case <-woke:
+	case <-time.After(10 * time.Second):
+		t.Fatal("watch did not see the late job")
+	}
+	if r := h.claimOne(s); r.Job().ID != late.ID {
+		t.Fatalf("claimed %s, want the job that landed after the queue emptied", r.Job().ID)
+	}
 }
 
 // testGroupedOutcomes: concurrent outcome writes share store transactions,
