@@ -25,11 +25,9 @@ import (
 // on the embedded store.
 func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID string) bool) (int, error) {
 	if ids == nil {
-		if err := c.scan(ctx, c.keys.runningAll(), true, func(x kv.KeyValue) error {
-			ids = append(ids, idFromIndex(x.Key))
-			return nil
-		}); err != nil {
-			return 0, fmt.Errorf("coordinator: reap: list running jobs: %w", err)
+		var err error
+		if ids, err = c.ownerless(ctx); err != nil {
+			return 0, err
 		}
 	}
 	if len(ids) == 0 {
@@ -107,6 +105,40 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 		}
 	}
 	return n, nil
+}
+
+// ownerless lists the running jobs that seem to have no ownership key: the
+// running index minus the ownership keys, both read keys only, page by
+// page. It costs a few requests per thousand running jobs, not a read of
+// every running job's record; Reap checks each candidate it returns.
+func (c *Coordinator) ownerless(ctx context.Context) ([]string, error) {
+	var running []string
+	if err := c.scan(ctx, c.keys.runningAll(), true, func(x kv.KeyValue) error {
+		running = append(running, idFromIndex(x.Key))
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: reap: list running jobs: %w", err)
+	}
+	if len(running) == 0 {
+		return nil, nil
+	}
+	// Read after the running index: a job claimed in between is not in
+	// running, and one finished in between is skipped by Reap (its record
+	// is no longer running).
+	owned := make(map[string]struct{}, len(running))
+	if err := c.scan(ctx, c.keys.owners(), true, func(x kv.KeyValue) error {
+		owned[idFromIndex(x.Key)] = struct{}{}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: reap: list ownership keys: %w", err)
+	}
+	ids := running[:0]
+	for _, id := range running {
+		if _, ok := owned[id]; !ok {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }
 
 // RunReaper reaps until ctx ends: at once, then whenever a daemon's
