@@ -54,8 +54,16 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 		s.mu.Unlock()
 		return kv.TxnResult{}, err
 	}
+	s.mu.Unlock()
 	defer s.ops.Done()
+	pre, base := s.prefetch(&t)
+	s.mu.Lock()
+	if err := s.failure(); err != nil {
+		s.mu.Unlock()
+		return kv.TxnResult{}, err
+	}
 	x := &txnExec{s: s, rev: s.rev + 1}
+	x.usePrefetched(pre, base)
 	res, err := x.run(&t)
 	if err != nil {
 		s.mu.Unlock()
@@ -95,6 +103,40 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	return res, nil
 }
 
+// prefetch reads every key t may compare, read or write, before t takes
+// the store's mutex, so that the Pebble reads of one transaction overlap
+// the evaluation of another instead of queueing behind it. It returns the
+// keys read (nil: missing) and a revision at or before their reads;
+// usePrefetched drops those written after it.
+func (s *Store) prefetch(t *kv.Txn) (map[string]*kv.KeyValue, int64) {
+	base := s.hist.last()
+	keys := map[string]*kv.KeyValue{}
+	var walk func(t *kv.Txn)
+	walk = func(t *kv.Txn) {
+		for _, c := range t.If {
+			keys[c.Key] = nil
+		}
+		for _, ops := range [2][]kv.Op{t.Then, t.Else} {
+			for _, op := range ops {
+				if op.Type == kv.OpTxn {
+					walk(op.Txn)
+				} else {
+					keys[op.Key] = nil
+				}
+			}
+		}
+	}
+	walk(t)
+	for k := range keys {
+		cur, err := s.readKey(k)
+		if err != nil {
+			return nil, 0 // read again under the mutex, which reports it
+		}
+		keys[k] = cur
+	}
+	return keys, base
+}
+
 // txnExec evaluates one transaction under the store's mutex. Nothing is
 // written to Pebble until the whole transaction has been evaluated, so reads
 // of committed state see the state at the transaction's start throughout.
@@ -105,6 +147,20 @@ type txnExec struct {
 	writes    map[string]*pending     // this transaction's writes by key
 	order     []*pending              // the same, in the order they were made
 	nested    []*kv.TxnResult         // results of nested transactions, for their Revision
+	// prefetched holds committed state read before the mutex was taken,
+	// of keys not written since (see Store.prefetch).
+	prefetched map[string]*kv.KeyValue
+}
+
+// usePrefetched adopts the keys read by prefetch at or after revision
+// base, less those written since base (the store's mutex is held, so the
+// history holds every write up to now). If the history no longer reaches
+// back to base, it adopts none.
+func (x *txnExec) usePrefetched(pre map[string]*kv.KeyValue, base int64) {
+	if pre == nil || !x.s.hist.writtenSince(base, func(key string) { delete(pre, key) }) {
+		return
+	}
+	x.prefetched = pre
 }
 
 // pending is one key written by the transaction.
@@ -236,9 +292,12 @@ func (x *txnExec) readCommitted(key string) (*kv.KeyValue, error) {
 	if cur, ok := x.committed[key]; ok {
 		return cur, nil
 	}
-	cur, err := x.s.readKey(key)
-	if err != nil {
-		return nil, err
+	cur, ok := x.prefetched[key]
+	if !ok {
+		var err error
+		if cur, err = x.s.readKey(key); err != nil {
+			return nil, err
+		}
 	}
 	if x.committed == nil {
 		x.committed = map[string]*kv.KeyValue{}

@@ -130,6 +130,32 @@ func (h *history) append(evs []kv.Event) {
 
 func (h *history) at(i int) *kv.Event { return &h.buf[(h.head+i)%len(h.buf)] }
 
+// last returns the revision of the newest event held, or the revision at
+// open when there is none.
+func (h *history) last() int64 {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if h.n == 0 {
+		return h.compact
+	}
+	return h.at(h.n - 1).KV.ModRevision
+}
+
+// writtenSince calls visit with the key of every event of a revision after
+// rev. It returns false, visiting nothing, when some of those events are no
+// longer held.
+func (h *history) writtenSince(rev int64, visit func(key string)) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if rev < h.compact {
+		return false
+	}
+	for i := sort.Search(h.n, func(i int) bool { return h.at(i).KV.ModRevision > rev }); i < h.n; i++ {
+		visit(h.at(i).KV.Key)
+	}
+	return true
+}
+
 // read returns copies of the events for keys with prefix, of revisions from
 // from to upto, and the revision to read from next. It stops early, between
 // two revisions, once it has max events. ok is false when events of
