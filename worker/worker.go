@@ -489,7 +489,8 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 	return false
 }
 
-// start runs r in its own goroutine, in a slot.
+// start runs r in a slot: its handler in a goroutine of its own, and the
+// wait for it and the outcome write in another.
 func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 	w.slots <- struct{}{}
 	w.tickets <- struct{}{}
@@ -498,73 +499,79 @@ func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 	w.queueAdd(r.Job().Queue, 1)
 	w.handlersWG.Add(1)
 	w.inFlight.Add(1)
+	finish := w.execute(sess, r)
 	go func() {
 		defer w.handlersWG.Done()
 		defer w.held.Delete(id)
-		w.execute(sess, r)
+		finish()
 	}()
 }
 
-func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) {
+// execute sets up r's run and starts its handler. The function it returns
+// waits for the handler (or abandons it) and records the outcome. The
+// handler's goroutine gives the slot back itself as it returns, so a
+// freed slot does not wait for another goroutine to be scheduled.
+func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish func()) {
 	jc := r.Job()
 	log := w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
 	ctx, cancel := context.WithCancelCause(w.runCtx)
-	defer cancel(nil)
 	stopOnLoss := context.AfterFunc(sess.Ctx(), func() { cancel(context.Cause(sess.Ctx())) })
-	defer stopOnLoss()
+	tcancel := context.CancelFunc(func() {})
 	if d := w.timeoutOf(&jc); d > 0 {
-		var tcancel context.CancelFunc
 		ctx, tcancel = context.WithTimeout(ctx, d)
-		defer tcancel()
 	}
 	a := &active{run: r, cancel: cancel, started: time.Now()}
 	if w.cfg.OnStart != nil {
 		w.cfg.OnStart(jc, r.Token())
 	}
 	w.active.Store(jc.ID, a)
-	defer w.active.Delete(jc.ID)
 	if jc.CancelRequested {
 		a.cancelRequested.Store(true)
 		cancel(ErrCancelRequested)
 	}
 
 	job := &Job{Job: jc, run: r}
-	done := make(chan struct{})
-	var herr error
-	var trace string
-	go func() {
-		defer close(done)
-		trace, herr = w.call(ctx, job)
-	}()
 	releaseSlot := sync.OnceFunc(func() {
 		<-w.slots
 		w.queueAdd(jc.Queue, -1)
 		w.inFlight.Add(-1)
 		w.poke()
 	})
-	defer releaseSlot()
-	defer func() {
-		<-w.tickets
-		w.poke()
+	done := make(chan struct{})
+	var herr error
+	var trace string
+	go func() {
+		trace, herr = w.call(ctx, job)
+		releaseSlot()
+		close(done)
 	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
+	return func() {
+		defer cancel(nil)
+		defer stopOnLoss()
+		defer tcancel()
+		defer w.active.Delete(jc.ID)
+		defer func() {
+			<-w.tickets
+			w.poke()
+		}()
 		select {
 		case <-done:
-		case <-time.After(w.cfg.AbandonGrace):
-			// The handler ignores its cancelled context. Its goroutine
-			// cannot be stopped: record the outcome for it now, which ends
-			// the run, so that its later writes are refused.
-			w.abandoned.Add(1)
-			releaseSlot()
-			log.Error("handler ignores its cancelled context: ending its run without it", slog.Any("cause", context.Cause(ctx)), slog.Duration("grace", w.cfg.AbandonGrace))
-			w.record(sess, r, job, ctx, fmt.Errorf("handler did not return within %s of its context's cancellation (%v)", w.cfg.AbandonGrace, context.Cause(ctx)), "", a, log)
-			return
+		case <-ctx.Done():
+			select {
+			case <-done:
+			case <-time.After(w.cfg.AbandonGrace):
+				// The handler ignores its cancelled context. Its goroutine
+				// cannot be stopped: record the outcome for it now, which
+				// ends the run, so that its later writes are refused.
+				w.abandoned.Add(1)
+				releaseSlot()
+				log.Error("handler ignores its cancelled context: ending its run without it", slog.Any("cause", context.Cause(ctx)), slog.Duration("grace", w.cfg.AbandonGrace))
+				w.record(sess, r, job, ctx, fmt.Errorf("handler did not return within %s of its context's cancellation (%v)", w.cfg.AbandonGrace, context.Cause(ctx)), "", a, log)
+				return
+			}
 		}
+		w.record(sess, r, job, ctx, herr, trace, a, log)
 	}
-	releaseSlot()
-	w.record(sess, r, job, ctx, herr, trace, a, log)
 }
 
 // call runs the handler, turning a panic into an error with its stack.
