@@ -16,6 +16,7 @@ type benchOpts struct {
 	etcd        []string
 	jobs        int
 	concurrency int
+	daemons     int
 	latencyJobs int
 	latencyRate float64
 	ceiling     bool
@@ -29,18 +30,22 @@ func newBenchCmd(g *globalOpts) *cobra.Command {
 		Short: "Measure enqueue and drain throughput and pickup latency",
 		Long: `Run the standard workload in this process, durably, and report each phase:
   insert   N no-op jobs, enqueued 1,000 per call, no worker running
-  drain    a worker with --concurrency slots runs them all
+  drain    a worker with --concurrency slots runs them all (shared mode:
+           --daemons workers, each with its own client and slots)
   latency  --latency-jobs jobs enqueued one per call at --latency-rate per
            second; latency is enqueue call start to handler start
 With --ceiling it first runs the raw store loop (synced Pebble puts, or
 batched etcd claims) so throughput can be read against the store's ceiling.
 Embedded mode uses a temporary directory unless --data is given (not one a
 daemon is using); shared mode starts one embedded etcd member unless --etcd
-is given. --json prints one JSON object per phase.`,
+is given. Insert and drain also report the rates of their first and last
+tenth of the jobs. --json prints one JSON object per phase.`,
 		Example: `  leasehold bench
   leasehold bench --mode shared --ceiling --json
-  leasehold bench --etcd http://127.0.0.1:2379 --jobs 100000`,
-		Args: argsBetween(0, 0, "[--mode embedded|shared] [--data DIR | --etcd URL,...] [--jobs N] [--concurrency C] [--json]"),
+  leasehold bench --etcd http://127.0.0.1:2379 --jobs 100000
+  leasehold bench --mode shared --daemons 4
+  leasehold bench --jobs 1000000 --latency-jobs 1`,
+		Args: argsBetween(0, 0, "[--mode embedded|shared] [--data DIR | --etcd URL,...] [--jobs N] [--concurrency C] [--daemons D] [--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error { return runBench(cmd, g, o) }),
 	}
 	f := cmd.Flags()
@@ -48,7 +53,8 @@ is given. --json prints one JSON object per phase.`,
 	f.StringVar(&o.data, "data", "", "embedded store directory (default: a temporary one)")
 	f.StringSliceVar(&o.etcd, "etcd", nil, "etcd endpoints (default in shared mode: an embedded member)")
 	f.IntVar(&o.jobs, "jobs", bench.DefaultJobs, "jobs of the insert and drain phases")
-	f.IntVar(&o.concurrency, "concurrency", bench.DefaultConcurrency, "worker slots")
+	f.IntVar(&o.concurrency, "concurrency", bench.DefaultConcurrency, "worker slots (of each daemon)")
+	f.IntVar(&o.daemons, "daemons", 1, "workers draining the queue, each with its own etcd client (shared mode)")
 	f.IntVar(&o.latencyJobs, "latency-jobs", bench.DefaultLatencyJobs, "jobs of the latency phase")
 	f.Float64Var(&o.latencyRate, "latency-rate", bench.DefaultLatencyRate, "enqueue rate of the latency phase, jobs per second")
 	f.BoolVar(&o.ceiling, "ceiling", false, "also measure the raw store loop")
@@ -62,6 +68,10 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 		return usagef("--jobs %d: want 1 or more", o.jobs)
 	case o.concurrency < 1:
 		return usagef("--concurrency %d: want 1 or more", o.concurrency)
+	case o.daemons < 1:
+		return usagef("--daemons %d: want 1 or more", o.daemons)
+	case o.daemons > 1 && (o.mode == bench.ModeEmbedded || o.mode == "" && len(o.etcd) == 0):
+		return usagef("--daemons %d: several daemons need shared mode (add --mode shared)", o.daemons)
 	case o.latencyJobs < 0:
 		return usagef("--latency-jobs %d is negative", o.latencyJobs)
 	case o.latencyRate <= 0:
@@ -78,7 +88,7 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 	out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 	p := newMeter(errw, "")
 	cfg := bench.Config{
-		Mode: o.mode, Data: o.data, Etcd: o.etcd, Jobs: o.jobs, Concurrency: o.concurrency,
+		Mode: o.mode, Data: o.data, Etcd: o.etcd, Jobs: o.jobs, Concurrency: o.concurrency, Daemons: o.daemons,
 		LatencyJobs: o.latencyJobs, LatencyRate: o.latencyRate, Ceiling: o.ceiling, Logger: log,
 		Progress: func(phase string, done, total int) {
 			if phase != p.what {
@@ -98,8 +108,14 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 			return
 		}
 		line := fmt.Sprintf("%-9s %-8s %8d %9.2f %12.0f %8.2f %8.2f %8.2f %8.2f %8.1f", r.Mode, r.Phase, r.Jobs, r.Seconds, r.JobsPerSec, r.P50MS, r.P90MS, r.P99MS, r.MaxMS, r.MaxRSSMB)
+		if r.Daemons > 1 {
+			line += fmt.Sprintf("  (%d daemons)", r.Daemons)
+		}
 		if r.CeilingRatio > 0 {
 			line += fmt.Sprintf("  (%.0f%% of the store ceiling)", 100*r.CeilingRatio)
+		}
+		if r.FirstTenthJobsPerSec > 0 {
+			line += fmt.Sprintf("  (first/last tenth %.0f/%.0f jobs/s)", r.FirstTenthJobsPerSec, r.LastTenthJobsPerSec)
 		}
 		fmt.Fprintln(out, line)
 	})

@@ -68,6 +68,11 @@ type Config struct {
 	Jobs int
 	// Concurrency is the worker's slots. Default: DefaultConcurrency.
 	Concurrency int
+	// Daemons is how many workers drain the queue (shared mode only), each
+	// with its own etcd client, session and Concurrency slots, as separate
+	// daemons would: to compare the total drain of several daemons with
+	// one's. Default: 1.
+	Daemons int
 	// LatencyJobs is the number of jobs of the latency phase. Default:
 	// DefaultLatencyJobs.
 	LatencyJobs int
@@ -111,6 +116,14 @@ type Result struct {
 	// Concurrency is the worker's slots (drain, latency), the concurrent
 	// callers (insert: 1) or the concurrent writers (ceiling).
 	Concurrency int `json:"concurrency"`
+	// Daemons is the number of workers (drain, latency), when more than
+	// one; Concurrency is then each one's.
+	Daemons int `json:"daemons,omitempty"`
+	// FirstTenthJobsPerSec and LastTenthJobsPerSec are the rates of the
+	// first and the last tenth of the jobs (insert, drain): how the cost
+	// changes as the queue fills or empties.
+	FirstTenthJobsPerSec float64 `json:"first_tenth_jobs_per_sec,omitempty"`
+	LastTenthJobsPerSec  float64 `json:"last_tenth_jobs_per_sec,omitempty"`
 	// CeilingRatio is drain jobs/s divided by ceiling operations/s, on the
 	// drain result when both ran.
 	CeilingRatio float64 `json:"ceiling_ratio,omitempty"`
@@ -190,6 +203,15 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.Concurrency == 0 {
 		cfg.Concurrency = DefaultConcurrency
 	}
+	if cfg.Daemons == 0 {
+		cfg.Daemons = 1
+	}
+	if cfg.Daemons < 0 {
+		return cfg, errors.New("bench: daemons must be positive")
+	}
+	if cfg.Daemons > 1 && cfg.Mode != ModeShared {
+		return cfg, errors.New("bench: several daemons need shared mode (one embedded store has one daemon)")
+	}
 	if cfg.LatencyJobs == 0 {
 		cfg.LatencyJobs = DefaultLatencyJobs
 	}
@@ -242,21 +264,39 @@ func (r *runner) run(ctx context.Context) error {
 	// One worker for both remaining phases: drain starts it, latency
 	// reuses it, so that the latency phase measures a running worker.
 	h := newHandlers(r.cfg.Jobs, r.cfg.LatencyJobs)
-	w, err := worker.New(r.c, worker.Config{Concurrency: r.cfg.Concurrency, Logger: r.log})
-	if err != nil {
-		return err
-	}
-	w.Handle(kindDrain, h.drain)
-	w.Handle(kindLatency, h.latency)
+	var ws []*worker.Worker
 	defer func() {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		if err := w.Stop(sctx); err != nil {
-			r.log.Warn("bench: stopping the worker", slog.Any("err", err))
+		for _, w := range ws {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			if err := w.Stop(sctx); err != nil {
+				r.log.Warn("bench: stopping a worker", slog.Any("err", err))
+			}
+			cancel()
 		}
 	}()
+	for i := range r.cfg.Daemons {
+		c := r.c
+		if i > 0 {
+			store, err := r.env.another(ctx)
+			if err != nil {
+				return err
+			}
+			if c, err = coordinator.New(store, coordinator.Config{Namespace: r.ns, Logger: r.log}); err != nil {
+				return err
+			}
+		}
+		// As the daemon does: in shared mode, claims pick at random among
+		// the first jobs, so that daemons do not all race for the same.
+		w, err := worker.New(c, worker.Config{Concurrency: r.cfg.Concurrency, Logger: r.log, Spread: r.cfg.Mode == ModeShared})
+		if err != nil {
+			return err
+		}
+		w.Handle(kindDrain, h.drain)
+		w.Handle(kindLatency, h.latency)
+		ws = append(ws, w)
+	}
 
-	res, err = r.drain(ctx, w, h)
+	res, err = r.drain(ctx, ws, h)
 	if err != nil {
 		return err
 	}
@@ -265,7 +305,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	r.emit(res)
 
-	res, err = r.latency(ctx, w, h)
+	res, err = r.latency(ctx, ws, h)
 	if err != nil {
 		return err
 	}
@@ -281,6 +321,7 @@ func (r *runner) result(phase string, jobs, concurrency int, elapsed time.Durati
 		Jobs:        jobs,
 		Seconds:     round(elapsed.Seconds(), 6),
 		Concurrency: concurrency,
+		Daemons:     r.cfg.Daemons,
 		MaxRSSMB:    round(maxRSSMB(), 1),
 		Store:       r.env.label,
 		GoVersion:   runtime.Version(),
@@ -290,14 +331,40 @@ func (r *runner) result(phase string, jobs, concurrency int, elapsed time.Durati
 	if elapsed > 0 {
 		res.JobsPerSec = round(float64(jobs)/elapsed.Seconds(), 1)
 	}
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		res.P50MS = ms(percentile(lat, 50))
-		res.P90MS = ms(percentile(lat, 90))
-		res.P99MS = ms(percentile(lat, 99))
-		res.MaxMS = ms(lat[len(lat)-1])
+	if res.Daemons == 1 || phase == PhaseInsert || phase == PhaseCeiling {
+		res.Daemons = 0
 	}
+	r.fillLatency(&res, lat)
 	return res
+}
+
+// fillLatency sets the percentiles of lat, which it sorts.
+func (r *runner) fillLatency(res *Result, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	res.P50MS = ms(percentile(lat, 50))
+	res.P90MS = ms(percentile(lat, 90))
+	res.P99MS = ms(percentile(lat, 99))
+	res.MaxMS = ms(lat[len(lat)-1])
+}
+
+// tenths returns the rates of the first and the last tenth of n jobs
+// done in elapsed, given when the k-th job (1-based) was done; zero for
+// fewer than 10 jobs.
+func tenths(n int, elapsed time.Duration, doneAt func(k int) time.Duration) (first, last float64) {
+	tenth := n / 10
+	if tenth == 0 {
+		return 0, 0
+	}
+	if d := doneAt(tenth); d > 0 {
+		first = round(float64(tenth)/d.Seconds(), 1)
+	}
+	if d := elapsed - doneAt(n-tenth); d > 0 {
+		last = round(float64(tenth)/d.Seconds(), 1)
+	}
+	return first, last
 }
 
 // insert enqueues N jobs, InsertBatch per EnqueueBatch call, one call at a
@@ -308,6 +375,7 @@ func (r *runner) insert(ctx context.Context) (Result, error) {
 	stop := r.progress(PhaseInsert, n, done.Load)
 	defer stop()
 	lat := make([]time.Duration, 0, (n+InsertBatch-1)/InsertBatch)
+	at := make([]time.Duration, 0, cap(lat)) // since start, after each call
 	params := make([]coordinator.EnqueueParams, 0, min(n, InsertBatch))
 	start := time.Now()
 	for i := 0; i < n; i += InsertBatch {
@@ -320,11 +388,17 @@ func (r *runner) insert(ctx context.Context) (Result, error) {
 			return Result{}, fmt.Errorf("bench: insert: %w", err)
 		}
 		lat = append(lat, time.Since(t0))
+		at = append(at, time.Since(start))
 		done.Add(int64(len(params)))
 	}
 	elapsed := time.Since(start)
 	stop()
-	return r.result(PhaseInsert, n, 1, elapsed, lat), nil
+	res := r.result(PhaseInsert, n, 1, elapsed, lat)
+	// Jobs k*InsertBatch..: done at at[k].
+	res.FirstTenthJobsPerSec, res.LastTenthJobsPerSec = tenths(n, elapsed, func(k int) time.Duration {
+		return at[min(len(at)-1, (k+InsertBatch-1)/InsertBatch-1)]
+	})
+	return res, nil
 }
 
 // drain starts the worker and times until all N jobs are durably recorded
@@ -339,22 +413,26 @@ func (r *runner) insert(ctx context.Context) (Result, error) {
 // confirms, untimed, that N jobs are completed; should it find fewer (an
 // outcome that failed to record, a worker whose accounting changed), Run
 // polls Counts every 20 ms until they are and times the drain up to then.
-func (r *runner) drain(ctx context.Context, w *worker.Worker, h *handlers) (Result, error) {
+func (r *runner) drain(ctx context.Context, ws []*worker.Worker, h *handlers) (Result, error) {
 	n := r.cfg.Jobs
 	stop := r.progress(PhaseDrain, n, h.drainStarted.Load)
 	defer stop()
 	start := time.Now()
 	h.drainStart.Store(&start)
-	if err := w.Start(ctx); err != nil {
-		return Result{}, fmt.Errorf("bench: start worker: %w", err)
+	for _, w := range ws {
+		if err := w.Start(ctx); err != nil {
+			return Result{}, fmt.Errorf("bench: start worker: %w", err)
+		}
 	}
 	select {
 	case <-h.drainDone:
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
-	if err := waitIdle(ctx, w); err != nil {
-		return Result{}, err
+	for _, w := range ws {
+		if err := waitIdle(ctx, w); err != nil {
+			return Result{}, err
+		}
 	}
 	end := time.Now()
 	stop()
@@ -369,7 +447,10 @@ func (r *runner) drain(ctx context.Context, w *worker.Worker, h *handlers) (Resu
 	for i := range lat {
 		lat[i] = time.Duration(h.drainOffsets[i].Load())
 	}
-	return r.result(PhaseDrain, n, r.cfg.Concurrency, end.Sub(start), lat), nil
+	res := r.result(PhaseDrain, n, r.cfg.Concurrency, end.Sub(start), nil)
+	res.FirstTenthJobsPerSec, res.LastTenthJobsPerSec = tenths(n, end.Sub(start), func(k int) time.Duration { return lat[k-1] })
+	r.fillLatency(&res, lat)
+	return res, nil
 }
 
 // waitIdle waits until no handler of w runs and no outcome is being
@@ -425,7 +506,7 @@ func (r *runner) waitCompleted(ctx context.Context, n int) (time.Time, error) {
 // start of its handler, both on the monotonic clock. Its jobs/s is the
 // rate achieved: jobs over the time from the first enqueue to the last
 // handler start.
-func (r *runner) latency(ctx context.Context, w *worker.Worker, h *handlers) (Result, error) {
+func (r *runner) latency(ctx context.Context, ws []*worker.Worker, h *handlers) (Result, error) {
 	n := r.cfg.LatencyJobs
 	stop := r.progress(PhaseLatency, n, h.latStarted.Load)
 	defer stop()
@@ -474,8 +555,10 @@ func (r *runner) latency(ctx context.Context, w *worker.Worker, h *handlers) (Re
 	}
 	end := base.Add(time.Duration(h.latLast.Load()))
 	stop()
-	if err := waitIdle(ctx, w); err != nil {
-		return Result{}, err
+	for _, w := range ws {
+		if err := waitIdle(ctx, w); err != nil {
+			return Result{}, err
+		}
 	}
 	lat := make([]time.Duration, n)
 	for i := range lat {

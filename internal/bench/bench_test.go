@@ -93,6 +93,13 @@ func TestRunSmall(t *testing.T) {
 		if r.MaxRSSMB <= 0 || r.Concurrency <= 0 || r.CPUs <= 0 || r.GoVersion == "" || r.Date == "" || !strings.Contains(r.Store, dir) {
 			t.Errorf("%s: missing fields: %+v", r.Phase, r)
 		}
+		tenths := r.Phase == bench.PhaseInsert || r.Phase == bench.PhaseDrain
+		if tenths != (r.FirstTenthJobsPerSec > 0 && r.LastTenthJobsPerSec > 0) {
+			t.Errorf("%s: first/last tenth rates %v/%v: want both on insert and drain only", r.Phase, r.FirstTenthJobsPerSec, r.LastTenthJobsPerSec)
+		}
+		if r.Daemons != 0 {
+			t.Errorf("%s: daemons %d for one daemon, want it left out", r.Phase, r.Daemons)
+		}
 		if (r.Phase == bench.PhaseDrain) != (r.CeilingRatio > 0) {
 			t.Errorf("%s: ceiling ratio %v: want it on the drain result only", r.Phase, r.CeilingRatio)
 		}
@@ -132,6 +139,8 @@ func TestConfigErrors(t *testing.T) {
 		{Mode: bench.ModeShared, Data: "x"},
 		{Jobs: -1},
 		{LatencyRate: -5},
+		{Mode: bench.ModeEmbedded, Daemons: 2},
+		{Daemons: -1},
 	} {
 		err := bench.Run(context.Background(), cfg, func(bench.Result) { t.Errorf("%+v: emitted a result", cfg) })
 		if err == nil {
@@ -141,7 +150,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 // TestRunSmallShared covers shared mode on an embedded etcd member that Run
-// starts and stops.
+// starts and stops, with two daemons.
 func TestRunSmallShared(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts an etcd member")
@@ -149,11 +158,14 @@ func TestRunSmallShared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var phases []string
-	cfg := bench.Config{Mode: bench.ModeShared, Jobs: 100, Concurrency: 8, LatencyJobs: 20, LatencyRate: 1000, Ceiling: true}
+	cfg := bench.Config{Mode: bench.ModeShared, Jobs: 100, Concurrency: 8, Daemons: 2, LatencyJobs: 20, LatencyRate: 1000, Ceiling: true}
 	err := bench.Run(ctx, cfg, func(r bench.Result) {
 		phases = append(phases, r.Phase)
 		if r.Mode != bench.ModeShared || r.JobsPerSec <= 0 || r.P99MS <= 0 || r.Store != "etcd (embedded member)" {
 			t.Errorf("%s: %+v", r.Phase, r)
+		}
+		if workers := r.Phase == bench.PhaseDrain || r.Phase == bench.PhaseLatency; workers != (r.Daemons == 2) {
+			t.Errorf("%s: daemons %d, want 2 on drain and latency only", r.Phase, r.Daemons)
 		}
 	})
 	if err != nil {

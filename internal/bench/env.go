@@ -20,6 +20,7 @@ type env struct {
 	// persistent is true when the store outlives the run (a given data
 	// directory or etcd cluster): the bench then deletes what it wrote.
 	persistent bool
+	endpoints  []string // shared mode: the etcd endpoints
 	closers    []func()
 }
 
@@ -90,13 +91,24 @@ func (e *env) openEtcd(ctx context.Context, cfg Config) error {
 		e.persistent = false
 		e.label = "etcd (embedded member)"
 	}
-	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: eps})
+	e.endpoints = eps
+	s, err := e.another(ctx)
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return err
+	}
+	e.store = s
+	return nil
+}
+
+// another returns a store on its own etcd client (shared mode), for
+// another daemon; the env closes it.
+func (e *env) another(ctx context.Context) (kv.Store, error) {
+	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: e.endpoints})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	e.closers = append(e.closers, func() { _ = cli.Close() })
 	s := etcdkv.New(cli, etcdkv.Options{})
 	e.closers = append(e.closers, func() { _ = s.Close() })
-	e.store = s
-	return nil
+	return s, nil
 }
