@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -418,6 +419,12 @@ func (w *Worker) claimLoop() {
 				for _, r := range runs {
 					w.start(sess, r)
 				}
+				if len(runs) > 0 {
+					// Let the handlers just started run before counting
+					// free slots again: a woken claim loop would otherwise
+					// be scheduled ahead of them.
+					runtime.Gosched()
+				}
 				claimed += len(runs)
 				if claimed >= free {
 					break
@@ -428,6 +435,7 @@ func (w *Worker) claimLoop() {
 		switch {
 		case claimed > 0:
 			backoff = 0
+			w.gather(ctx)
 			continue // there may be more
 		case conflicts > 0:
 			// Others took what we wanted: back off briefly, at random,
@@ -447,6 +455,32 @@ func (w *Worker) claimLoop() {
 		}
 	}
 }
+
+// gather waits, after a claim, up to gatherFor for half the slots to be
+// free before the next claim, so that quick handlers finishing one after
+// another make one claim instead of many small ones.
+func (w *Worker) gather(ctx context.Context) {
+	var t *time.Timer
+	for {
+		if free := min(cap(w.slots)-len(w.slots), cap(w.tickets)-len(w.tickets)); 2*free >= cap(w.slots) {
+			break
+		}
+		if t == nil {
+			t = time.NewTimer(gatherFor)
+			defer t.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-w.wake:
+		}
+	}
+}
+
+// gatherFor bounds gather's wait.
+const gatherFor = time.Millisecond
 
 // renewSession replaces an ended session. Handlers of the old session have
 // been cancelled through its context; they record nothing.
