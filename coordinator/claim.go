@@ -74,11 +74,11 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		start = floorKey
 	}
 	end := kv.PrefixEnd(c.keys.queue(queue))
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: window, Serializable: true})
+	avail, err := c.readAvailable(ctx, queue, start, end, window)
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
-	if len(rr.KVs) == 0 && start != c.keys.queue(queue) && c.floors.dueFullRead(queue, time.Now()) {
+	if len(avail) == 0 && start != c.keys.queue(queue) && c.floors.dueFullRead(queue, time.Now()) {
 		// Nothing after the floor: now and then (at most once a second,
 		// since on etcd the index of deleted keys makes it costly) read
 		// from the queue's start, so the floor can only delay a job, never
@@ -86,7 +86,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		c.floors.reset(queue)
 		return c.Claim(ctx, sess, queue, n, spread)
 	}
-	if len(rr.KVs) == 0 {
+	if len(avail) == 0 {
 		if tracked {
 			// Nothing from the floor to the queue's end at the read's
 			// revision: a job that becomes available later lowers the
@@ -96,11 +96,11 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		}
 		return nil, st, nil
 	}
-	inOrder := make([]string, len(rr.KVs))
-	for i, x := range rr.KVs {
+	inOrder := make([]string, len(avail))
+	for i, x := range avail {
 		inOrder[i] = x.Key
 	}
-	cands := rr.KVs
+	cands := avail
 	if len(cands) > n {
 		if spread {
 			rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
@@ -202,6 +202,42 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		c.floors.advance(queue, next, epoch)
 	}
 	return runs, st, nil
+}
+
+// availableWindows are the spans of scheduled time, in nanoseconds, of
+// the first reads of readAvailable: 10 ms, 1 s, 100 s.
+var availableWindows = []int64{1e7, 1e9, 1e11}
+
+// readAvailable reads up to limit entries of queue's available index, from
+// start to end. etcd visits every key of a limited range up to its end (to
+// count them), so one read to the queue's end would cost a claim the whole
+// backlog. A read that starts at an index entry (a floor) therefore reads
+// windows of scheduled time after it, within its priority, and reads on to
+// end only when they hold fewer than limit entries.
+func (c *Coordinator) readAvailable(ctx context.Context, queue, start, end string, limit int) ([]kv.KeyValue, error) {
+	var out []kv.KeyValue
+	from := start
+	if prio, ts, ok := c.keys.parseAvailable(queue, start); ok {
+		for _, w := range availableWindows {
+			to := c.keys.availableAt(queue, prio, ts+w)
+			if to <= from {
+				continue
+			}
+			rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: to, Limit: limit - len(out), Serializable: true})
+			if err != nil {
+				return nil, err
+			}
+			if out = append(out, rr.KVs...); len(out) >= limit {
+				return out, nil
+			}
+			from = to
+		}
+	}
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: end, Limit: limit - len(out), Serializable: true})
+	if err != nil {
+		return nil, err
+	}
+	return append(out, rr.KVs...), nil
 }
 
 // resolveClaims learns which of jobs a claim whose reply was lost actually

@@ -2,9 +2,11 @@ package coordinator
 
 import (
 	"fmt"
-	"github.com/leasehold/leasehold/coordinator/kv"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
 )
 
 // keys builds the key layout under one namespace. See the package doc.
@@ -44,6 +46,28 @@ func (k keys) slots(q string) string       { return k.root + "qm/s/" + q + "/" }
 func (k keys) slot(q string, n int) string { return fmt.Sprintf("%sqm/s/%s/%d", k.root, q, n) }
 func (k keys) periodic(name string) string { return k.root + "p/" + name }
 func (k keys) periodics() string           { return k.root + "p/" }
+
+// availableAt is the available-index key of queue at priority prio and
+// scheduled time ts (Unix nanoseconds), before any job id: the start of
+// the entries at that time.
+func (k keys) availableAt(queue string, prio int, ts int64) string {
+	return fmt.Sprintf("%sq/%s/%d/%020d", k.root, queue, prio, ts)
+}
+
+// parseAvailable reads the priority and scheduled time from key, an
+// available-index key of queue (or one cut after its time); ok is false
+// for any other key.
+func (k keys) parseAvailable(queue, key string) (prio int, ts int64, ok bool) {
+	rest, found := strings.CutPrefix(key, k.queue(queue))
+	if !found || len(rest) < 22 || rest[0] < '1' || rest[0] > '9' || rest[1] != '/' {
+		return 0, 0, false
+	}
+	ts, err := strconv.ParseInt(rest[2:22], 10, 64)
+	if err != nil || ts < 0 {
+		return 0, 0, false
+	}
+	return int(rest[0] - '0'), ts, true
+}
 
 // index returns the one index key of j in its current state.
 func (k keys) index(j *Job) string {

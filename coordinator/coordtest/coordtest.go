@@ -48,6 +48,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ListPaging", testListPaging},
 		{"ElectionOneLeaderAtATime", testElection},
 		{"ClaimFloorNeverHidesAJob", testClaimFloor},
+		{"ClaimReadsPastTimeWindows", testClaimWindows},
 		{"GroupedOutcomesAreFencedEach", testGroupedOutcomes},
 		{"OrphanedClaimsReleased", testOrphanedClaims},
 	}
@@ -1017,6 +1018,44 @@ func testClaimFloor(t *testing.T, h *harness) {
 	}
 	if r := h.claimOne(s); r.Job().ID != late.ID {
 		t.Fatalf("claimed %s, want the job that landed after the queue emptied", r.Job().ID)
+	}
+}
+
+// testClaimWindows: a claim that reads from a floor reads windows of
+// scheduled time after it before reading on to the queue's end; jobs
+// beyond every window, and of a later priority, are still claimed, in
+// order.
+func testClaimWindows(t *testing.T, h *harness) {
+	first := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 2})
+	later := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 2, ScheduledAt: h.clock.Now().Add(200 * time.Second)})
+	last := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 3})
+	h.clock.Advance(300 * time.Second)
+	if n, err := h.c.PromoteDue(h.ctx()); err != nil || n != 1 {
+		t.Fatalf("PromoteDue = %d, %v", n, err)
+	}
+	// The floor is kept only while the queue is watched.
+	woke := make(chan struct{}, 64)
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
+			select {
+			case woke <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	defer func() { cancel(); <-done }()
+	<-woke // the watch is set up
+	s := h.session(h.c)
+	for i, want := range []*coordinator.Job{first, later, last} {
+		if r := h.claimOne(s); r.Job().ID != want.ID {
+			t.Fatalf("claim %d took %s, want %s", i+1, r.Job().ID, want.ID)
+		}
+	}
+	if runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false); err != nil || len(runs) != 0 {
+		t.Fatalf("claim from an empty queue: %d, %v", len(runs), err)
 	}
 }
 
