@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
@@ -103,7 +102,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	cands := avail
 	if len(cands) > n {
 		if spread {
-			rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+			spreadOrder(cands, sess)
 		}
 		cands = cands[:n]
 	}

@@ -105,6 +105,7 @@ type Session struct {
 	validUntil atomic.Int64  // unix nanos
 	renewals   atomic.Int64
 	closeOnce  sync.Once
+	peers      atomic.Pointer[[]string] // see SetPeers
 }
 
 // NewSession grants a lease, registers the worker under it and starts the

@@ -361,8 +361,12 @@ func (w *Worker) onCancelRequest(id string) {
 }
 
 // spreadFor is how long claims spread (Config.Spread) after one met
-// contention.
-const spreadFor = 10 * time.Second
+// contention; peersEvery is how often spreading claims re-read which
+// daemons are alive.
+const (
+	spreadFor  = 10 * time.Second
+	peersEvery = 2 * time.Second
+)
 
 // claimLoop claims while slots are free, sleeping on the availability watch
 // when there is nothing to claim. When the session ends it waits for the
@@ -372,7 +376,7 @@ func (w *Worker) claimLoop() {
 	backoff := time.Duration(0)
 	next := 0
 	lastJanitor := time.Now()
-	var lastConflict time.Time
+	var lastConflict, peersRead time.Time
 	for ctx.Err() == nil {
 		sess := w.sess.Load()
 		if sess.Ctx().Err() != nil {
@@ -403,6 +407,14 @@ func (w *Worker) claimLoop() {
 					continue // this worker's limit for the queue
 				}
 				spread := w.cfg.Spread && time.Since(lastConflict) < spreadFor
+				if spread && time.Since(peersRead) >= peersEvery {
+					// Which daemons share the queue: spread claims prefer
+					// the jobs that hashing gives to this one.
+					peersRead = time.Now()
+					if ids, err := w.c.PeerIDs(ctx); err == nil {
+						sess.SetPeers(ids)
+					}
+				}
 				runs, st, err := w.c.Claim(ctx, sess, q, want, spread)
 				if st.Conflicts > 0 {
 					lastConflict = time.Now()
