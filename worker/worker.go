@@ -61,12 +61,13 @@ type Config struct {
 	Reap bool
 	// ReapInterval is the reaper's periodic scan. Default: 10s.
 	ReapInterval time.Duration
-	// Spread makes claims pick at random among the first jobs of a queue
-	// instead of taking the very first ones, to avoid claim storms when
-	// several daemons share a queue. It applies only while claims meet
-	// contention: for spreadFor after a claim lost jobs to another
-	// daemon; otherwise claims take the head of the queue, which is
-	// cheaper. Default: false.
+	// Spread makes claims pick among the first jobs of a queue instead of
+	// taking the very first ones, to avoid claim storms when several
+	// daemons share a queue: first the jobs that rendezvous hashing over
+	// the live daemons gives to this one, then others at random. It
+	// applies only while claims meet contention: for spreadFor after a
+	// claim lost jobs to another daemon; otherwise claims take the head of
+	// the queue, which is cheaper. Default: false.
 	Spread bool
 	// WorkerID names this worker; it must be unique. Default:
 	// coordinator.NewWorkerID().
