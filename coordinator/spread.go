@@ -45,14 +45,9 @@ func spreadOrder(cands []kv.KeyValue, sess *Session) {
 		rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
 		return
 	}
-	mine := make([]bool, len(cands))
-	for i, x := range cands {
-		mine[i] = rendezvous(idFromIndex(x.Key), *p) == me
-	}
-	// Stable partition: mine first, in order.
 	var first, rest []kv.KeyValue
-	for i, x := range cands {
-		if mine[i] {
+	for _, x := range cands {
+		if rendezvous(idFromIndex(x.Key), *p) == me {
 			first = append(first, x)
 		} else {
 			rest = append(rest, x)
