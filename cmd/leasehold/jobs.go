@@ -251,29 +251,18 @@ func newJobsCancelCmd() *cobra.Command {
 				return runCancelMany(cmd, &tgt, &bulk, asJSON)
 			}
 			id := args[0]
-			if err := jobIDArg(id); err != nil {
-				return err
-			}
-			c, err := tgt.client(cmd.Context())
+			j, err := callJob(cmd, &tgt, http.MethodPost, id, "/cancel", true)
 			if err != nil {
 				return err
-			}
-			defer c.close()
-			var res jobResponse
-			if err := c.call(cmd.Context(), http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, nil, &res); err != nil {
-				return err
-			}
-			if res.Job == nil {
-				return failf("the daemon answered without a job: is --server a leasehold daemon?")
 			}
 			out := cmd.OutOrStdout()
 			switch {
 			case asJSON:
-				return printJSON(out, res.Job)
-			case res.Job.CancelRequested:
+				return printJSON(out, j)
+			case j.CancelRequested:
 				fmt.Fprintf(out, "%s cancel requested: it is running; its daemon stops it (see 'leasehold jobs wait %s')\n", id, id)
 			default:
-				fmt.Fprintf(out, "%s %s\n", id, res.Job.State)
+				fmt.Fprintf(out, "%s %s\n", id, j.State)
 			}
 			return nil
 		}),

@@ -9,6 +9,28 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// callJob makes one request about job id (path /v1/jobs/ID plus suffix)
+// and returns the job the answer carries; with mustAnswer, an answer
+// without one is an error.
+func callJob(cmd *cobra.Command, tgt *target, method, id, suffix string, mustAnswer bool) (*coordinator.Job, error) {
+	if err := jobIDArg(id); err != nil {
+		return nil, err
+	}
+	c, err := tgt.client(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	defer c.close()
+	var res jobResponse
+	if err := c.call(cmd.Context(), method, "/v1/jobs/"+url.PathEscape(id)+suffix, nil, nil, &res); err != nil {
+		return nil, err
+	}
+	if mustAnswer && res.Job == nil {
+		return nil, failf("the daemon answered without a job: is --server a leasehold daemon?")
+	}
+	return res.Job, nil
+}
+
 // --- jobs retry ---
 
 func newJobsRetryCmd() *cobra.Command {
@@ -24,25 +46,14 @@ available or completed job is refused with a message saying why (exit 1).`,
 		Args: argsBetween(1, 1, "ID [--json]"),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := jobIDArg(id); err != nil {
-				return err
-			}
-			c, err := tgt.client(cmd.Context())
+			j, err := callJob(cmd, &tgt, http.MethodPost, id, "/retry", true)
 			if err != nil {
 				return err
 			}
-			defer c.close()
-			var res jobResponse
-			if err := c.call(cmd.Context(), http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/retry", nil, nil, &res); err != nil {
-				return err
-			}
-			if res.Job == nil {
-				return failf("the daemon answered without a job: is --server a leasehold daemon?")
-			}
 			if asJSON {
-				return printJSON(cmd.OutOrStdout(), res.Job)
+				return printJSON(cmd.OutOrStdout(), j)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: attempt %d of %d next\n", id, res.Job.State, res.Job.Attempt+1, res.Job.MaxAttempts)
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: attempt %d of %d next\n", id, j.State, j.Attempt+1, j.MaxAttempts)
 			return nil
 		}),
 	}
@@ -64,21 +75,13 @@ first.`,
 		Args: argsBetween(1, 1, "ID"),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			id := args[0]
-			if err := jobIDArg(id); err != nil {
-				return err
-			}
-			c, err := tgt.client(cmd.Context())
+			j, err := callJob(cmd, &tgt, http.MethodDelete, id, "", false)
 			if err != nil {
 				return err
 			}
-			defer c.close()
-			var res jobResponse
-			if err := c.call(cmd.Context(), http.MethodDelete, "/v1/jobs/"+url.PathEscape(id), nil, nil, &res); err != nil {
-				return err
-			}
 			state := "finished"
-			if res.Job != nil {
-				state = string(res.Job.State)
+			if j != nil {
+				state = string(j.State)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s deleted (it was %s)\n", id, state)
 			return nil

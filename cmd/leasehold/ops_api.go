@@ -19,6 +19,7 @@ package main
 // message saying why and what to do; an unknown queue is 400.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -85,8 +86,8 @@ type periodicResponse struct {
 }
 
 func (a *api) routeOps() {
-	a.mux.HandleFunc("POST /v1/jobs/{id}/retry", a.retryJob)
-	a.mux.HandleFunc("DELETE /v1/jobs/{id}", a.deleteJob)
+	a.mux.HandleFunc("POST /v1/jobs/{id}/retry", a.jobOp(a.cfg.Coord.Retry))
+	a.mux.HandleFunc("DELETE /v1/jobs/{id}", a.jobOp(a.cfg.Coord.Delete))
 	a.mux.HandleFunc("POST /v1/jobs/cancel", a.cancelMany)
 	a.mux.HandleFunc("GET /v1/queues", a.listQueues)
 	a.mux.HandleFunc("POST /v1/queues/{queue}/pause", a.pauseQueue)
@@ -105,30 +106,21 @@ func (a *api) failOp(w http.ResponseWriter, r *http.Request, err error) {
 	a.fail(w, r, err)
 }
 
-func (a *api) retryJob(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
-		a.fail(w, r, err)
-		return
+// jobOp serves an operation on one job (POST .../retry, DELETE .../ID):
+// it answers with the job as the operation left it.
+func (a *api) jobOp(op func(context.Context, string) (*coordinator.Job, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkQuery(r); err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		j, err := op(r.Context(), r.PathValue("id"))
+		if err != nil {
+			a.failOp(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, jobResponse{Job: j})
 	}
-	j, err := a.cfg.Coord.Retry(r.Context(), r.PathValue("id"))
-	if err != nil {
-		a.failOp(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, jobResponse{Job: j})
-}
-
-func (a *api) deleteJob(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	j, err := a.cfg.Coord.Delete(r.Context(), r.PathValue("id"))
-	if err != nil {
-		a.failOp(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, jobResponse{Job: j})
 }
 
 func (a *api) cancelMany(w http.ResponseWriter, r *http.Request) {

@@ -126,6 +126,27 @@ func (h *harness) enqueue(p coordinator.EnqueueParams) *coordinator.Job {
 	return r.Job
 }
 
+// watchAvailable runs WatchAvailable on the default queue until the test
+// ends (claims keep a floor only while their queue is watched). It returns
+// once the watch is set up; the channel then signals each wake-up.
+func (h *harness) watchAvailable() <-chan struct{} {
+	woke := make(chan struct{}, 64)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = h.c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
+			select {
+			case woke <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
+	<-woke // the watch is set up
+	return woke
+}
+
 func (h *harness) claimOne(s *coordinator.Session) *coordinator.Run {
 	h.t.Helper()
 	runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
@@ -964,20 +985,7 @@ func testClaimFloor(t *testing.T, h *harness) {
 	for range 5 {
 		h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 2})
 	}
-	woke := make(chan struct{}, 64)
-	ctx, cancel := context.WithCancel(h.ctx())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
-			select {
-			case woke <- struct{}{}:
-			default:
-			}
-		})
-	}()
-	defer func() { cancel(); <-done }()
-	<-woke // the watch is set up
+	woke := h.watchAvailable()
 	s := h.session(h.c)
 	runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 3, false)
 	if err != nil || len(runs) != 3 {
@@ -1033,21 +1041,7 @@ func testClaimWindows(t *testing.T, h *harness) {
 	if n, err := h.c.PromoteDue(h.ctx()); err != nil || n != 1 {
 		t.Fatalf("PromoteDue = %d, %v", n, err)
 	}
-	// The floor is kept only while the queue is watched.
-	woke := make(chan struct{}, 64)
-	ctx, cancel := context.WithCancel(h.ctx())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
-			select {
-			case woke <- struct{}{}:
-			default:
-			}
-		})
-	}()
-	defer func() { cancel(); <-done }()
-	<-woke // the watch is set up
+	h.watchAvailable() // the floor is kept only while the queue is watched
 	s := h.session(h.c)
 	for i, want := range []*coordinator.Job{first, later, last} {
 		if r := h.claimOne(s); r.Job().ID != want.ID {
