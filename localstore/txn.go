@@ -147,20 +147,17 @@ type txnExec struct {
 	writes    map[string]*pending     // this transaction's writes by key
 	order     []*pending              // the same, in the order they were made
 	nested    []*kv.TxnResult         // results of nested transactions, for their Revision
-	// prefetched holds committed state read before the mutex was taken,
-	// of keys not written since (see Store.prefetch).
-	prefetched map[string]*kv.KeyValue
 }
 
-// usePrefetched adopts the keys read by prefetch at or after revision
-// base, less those written since base (the store's mutex is held, so the
-// history holds every write up to now). If the history no longer reaches
-// back to base, it adopts none.
+// usePrefetched adopts, as committed state read, the keys read by
+// prefetch at or after revision base, less those written since base (the
+// store's mutex is held, so the history holds every write up to now). If
+// the history no longer reaches back to base, it adopts none.
 func (x *txnExec) usePrefetched(pre map[string]*kv.KeyValue, base int64) {
 	if pre == nil || !x.s.hist.writtenSince(base, func(key string) { delete(pre, key) }) {
 		return
 	}
-	x.prefetched = pre
+	x.committed = pre
 }
 
 // pending is one key written by the transaction.
@@ -292,12 +289,9 @@ func (x *txnExec) readCommitted(key string) (*kv.KeyValue, error) {
 	if cur, ok := x.committed[key]; ok {
 		return cur, nil
 	}
-	cur, ok := x.prefetched[key]
-	if !ok {
-		var err error
-		if cur, err = x.s.readKey(key); err != nil {
-			return nil, err
-		}
+	cur, err := x.s.readKey(key)
+	if err != nil {
+		return nil, err
 	}
 	if x.committed == nil {
 		x.committed = map[string]*kv.KeyValue{}
