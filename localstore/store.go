@@ -1,12 +1,14 @@
 package localstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -269,6 +271,47 @@ func (s *Store) readKey(key string) (*kv.KeyValue, error) {
 		return nil, err
 	}
 	return &kv, nil
+}
+
+// readKeys reads the committed value of every key of keys into it (nil
+// when missing), through one Pebble iterator seeking the keys in order: a
+// Get per key would set up the iterators of every level each time. It reads
+// one point in time, at or after its call.
+func (s *Store) readKeys(keys map[string]*kv.KeyValue) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	sorted := make([]string, 0, len(keys))
+	for k := range keys {
+		sorted = append(sorted, k)
+	}
+	slices.Sort(sorted)
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixData}, UpperBound: []byte{prefixData + 1}})
+	if err != nil {
+		return fmt.Errorf("localstore: read keys: %w", err)
+	}
+	var dk []byte
+	for _, k := range sorted {
+		dk = append(append(dk[:0], prefixData), k...)
+		if !it.SeekPrefixGE(dk) || !bytes.Equal(it.Key(), dk) {
+			continue
+		}
+		raw, err := it.ValueAndErr()
+		if err != nil {
+			_ = it.Close()
+			return fmt.Errorf("localstore: read %q: %w", k, err)
+		}
+		x, err := decodeValue(k, raw, false)
+		if err != nil {
+			_ = it.Close()
+			return err
+		}
+		keys[k] = &x
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("localstore: read keys: %w", err)
+	}
+	return nil
 }
 
 // beginLocked admits a call: it fails on a closed or failed store, and otherwise

@@ -127,12 +127,8 @@ func (s *Store) prefetch(t *kv.Txn) (map[string]*kv.KeyValue, int64) {
 		}
 	}
 	walk(t)
-	for k := range keys {
-		cur, err := s.readKey(k)
-		if err != nil {
-			return nil, 0 // read again under the mutex, which reports it
-		}
-		keys[k] = cur
+	if err := s.readKeys(keys); err != nil {
+		return nil, 0 // read again under the mutex, which reports it
 	}
 	return keys, base
 }
