@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -54,6 +55,10 @@ type Store struct {
 	failed error         // a sync failed; the store refuses further calls
 
 	hist *history
+
+	// misuse counts the single deletes that Pebble's compactions found
+	// without exactly one Set under them (see txnExec.batch): it stays 0.
+	misuse *atomic.Int64
 }
 
 var _ kv.Store = (*Store)(nil)
@@ -108,6 +113,15 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 	for i := range popts.Levels {
 		popts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	// Keys written once and then deleted are deleted with SingleDelete
+	// (see txnExec.batch); a compaction that finds one misused reports it.
+	misuse := new(atomic.Int64)
+	popts.EventListener = &pebble.EventListener{
+		PossibleAPIMisuse: func(info pebble.PossibleAPIMisuseInfo) {
+			misuse.Add(1)
+			opts.Logger.Error("localstore: Pebble reports a possible misuse", slog.String("info", info.String()))
+		},
+	}
 	db, err := pebble.Open(filepath.Join(lock.dir, pebbleDir), popts)
 	if err != nil {
 		return nil, fmt.Errorf("localstore: open %s: %w", lock.dir, err)
@@ -120,6 +134,7 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 		leases: map[kv.LeaseID]*lease{},
 		done:   make(chan struct{}),
 		syncCh: make(chan struct{}),
+		misuse: misuse,
 	}
 	if err := s.load(); err != nil {
 		_ = db.Close()

@@ -332,20 +332,31 @@ func (x *txnExec) setRevision(res *kv.TxnResult, rev int64) {
 
 // batch builds the Pebble batch of the transaction: the records, the lease
 // index entries that change, and the revision counter.
+//
+// A key put exactly once since it was created (version 1) is deleted with a
+// SingleDelete, which vanishes with that one Set in the first compaction or
+// flush that sees both, instead of a tombstone carried down to the last
+// level: the available-index, ownership and running keys of every job are
+// written once and deleted once. So are lease index entries: one is set
+// when its key takes the lease, and deleted when the key leaves it or is
+// deleted, before it can be set again (lease ids are never reused).
 func (x *txnExec) batch() (*pebble.Batch, error) {
 	b := x.s.db.NewBatch()
 	var buf []byte
 	for _, p := range x.order {
 		prevLease, newLease := leaseOf(p.prev), leaseOf(p.kv)
 		var err error
-		if p.kv == nil {
+		switch {
+		case p.kv == nil && p.prev != nil && p.prev.Version == 1:
+			err = b.SingleDelete(dataKey(p.key), nil)
+		case p.kv == nil:
 			err = b.Delete(dataKey(p.key), nil)
-		} else {
+		default:
 			buf = appendValue(buf[:0], p.kv)
 			err = b.Set(dataKey(p.key), buf, nil)
 		}
 		if err == nil && prevLease != newLease && prevLease != 0 {
-			err = b.Delete(leaseIndexKey(prevLease, p.key), nil)
+			err = b.SingleDelete(leaseIndexKey(prevLease, p.key), nil)
 		}
 		if err == nil && prevLease != newLease && newLease != 0 {
 			err = b.Set(leaseIndexKey(newLease, p.key), nil, nil)
