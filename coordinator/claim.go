@@ -154,9 +154,30 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if len(units) == 0 {
 		return nil, st, nil
 	}
+	if tracked {
+		// Every candidate tried will be gone from the index (claimed by us
+		// or by someone else); the floor moves to the first key read that
+		// is not tried, before the claim commits, so that a claim of this
+		// queue started meanwhile reads on from there.
+		tried := make(map[string]bool, len(cands))
+		for _, x := range cands {
+			tried[x.Key] = true
+		}
+		next := inOrder[len(inOrder)-1] + "\x00"
+		for _, k := range inOrder {
+			if !tried[k] {
+				next = k
+				break
+			}
+		}
+		c.floors.advance(queue, next, epoch)
+	}
 	results, _, err := c.runUnits(ctx, units)
 	var runs []*Run
 	if err != nil {
+		// The candidates may still be available: the next claim reads
+		// from the queue's start.
+		c.floors.reset(queue)
 		// The reply may be lost while the claim committed: find out from
 		// the ownership keys, never by claiming again.
 		runs, rerr := c.resolveClaims(context.WithoutCancel(ctx), sess, jobs)
@@ -182,23 +203,6 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		run := c.newRun(sess, j)
 		run.slot = slotOf[j.ID]
 		runs = append(runs, run)
-	}
-	if tracked {
-		// Every candidate tried is gone from the index now (claimed by us
-		// or by someone else); the floor moves to the first key read that
-		// was not tried.
-		tried := make(map[string]bool, len(cands))
-		for _, x := range cands {
-			tried[x.Key] = true
-		}
-		next := inOrder[len(inOrder)-1] + "\x00"
-		for _, k := range inOrder {
-			if !tried[k] {
-				next = k
-				break
-			}
-		}
-		c.floors.advance(queue, next, epoch)
 	}
 	return runs, st, nil
 }

@@ -148,7 +148,9 @@ type Worker struct {
 	sessCancel context.CancelFunc // ends sessParent
 	slots      chan struct{}      // one token per running handler
 	tickets    chan struct{}      // one token per run not yet recorded: bounds outcome writes in flight
-	wake       chan struct{}      // new work may be available, or a slot freed
+	wake       chan struct{}      // new work may be available
+	freed      chan struct{}      // slots the claim loop waits for are free
+	needFree   atomic.Int64       // free slots the claim loop waits for; 0: none
 	active     sync.Map           // job id -> *active
 	held       sync.Map           // job id -> struct{}: claimed by this worker and not yet finished
 
@@ -205,6 +207,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 		slots:    make(chan struct{}, cfg.Concurrency),
 		tickets:  make(chan struct{}, 2*cfg.Concurrency),
 		wake:     make(chan struct{}, 1),
+		freed:    make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
 	}
 	w.initFeatures()
@@ -343,6 +346,24 @@ func (w *Worker) isHeld(id string) bool {
 	return ok
 }
 
+// free returns how many runs could start now: free slots, and tickets for
+// their outcomes.
+func (w *Worker) free() int {
+	return min(cap(w.slots)-len(w.slots), cap(w.tickets)-len(w.tickets))
+}
+
+// released wakes the claim loop, after a slot or ticket was given back,
+// if the loop waits for as many free as there are now. Handlers that end
+// one after another would otherwise wake it once each.
+func (w *Worker) released() {
+	if n := w.needFree.Load(); n > 0 && int64(w.free()) >= n {
+		select {
+		case w.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // poke wakes the claim loop without blocking.
 func (w *Worker) poke() {
 	select {
@@ -369,130 +390,224 @@ const (
 	peersEvery = 2 * time.Second
 )
 
+// claimsInFlight is how many claims the claim loop keeps in flight: while
+// one waits for its commit (an fsync, a raft round), the next reads and
+// prepares its candidates. Each takes at most its share of the slots.
+const claimsInFlight = 2
+
+// claimed is what one claim in flight reports back to the claim loop.
+type claimed struct {
+	queue string
+	wakes uint64 // the loop's wake count when the claim started
+	runs  int
+	st    coordinator.ClaimStats
+	err   error
+}
+
+// claimState is the claim loop's memory between claims.
+type claimState struct {
+	backoff      time.Duration
+	next         int       // the queue to try first, round robin
+	lastJanitor  time.Time // last ReleaseOrphans
+	lastConflict time.Time // last claim that lost jobs to another daemon
+	peersRead    time.Time // last read of the live daemons, while spreading
+	holdUntil    time.Time // no claim before: back-off after conflicts
+	gatherUntil  time.Time // no claim before, unless half the slots are free
+	wakes        uint64    // wake-ups received (new work, freed slots, polls)
+	// empty holds, per queue, the wake count when a claim found it empty:
+	// it is not claimed from again until the next wake-up.
+	empty map[string]uint64
+}
+
 // claimLoop claims while slots are free, sleeping on the availability watch
-// when there is nothing to claim. When the session ends it waits for the
-// session's handlers to stop, then opens a new session.
+// when there is nothing to claim. Up to claimsInFlight claims run at once,
+// each in a goroutine of its own that starts the handlers of its runs;
+// their slots are reserved before the claim. When the session ends it
+// waits for the claims in flight and for the session's handlers to stop,
+// then opens a new session.
 func (w *Worker) claimLoop() {
 	ctx := w.loopCtx
-	backoff := time.Duration(0)
-	next := 0
-	lastJanitor := time.Now()
-	var lastConflict, peersRead time.Time
+	done := make(chan claimed, claimsInFlight)
+	inFlight := 0
+	defer func() {
+		for ; inFlight > 0; inFlight-- {
+			<-done
+		}
+	}()
+	st := &claimState{lastJanitor: time.Now(), empty: map[string]uint64{}}
 	for ctx.Err() == nil {
 		sess := w.sess.Load()
+		// Renewing the session and releasing orphans need every claim
+		// made so far to be held: wait for the claims in flight first.
+		quiet := sess.Ctx().Err() != nil || time.Since(st.lastJanitor) >= w.cfg.ReapInterval
+		if quiet && inFlight > 0 {
+			w.claimDone(<-done, st)
+			inFlight--
+			continue
+		}
 		if sess.Ctx().Err() != nil {
 			if !w.renewSession(ctx, sess) {
 				return
 			}
 			continue
 		}
-		if time.Since(lastJanitor) >= w.cfg.ReapInterval {
+		if time.Since(st.lastJanitor) >= w.cfg.ReapInterval {
 			// Claims whose reply was lost and could not be resolved hang
-			// on our lease with no handler: give them back. This runs in
-			// the claiming goroutine, so every claim it made is held.
-			lastJanitor = time.Now()
+			// on our lease with no handler: give them back. No claim is
+			// in flight, so every claim this worker made is held.
+			st.lastJanitor = time.Now()
 			if _, err := w.c.ReleaseOrphans(ctx, sess, w.isHeld); err != nil && ctx.Err() == nil {
 				w.log.Warn("releasing orphaned claims failed", slog.Any("err", err))
 			}
 		}
-		// A slot is free once its handler returned; the outcome write
-		// goes on (batched with others) under a ticket, so slow fsyncs do
-		// not hold slots.
-		free := min(cap(w.slots)-len(w.slots), cap(w.tickets)-len(w.tickets))
-		claimed, conflicts := 0, 0
-		if free > 0 {
-			for i := range w.cfg.Queues {
-				q := w.cfg.Queues[(next+i)%len(w.cfg.Queues)]
-				want := w.queueRoom(q, free-claimed)
-				if want == 0 {
-					continue // this worker's limit for the queue
-				}
-				spread := w.cfg.Spread && time.Since(lastConflict) < spreadFor
-				if spread && time.Since(peersRead) >= peersEvery {
-					// Which daemons share the queue: spread claims prefer
-					// the jobs that hashing gives to this one.
-					peersRead = time.Now()
-					if ids, err := w.c.PeerIDs(ctx); err == nil {
-						sess.SetPeers(ids)
-					}
-				}
-				runs, st, err := w.c.Claim(ctx, sess, q, want, spread)
-				if st.Conflicts > 0 {
-					lastConflict = time.Now()
-				}
-				if err != nil && ctx.Err() == nil && sess.Ctx().Err() == nil {
-					w.log.Warn("claim failed", slog.String("queue", q), slog.Any("err", err))
-					// It may still land: look for orphans again soon.
-					lastJanitor = time.Now().Add(time.Second - w.cfg.ReapInterval)
-				}
-				conflicts += st.Conflicts
-				if w.cfg.OnClaim != nil {
-					w.cfg.OnClaim(q, len(runs), st)
-				}
-				for _, r := range runs {
-					w.start(sess, r)
-				}
-				if len(runs) > 0 {
-					// Let the handlers just started run before counting
-					// free slots again: a woken claim loop would otherwise
-					// be scheduled ahead of them.
-					runtime.Gosched()
-				}
-				claimed += len(runs)
-				if claimed >= free {
-					break
+		need := 0 // free slots that would let another claim start
+		for inFlight < claimsInFlight {
+			q, want, n := w.nextClaim(st)
+			if want == 0 {
+				need = n
+				break
+			}
+			spread := w.cfg.Spread && time.Since(st.lastConflict) < spreadFor
+			if spread && time.Since(st.peersRead) >= peersEvery {
+				// Which daemons share the queue: spread claims prefer
+				// the jobs that hashing gives to this one.
+				st.peersRead = time.Now()
+				if ids, err := w.c.PeerIDs(ctx); err == nil {
+					sess.SetPeers(ids)
 				}
 			}
-			next++
+			w.reserve(q, want)
+			inFlight++
+			wakes := st.wakes
+			go func() {
+				c := w.claim(ctx, sess, q, want, spread)
+				c.wakes = wakes
+				done <- c
+			}()
 		}
-		switch {
-		case claimed > 0:
-			backoff = 0
-			w.gather(ctx)
-			continue // there may be more
-		case conflicts > 0:
-			// Others took what we wanted: back off briefly, at random,
-			// so contending daemons spread out.
-			backoff = min(max(2*backoff, time.Millisecond), 50*time.Millisecond)
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff/2 + jitter(backoff/2)):
+		var timer, poll <-chan time.Time
+		switch now := time.Now(); {
+		case inFlight == claimsInFlight:
+		case now.Before(st.holdUntil):
+			timer = time.After(st.holdUntil.Sub(now))
+		case now.Before(st.gatherUntil):
+			timer = time.After(st.gatherUntil.Sub(now))
+		case inFlight == 0:
+			poll = time.After(w.cfg.PollInterval)
+		}
+		if inFlight < claimsInFlight && need > 0 {
+			// Wait for that many free slots (released pokes when they
+			// are), unless they freed up since they were counted.
+			w.needFree.Store(int64(need))
+			if w.free() >= need {
+				w.needFree.Store(0)
+				continue
 			}
-			continue
 		}
 		select {
 		case <-ctx.Done():
 		case <-sess.Ctx().Done():
+		case c := <-done:
+			w.claimDone(c, st)
+			inFlight--
 		case <-w.wake:
-		case <-time.After(w.cfg.PollInterval):
+			st.wakes++
+		case <-w.freed:
+		case <-timer:
+		case <-poll:
+			st.wakes++
 		}
+		w.needFree.Store(0)
 	}
 }
 
-// gather waits, after a claim, up to gatherFor for half the slots to be
-// free before the next claim, so that quick handlers finishing one after
-// another make one claim instead of many small ones.
-func (w *Worker) gather(ctx context.Context) {
-	var t *time.Timer
-	for {
-		if free := min(cap(w.slots)-len(w.slots), cap(w.tickets)-len(w.tickets)); 2*free >= cap(w.slots) {
-			break
+// nextClaim picks the queue and size of the next claim: the next queue,
+// round robin, not found empty since the last wake-up and with room under
+// this worker's limit for it, for up to a share of the free slots (claims
+// in flight hold theirs). When no claim should start now, want is 0 and
+// need is how many free slots would change that (0: slots are not what
+// holds it back).
+func (w *Worker) nextClaim(st *claimState) (q string, want, need int) {
+	now := time.Now()
+	if now.Before(st.holdUntil) {
+		return "", 0, 0
+	}
+	// A slot is free once its handler returned; the outcome write goes on
+	// (batched with others) under a ticket, so slow fsyncs do not hold
+	// slots.
+	free := w.free()
+	if half := (cap(w.slots) + 1) / 2; now.Before(st.gatherUntil) && free < half {
+		return "", 0, half
+	}
+	share := min(free, max(1, cap(w.slots)/claimsInFlight))
+	waiting := false
+	for i := range w.cfg.Queues {
+		q = w.cfg.Queues[(st.next+i)%len(w.cfg.Queues)]
+		if e, ok := st.empty[q]; ok && e == st.wakes {
+			continue
 		}
-		if t == nil {
-			t = time.NewTimer(gatherFor)
-			defer t.Stop()
+		if want = w.queueRoom(q, share); want > 0 {
+			st.next++
+			return q, want, 0
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			return
-		case <-w.wake:
-		}
+		waiting = true // no free slot, or at this worker's limit for q
+	}
+	if waiting {
+		return "", 0, free + 1
+	}
+	return "", 0, 0
+}
+
+// claim claims up to want jobs of queue q into slots reserved for them,
+// starts their handlers, and gives back the reservations it did not use.
+func (w *Worker) claim(ctx context.Context, sess *coordinator.Session, q string, want int, spread bool) claimed {
+	runs, st, err := w.c.Claim(ctx, sess, q, want, spread)
+	if w.cfg.OnClaim != nil {
+		w.cfg.OnClaim(q, len(runs), st)
+	}
+	for _, r := range runs {
+		w.start(sess, r)
+	}
+	w.unreserve(q, want-len(runs))
+	if len(runs) > 0 {
+		// Let the handlers just started run before the claim loop counts
+		// free slots again.
+		runtime.Gosched()
+	}
+	return claimed{queue: q, runs: len(runs), st: st, err: err}
+}
+
+// claimDone takes in the report of a claim: more claims follow one that
+// found jobs (after gathering freed slots for up to gatherFor), a back-off
+// follows conflicts, and a queue where a claim found nothing, with no
+// wake-up since it started, is left until the next.
+func (w *Worker) claimDone(c claimed, st *claimState) {
+	if c.st.Conflicts > 0 {
+		st.lastConflict = time.Now()
+	}
+	if c.err != nil && w.loopCtx.Err() == nil && w.sess.Load().Ctx().Err() == nil {
+		w.log.Warn("claim failed", slog.String("queue", c.queue), slog.Any("err", c.err))
+		// It may still land: look for orphans again soon.
+		st.lastJanitor = time.Now().Add(time.Second - w.cfg.ReapInterval)
+	}
+	switch {
+	case c.runs > 0:
+		st.backoff = 0
+		// Quick handlers finishing one after another: make one claim of
+		// them instead of many small ones.
+		st.gatherUntil = time.Now().Add(gatherFor)
+	case c.st.Conflicts > 0:
+		// Others took what we wanted: back off briefly, at random, so
+		// contending daemons spread out.
+		st.backoff = min(max(2*st.backoff, time.Millisecond), 50*time.Millisecond)
+		st.holdUntil = time.Now().Add(st.backoff/2 + jitter(st.backoff/2))
+	case c.wakes == st.wakes:
+		st.empty[c.queue] = c.wakes
 	}
 }
 
-// gatherFor bounds gather's wait.
+// gatherFor bounds how long the claim loop waits, after a claim, for half
+// the slots to be free before the next claim.
 const gatherFor = time.Millisecond
 
 // renewSession replaces an ended session. Handlers of the old session have
@@ -548,14 +663,35 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 	return false
 }
 
-// start runs r in a slot: its handler in a goroutine of its own, and the
+// reserve takes n slots, their outcome tickets and n of queue q's share
+// of them for a claim; the claim loop has counted them free.
+func (w *Worker) reserve(q string, n int) {
+	for range n {
+		w.slots <- struct{}{}
+		w.tickets <- struct{}{}
+	}
+	w.queueAdd(q, int64(n))
+}
+
+// unreserve gives back n reservations that a claim did not use. It does
+// not wake the claim loop, which learns of them from the claim's report
+// (a wake-up would make a claim that found nothing try again at once).
+func (w *Worker) unreserve(q string, n int) {
+	if n == 0 {
+		return
+	}
+	for range n {
+		<-w.slots
+		<-w.tickets
+	}
+	w.queueAdd(q, -int64(n))
+}
+
+// start runs r in a slot reserved for it: its handler in a goroutine of its own, and the
 // wait for it and the outcome write in another.
 func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
-	w.slots <- struct{}{}
-	w.tickets <- struct{}{}
 	id := r.Job().ID
 	w.held.Store(id, struct{}{})
-	w.queueAdd(r.Job().Queue, 1)
 	w.handlersWG.Add(1)
 	w.inFlight.Add(1)
 	finish := w.execute(sess, r)
@@ -594,7 +730,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 		<-w.slots
 		w.queueAdd(jc.Queue, -1)
 		w.inFlight.Add(-1)
-		w.poke()
+		w.released()
 	})
 	done := make(chan struct{})
 	var herr error
@@ -611,7 +747,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 		defer w.active.Delete(jc.ID)
 		defer func() {
 			<-w.tickets
-			w.poke()
+			w.released()
 		}()
 		select {
 		case <-done:
