@@ -68,12 +68,16 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		window = min(4*n, 512)
 	}
 	start := c.keys.queue(queue)
-	floorKey, epoch, tracked := c.floors.start(queue)
+	floorKey, horizon, epoch, tracked := c.floors.start(queue)
 	if floorKey > start {
 		start = floorKey
 	}
 	end := kv.PrefixEnd(c.keys.queue(queue))
-	avail, err := c.readAvailable(ctx, queue, start, end, window)
+	ahead := window
+	if c.limits.RangeCountsAll {
+		ahead = max(window, readAhead*n)
+	}
+	avail, seen, err := c.readAvailable(ctx, queue, start, horizon, end, window, ahead)
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
@@ -91,7 +95,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 			// revision: a job that becomes available later lowers the
 			// floor (and voids this advance), so claims skip everything
 			// read here until then, not just until the next full read.
-			c.floors.advance(queue, end, epoch)
+			c.floors.advance(queue, end, "", epoch)
 		}
 		return nil, st, nil
 	}
@@ -170,7 +174,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 				break
 			}
 		}
-		c.floors.advance(queue, next, epoch)
+		c.floors.advance(queue, next, seen, epoch)
 	}
 	results, _, err := c.runUnits(ctx, units)
 	var runs []*Run
@@ -211,36 +215,68 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 // the first reads of readAvailable: 10 ms, 1 s, 100 s.
 var availableWindows = []int64{1e7, 1e9, 1e11}
 
-// readAvailable reads up to limit entries of queue's available index, from
-// start to end. etcd visits every key of a limited range up to its end (to
-// count them), so one read to the queue's end would cost a claim the whole
-// backlog. A read that starts at an index entry (a floor) therefore reads
-// windows of scheduled time after it, within its priority, and reads on to
-// end only when they hold fewer than limit entries.
-func (c *Coordinator) readAvailable(ctx context.Context, queue, start, end string, limit int) ([]kv.KeyValue, error) {
-	var out []kv.KeyValue
+// readAhead is how many times the jobs it claims a claim reads past the
+// horizon, when ranges count every key (kv.Limits.RangeCountsAll).
+const readAhead = 4
+
+// readAvailable returns up to limit entries of queue's available index,
+// from start to end, and the last key it saw (its new horizon): past the
+// horizon it reads up to ahead entries (at least limit).
+//
+// etcd visits every key of a limited range up to its end (to count them),
+// so one read to the queue's end would cost a claim the whole backlog.
+// Up to the horizon, the last key an earlier read saw, the range holds few
+// keys: a read there is cheap. Past it, a read that starts at an index
+// entry (a floor) reads windows of scheduled time after it, within its
+// priority, and reads on to end only when they hold too few entries. On
+// etcd a claim reads ahead of what it needs, so that the claims after it
+// read up to its horizon.
+func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, end string, limit, ahead int) (out []kv.KeyValue, seen string, err error) {
 	from := start
-	if prio, ts, ok := c.keys.parseAvailable(queue, start); ok {
+	if horizon >= from {
+		to := horizon + "\x00"
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: to, Limit: limit, Serializable: true})
+		if err != nil {
+			return nil, "", err
+		}
+		if out = rr.KVs; len(out) >= limit {
+			return out, "", nil
+		}
+		from = to
+	}
+	want := max(limit, ahead) - len(out)
+	var more []kv.KeyValue
+	read := func(to string) (bool, error) {
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: to, Limit: want - len(more), Serializable: true})
+		if err != nil {
+			return false, err
+		}
+		more = append(more, rr.KVs...)
+		from = to
+		return len(more) >= want, nil
+	}
+	full := false
+	if prio, ts, ok := c.keys.parseAvailable(queue, from); ok {
 		for _, w := range availableWindows {
 			to := c.keys.availableAt(queue, prio, ts+w)
 			if to <= from {
 				continue
 			}
-			rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: to, Limit: limit - len(out), Serializable: true})
-			if err != nil {
-				return nil, err
+			if full, err = read(to); err != nil || full {
+				break
 			}
-			if out = append(out, rr.KVs...); len(out) >= limit {
-				return out, nil
-			}
-			from = to
 		}
 	}
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: end, Limit: limit - len(out), Serializable: true})
-	if err != nil {
-		return nil, err
+	if err == nil && !full {
+		_, err = read(end)
 	}
-	return append(out, rr.KVs...), nil
+	if err != nil {
+		return nil, "", err
+	}
+	if len(more) > 0 {
+		seen = more[len(more)-1].Key
+	}
+	return append(out, more[:min(len(more), limit-len(out))]...), seen, nil
 }
 
 // resolveClaims learns which of jobs a claim whose reply was lost actually

@@ -20,29 +20,32 @@ type floors struct {
 type floor struct {
 	lastFull time.Time // last claim that read from the queue's start on purpose
 	key      string    // claim reads from here; "" is the queue's start
+	horizon  string    // the last key an earlier read saw: reads up to it count few keys
 	epoch    uint64    // bumped by every lowering, so a claim never raises past one
 	watchers int
 }
 
-// start returns where a claim of queue should read from, and the epoch to
-// hand back to advance.
-func (f *floors) start(queue string) (string, uint64, bool) {
+// start returns where a claim of queue should read from, the horizon
+// ("" if none), and the epoch to hand back to advance.
+func (f *floors) start(queue string) (key, horizon string, epoch uint64, tracked bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.m[queue]
 	if fl == nil || fl.watchers == 0 {
-		return "", 0, false
+		return "", "", 0, false
 	}
-	return fl.key, fl.epoch, true
+	return fl.key, fl.horizon, fl.epoch, true
 }
 
 // advance raises the floor to key after a claim that read from the floor
-// at epoch, unless a lowering happened meanwhile.
-func (f *floors) advance(queue, key string, epoch uint64) {
+// at epoch, unless a lowering happened meanwhile, and records horizon, the
+// last key that claim's read saw ("": keep the one there is).
+func (f *floors) advance(queue, key, horizon string, epoch uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fl := f.m[queue]; fl != nil && fl.watchers > 0 && fl.epoch == epoch && key > fl.key {
-		fl.key = key
+	if fl := f.m[queue]; fl != nil && fl.watchers > 0 && fl.epoch == epoch {
+		fl.key = max(fl.key, key)
+		fl.horizon = max(fl.horizon, horizon)
 	}
 }
 
@@ -63,7 +66,7 @@ func (f *floors) reset(queue string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[queue]; fl != nil {
-		fl.key = ""
+		fl.key, fl.horizon = "", ""
 		fl.epoch++
 	}
 }
@@ -80,7 +83,7 @@ func (f *floors) watch(queue string) {
 		f.m[queue] = fl
 	}
 	fl.watchers++
-	fl.key = ""
+	fl.key, fl.horizon = "", ""
 	fl.epoch++
 }
 

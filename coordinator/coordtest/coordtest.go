@@ -49,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ElectionOneLeaderAtATime", testElection},
 		{"ClaimFloorNeverHidesAJob", testClaimFloor},
 		{"ClaimReadsPastTimeWindows", testClaimWindows},
+		{"ClaimsCountFewKeys", testClaimsCountFewKeys},
 		{"GroupedOutcomesAreFencedEach", testGroupedOutcomes},
 		{"OrphanedClaimsReleased", testOrphanedClaims},
 	}
@@ -1050,6 +1051,82 @@ func testClaimWindows(t *testing.T, h *harness) {
 	}
 	if runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false); err != nil || len(runs) != 0 {
 		t.Fatalf("claim from an empty queue: %d, %v", len(runs), err)
+	}
+}
+
+// countingStore reports that ranges cost every key up to their end, as
+// etcd's do, and adds up how many live keys the limited ranges spanned.
+type countingStore struct {
+	kv.Store
+	spanned atomic.Int64
+}
+
+func (s *countingStore) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.RangeCountsAll = true
+	return l
+}
+
+func (s *countingStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if r.Limit > 0 && r.End != "" {
+		all, err := s.Store.Range(ctx, kv.RangeRequest{Start: r.Start, End: r.End, KeysOnly: true})
+		if err != nil {
+			return kv.RangeResult{}, err
+		}
+		s.spanned.Add(int64(len(all.KVs)))
+	}
+	return s.Store.Range(ctx, r)
+}
+
+// testClaimsCountFewKeys: on a store where a limited range costs every
+// key up to its end (etcd), claims from a long queue must not each span
+// the backlog. 600 jobs enqueued at one instant (one batch: time windows
+// cannot split them), claimed 10 at a time: without the horizon each claim
+// spans the whole remainder (about 13,600 keys in all); with it, mostly
+// the 40 keys read ahead.
+func testClaimsCountFewKeys(t *testing.T, h *harness) {
+	ps := make([]coordinator.EnqueueParams, 600)
+	for i := range ps {
+		ps[i] = coordinator.EnqueueParams{Kind: "k"}
+	}
+	if _, err := h.c.EnqueueBatch(h.ctx(), ps); err != nil {
+		t.Fatal(err)
+	}
+	cs := &countingStore{Store: h.store}
+	c := h.coordinator(cs, coordinator.Config{})
+	ctx, cancel := context.WithCancel(h.ctx())
+	defer cancel()
+	ready := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
+			select {
+			case ready <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	defer wg.Wait()
+	defer cancel()
+	<-ready // the watch is set up (it wakes once at start)
+	s := h.session(c)
+	seen := map[string]bool{}
+	for i := range 30 {
+		runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 10, false)
+		if err != nil || len(runs) != 10 {
+			t.Fatalf("claim %d: %d jobs, %v", i+1, len(runs), err)
+		}
+		for _, r := range runs {
+			if seen[r.Job().ID] {
+				t.Fatalf("job %s claimed twice", r.Job().ID)
+			}
+			seen[r.Job().ID] = true
+		}
+	}
+	if n := cs.spanned.Load(); n > 8000 {
+		t.Fatalf("30 claims of 10 spanned %d keys in all: claims read the backlog", n)
 	}
 }
 

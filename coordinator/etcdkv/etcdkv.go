@@ -73,7 +73,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Store{
 		cli:    cli,
-		limits: kv.Limits{MaxOps: maxOps, MaxBytes: maxBytes},
+		limits: kv.Limits{MaxOps: maxOps, MaxBytes: maxBytes, RangeCountsAll: true},
 		ctx:    ctx,
 		cancel: cancel,
 	}

@@ -247,6 +247,10 @@ type Limits struct {
 	MaxOps int
 	// MaxBytes bounds the encoded size of a request; 0 means unlimited.
 	MaxBytes int
+	// RangeCountsAll is true when a limited Range costs every key from
+	// its start to its end, not just those it returns: etcd visits them
+	// all to fill in the response's count.
+	RangeCountsAll bool
 }
 
 // Store is the seam. Implementations must be safe for concurrent use.
