@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -423,8 +424,9 @@ func checkTxn(t *kv.Txn) (int, error) {
 const perOpOverhead = 16
 
 // checkNested validates t and returns the keys its branches may put and
-// delete (Then and Else together: they exclude each other).
-func checkNested(t *kv.Txn) (puts, dels map[string]struct{}, size int, err error) {
+// delete (Then and Else together: they exclude each other). A key may
+// appear in both lists, or twice, when the branches write it each.
+func checkNested(t *kv.Txn) (puts, dels []string, size int, err error) {
 	for _, c := range t.If {
 		if c.Key == "" {
 			return nil, nil, 0, errors.New("localstore: compare on the empty key")
@@ -443,15 +445,18 @@ func checkNested(t *kv.Txn) (puts, dels map[string]struct{}, size int, err error
 			return nil, nil, 0, err
 		}
 		size += n
-		puts = union(puts, p)
-		dels = union(dels, d)
+		puts = append(puts, p...)
+		dels = append(dels, d...)
 	}
 	return puts, dels, size, nil
 }
 
 // checkBranch validates the ops of one branch: no key may be put by two ops,
 // nor put by one and deleted by another; two deletes of one key are fine.
-func checkBranch(ops []kv.Op) (puts, dels map[string]struct{}, size int, err error) {
+// Nested transactions count with everything either of their branches may
+// write.
+func checkBranch(ops []kv.Op) (puts, dels []string, size int, err error) {
+	var w branchWrites
 	for _, op := range ops {
 		switch op.Type {
 		case kv.OpGet, kv.OpPut, kv.OpDelete:
@@ -461,71 +466,110 @@ func checkBranch(ops []kv.Op) (puts, dels map[string]struct{}, size int, err err
 			size += len(op.Key) + len(op.Value) + perOpOverhead
 			switch op.Type {
 			case kv.OpPut:
-				if err := checkPut(puts, dels, op.Key); err != nil {
-					return nil, nil, 0, err
-				}
-				if puts == nil {
-					puts = map[string]struct{}{}
-				}
-				puts[op.Key] = struct{}{}
+				err = w.put(op.Key)
 			case kv.OpDelete:
-				if _, dup := puts[op.Key]; dup {
-					return nil, nil, 0, fmt.Errorf("%w: put and delete %q", errDuplicateKey, op.Key)
-				}
-				if dels == nil {
-					dels = map[string]struct{}{}
-				}
-				dels[op.Key] = struct{}{}
+				err = w.del(op.Key)
 			}
 		case kv.OpTxn:
 			if op.Txn == nil {
 				return nil, nil, 0, errors.New("localstore: nested op without a transaction")
 			}
-			p, d, n, err := checkNested(op.Txn)
-			if err != nil {
-				return nil, nil, 0, err
+			p, d, n, nerr := checkNested(op.Txn)
+			if nerr != nil {
+				return nil, nil, 0, nerr
 			}
 			size += n + perOpOverhead
-			for k := range p {
-				if err := checkPut(puts, dels, k); err != nil {
-					return nil, nil, 0, err
-				}
-			}
-			for k := range d {
-				if _, dup := puts[k]; dup {
-					return nil, nil, 0, fmt.Errorf("%w: put and delete %q", errDuplicateKey, k)
-				}
-			}
-			puts = union(puts, p)
-			dels = union(dels, d)
+			// The nested branches were checked each; against this
+			// branch, a key either of them may write counts once.
+			err = w.nested(p, d)
 		default:
 			return nil, nil, 0, fmt.Errorf("localstore: unknown op type %d", op.Type)
 		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
 	}
-	return puts, dels, size, nil
+	return w.puts, w.dels, size, nil
 }
 
-// checkPut fails if key is already put or deleted in the branch.
-func checkPut(puts, dels map[string]struct{}, key string) error {
-	if _, dup := puts[key]; dup {
-		return fmt.Errorf("%w: put %q twice", errDuplicateKey, key)
+// branchWrites collects the keys one branch puts and deletes. Small
+// branches are checked by scanning; from branchIndexed keys on, an index
+// is built.
+type branchWrites struct {
+	puts, dels []string
+	index      map[string]bool // key -> put (true) or deleted only (false)
+}
+
+const branchIndexed = 16
+
+// state reports whether key is put, or deleted, in the branch so far.
+func (w *branchWrites) state(key string) (put, deleted bool) {
+	if w.index != nil {
+		p, ok := w.index[key]
+		return ok && p, ok && !p
 	}
-	if _, dup := dels[key]; dup {
+	return slices.Contains(w.puts, key), slices.Contains(w.dels, key)
+}
+
+func (w *branchWrites) record(key string, put bool) {
+	if put {
+		w.puts = append(w.puts, key)
+	} else {
+		w.dels = append(w.dels, key)
+	}
+	if w.index == nil && len(w.puts)+len(w.dels) >= branchIndexed {
+		w.index = make(map[string]bool, 2*branchIndexed)
+		for _, k := range w.dels {
+			w.index[k] = false
+		}
+		for _, k := range w.puts {
+			w.index[k] = true
+		}
+	} else if w.index != nil && (put || !w.index[key]) {
+		w.index[key] = put
+	}
+}
+
+func (w *branchWrites) put(key string) error {
+	switch put, deleted := w.state(key); {
+	case put:
+		return fmt.Errorf("%w: put %q twice", errDuplicateKey, key)
+	case deleted:
 		return fmt.Errorf("%w: put and delete %q", errDuplicateKey, key)
+	}
+	w.record(key, true)
+	return nil
+}
+
+func (w *branchWrites) del(key string) error {
+	put, deleted := w.state(key)
+	if put {
+		return fmt.Errorf("%w: put and delete %q", errDuplicateKey, key)
+	}
+	if !deleted {
+		w.record(key, false)
 	}
 	return nil
 }
 
-// union adds src to dst, allocating dst if needed.
-func union(dst, src map[string]struct{}) map[string]struct{} {
-	if len(src) == 0 {
-		return dst
+// nested adds the keys a nested transaction may put and delete: each
+// counts once, whichever of its branches writes it.
+func (w *branchWrites) nested(puts, dels []string) error {
+	for i, k := range puts {
+		if slices.Contains(puts[:i], k) {
+			continue // put by both of its branches
+		}
+		if err := w.put(k); err != nil {
+			return err
+		}
 	}
-	if dst == nil {
-		dst = make(map[string]struct{}, len(src))
+	for _, k := range dels {
+		if slices.Contains(puts, k) {
+			continue // put by one of its branches, deleted by the other
+		}
+		if err := w.del(k); err != nil {
+			return err
+		}
 	}
-	for k := range src {
-		dst[k] = struct{}{}
-	}
-	return dst
+	return nil
 }

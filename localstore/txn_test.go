@@ -3,6 +3,7 @@ package localstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,4 +96,32 @@ func TestLeaseTTL(t *testing.T) {
 	if !errors.Is(err, kv.ErrLeaseNotFound) || !strings.Contains(err.Error(), "lease") {
 		t.Fatalf("Revoke of an unknown lease: %v", err)
 	}
+}
+
+// TestTxnDuplicateInLargeBranch: the duplicate-write check holds in
+// branches large enough to be indexed (a claim's, an outcome group's), and
+// a nested transaction's Then and Else may still write the same key.
+func TestTxnDuplicateInLargeBranch(t *testing.T) {
+	s := openTemp(t, Options{})
+	nested := func(i int) kv.Op {
+		k := "job/" + strconv.Itoa(i)
+		return kv.Nested(kv.Txn{
+			If:   []kv.Cmp{kv.ModRevisionIs(k, kv.Equal, 0)},
+			Then: []kv.Op{kv.Put(k, []byte("x"), 0), kv.Delete("idx/" + strconv.Itoa(i))},
+			Else: []kv.Op{kv.Delete(k), kv.Put("idx/"+strconv.Itoa(i), nil, 0)},
+		})
+	}
+	var ops []kv.Op
+	for i := range 40 {
+		ops = append(ops, nested(i))
+	}
+	mustTxn(t, s, kv.Txn{Then: ops})
+	for i, dup := range []kv.Op{nested(7), kv.Put("job/3", nil, 0), kv.Delete("idx/39")} {
+		_, err := s.Txn(ctxT(t), kv.Txn{Then: append(append([]kv.Op{}, ops...), dup)})
+		if !errors.Is(err, errDuplicateKey) {
+			t.Fatalf("duplicate write %d: %v, want errDuplicateKey", i, err)
+		}
+	}
+	// Deleting a key twice is fine, indexed or not.
+	mustTxn(t, s, kv.Txn{Then: append(append([]kv.Op{}, ops...), kv.Delete("other"), kv.Delete("other"))})
 }
