@@ -1,8 +1,10 @@
 package coordinator
 
 import (
+	stdjson "encoding/json"
 	"errors"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,11 @@ func FuzzDecodeJob(f *testing.F) {
 	f.Add([]byte{0xff, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		j, err := DecodeJob("/leasehold/ns/j/x", b)
+		// What encoding/json reads, the record decoder reads alike.
+		var std Job
+		if stdjson.Unmarshal(b, &std) == nil && err == nil && !reflect.DeepEqual(*j, std) {
+			t.Fatalf("decodes differently from encoding/json:\n got %+v\nwant %+v", *j, std)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "/leasehold/ns/j/x") {
 				t.Fatalf("error %v does not wrap ErrCorrupt with the key", err)
