@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -415,7 +416,7 @@ func (x *txnExec) events() []kv.Event {
 // checkTxn validates t before anything is read, and returns its approximate
 // encoded size.
 func checkTxn(t *kv.Txn) (int, error) {
-	_, _, size, err := checkNested(t)
+	_, size, err := checkNested(t)
 	return size, err
 }
 
@@ -423,153 +424,100 @@ func checkTxn(t *kv.Txn) (int, error) {
 // and value, for the size limit.
 const perOpOverhead = 16
 
-// checkNested validates t and returns the keys its branches may put and
-// delete (Then and Else together: they exclude each other). A key may
-// appear in both lists, or twice, when the branches write it each.
-func checkNested(t *kv.Txn) (puts, dels []string, size int, err error) {
+// write is a key a branch puts (put) or only deletes.
+type write struct {
+	key string
+	put bool
+}
+
+// checkNested validates t and returns the keys its branches may write
+// (Then and Else together: they exclude each other), each once, sorted:
+// put if either branch puts it.
+func checkNested(t *kv.Txn) (writes []write, size int, err error) {
 	for _, c := range t.If {
 		if c.Key == "" {
-			return nil, nil, 0, errors.New("localstore: compare on the empty key")
+			return nil, 0, errors.New("localstore: compare on the empty key")
 		}
 		if c.Target < kv.Version || c.Target > kv.Value {
-			return nil, nil, 0, fmt.Errorf("localstore: compare on %q: unknown target %d", c.Key, c.Target)
+			return nil, 0, fmt.Errorf("localstore: compare on %q: unknown target %d", c.Key, c.Target)
 		}
 		if c.Op < kv.Equal || c.Op > kv.Greater {
-			return nil, nil, 0, fmt.Errorf("localstore: compare on %q: unknown operator %d", c.Key, c.Op)
+			return nil, 0, fmt.Errorf("localstore: compare on %q: unknown operator %d", c.Key, c.Op)
 		}
 		size += len(c.Key) + len(c.Bytes) + perOpOverhead
 	}
 	for _, branch := range [][]kv.Op{t.Then, t.Else} {
-		p, d, n, err := checkBranch(branch)
+		ws, n, err := checkBranch(branch)
 		if err != nil {
-			return nil, nil, 0, err
+			return nil, 0, err
 		}
 		size += n
-		puts = append(puts, p...)
-		dels = append(dels, d...)
+		writes = append(writes, ws...)
 	}
-	return puts, dels, size, nil
+	if len(t.Else) > 0 && len(writes) > 1 {
+		// Both branches may write a key: it counts once.
+		sortWrites(writes)
+		out := writes[:1]
+		for _, w := range writes[1:] {
+			if last := &out[len(out)-1]; last.key == w.key {
+				last.put = last.put || w.put
+				continue
+			}
+			out = append(out, w)
+		}
+		writes = out
+	}
+	return writes, size, nil
 }
 
 // checkBranch validates the ops of one branch: no key may be put by two ops,
 // nor put by one and deleted by another; two deletes of one key are fine.
 // Nested transactions count with everything either of their branches may
-// write.
-func checkBranch(ops []kv.Op) (puts, dels []string, size int, err error) {
-	var w branchWrites
+// write. It returns the keys written, each once, sorted.
+func checkBranch(ops []kv.Op) (writes []write, size int, err error) {
 	for _, op := range ops {
 		switch op.Type {
 		case kv.OpGet, kv.OpPut, kv.OpDelete:
 			if op.Key == "" {
-				return nil, nil, 0, errors.New("localstore: op on the empty key")
+				return nil, 0, errors.New("localstore: op on the empty key")
 			}
 			size += len(op.Key) + len(op.Value) + perOpOverhead
-			switch op.Type {
-			case kv.OpPut:
-				err = w.put(op.Key)
-			case kv.OpDelete:
-				err = w.del(op.Key)
+			if op.Type != kv.OpGet {
+				writes = append(writes, write{key: op.Key, put: op.Type == kv.OpPut})
 			}
 		case kv.OpTxn:
 			if op.Txn == nil {
-				return nil, nil, 0, errors.New("localstore: nested op without a transaction")
+				return nil, 0, errors.New("localstore: nested op without a transaction")
 			}
-			p, d, n, nerr := checkNested(op.Txn)
-			if nerr != nil {
-				return nil, nil, 0, nerr
+			ws, n, err := checkNested(op.Txn)
+			if err != nil {
+				return nil, 0, err
 			}
 			size += n + perOpOverhead
-			// The nested branches were checked each; against this
-			// branch, a key either of them may write counts once.
-			err = w.nested(p, d)
+			writes = append(writes, ws...)
 		default:
-			return nil, nil, 0, fmt.Errorf("localstore: unknown op type %d", op.Type)
-		}
-		if err != nil {
-			return nil, nil, 0, err
+			return nil, 0, fmt.Errorf("localstore: unknown op type %d", op.Type)
 		}
 	}
-	return w.puts, w.dels, size, nil
+	if len(writes) < 2 {
+		return writes, size, nil
+	}
+	sortWrites(writes)
+	out := writes[:1]
+	for _, w := range writes[1:] {
+		last := &out[len(out)-1]
+		switch {
+		case last.key != w.key:
+			out = append(out, w)
+		case last.put && w.put:
+			return nil, 0, fmt.Errorf("%w: put %q twice", errDuplicateKey, w.key)
+		case last.put || w.put:
+			return nil, 0, fmt.Errorf("%w: put and delete %q", errDuplicateKey, w.key)
+		}
+	}
+	return out, size, nil
 }
 
-// branchWrites collects the keys one branch puts and deletes. Small
-// branches are checked by scanning; from branchIndexed keys on, an index
-// is built.
-type branchWrites struct {
-	puts, dels []string
-	index      map[string]bool // key -> put (true) or deleted only (false)
-}
-
-const branchIndexed = 16
-
-// state reports whether key is put, or deleted, in the branch so far.
-func (w *branchWrites) state(key string) (put, deleted bool) {
-	if w.index != nil {
-		p, ok := w.index[key]
-		return ok && p, ok && !p
-	}
-	return slices.Contains(w.puts, key), slices.Contains(w.dels, key)
-}
-
-func (w *branchWrites) record(key string, put bool) {
-	if put {
-		w.puts = append(w.puts, key)
-	} else {
-		w.dels = append(w.dels, key)
-	}
-	if w.index == nil && len(w.puts)+len(w.dels) >= branchIndexed {
-		w.index = make(map[string]bool, 2*branchIndexed)
-		for _, k := range w.dels {
-			w.index[k] = false
-		}
-		for _, k := range w.puts {
-			w.index[k] = true
-		}
-	} else if w.index != nil && (put || !w.index[key]) {
-		w.index[key] = put
-	}
-}
-
-func (w *branchWrites) put(key string) error {
-	switch put, deleted := w.state(key); {
-	case put:
-		return fmt.Errorf("%w: put %q twice", errDuplicateKey, key)
-	case deleted:
-		return fmt.Errorf("%w: put and delete %q", errDuplicateKey, key)
-	}
-	w.record(key, true)
-	return nil
-}
-
-func (w *branchWrites) del(key string) error {
-	put, deleted := w.state(key)
-	if put {
-		return fmt.Errorf("%w: put and delete %q", errDuplicateKey, key)
-	}
-	if !deleted {
-		w.record(key, false)
-	}
-	return nil
-}
-
-// nested adds the keys a nested transaction may put and delete: each
-// counts once, whichever of its branches writes it.
-func (w *branchWrites) nested(puts, dels []string) error {
-	for i, k := range puts {
-		if slices.Contains(puts[:i], k) {
-			continue // put by both of its branches
-		}
-		if err := w.put(k); err != nil {
-			return err
-		}
-	}
-	for _, k := range dels {
-		if slices.Contains(puts, k) {
-			continue // put by one of its branches, deleted by the other
-		}
-		if err := w.del(k); err != nil {
-			return err
-		}
-	}
-	return nil
+func sortWrites(ws []write) {
+	slices.SortFunc(ws, func(a, b write) int { return strings.Compare(a.key, b.key) })
 }

@@ -708,7 +708,6 @@ func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 // freed slot does not wait for another goroutine to be scheduled.
 func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish func()) {
 	jc := r.Job()
-	log := w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
 	ctx, cancel := context.WithCancelCause(w.runCtx)
 	stopOnLoss := context.AfterFunc(sess.Ctx(), func() { cancel(context.Cause(sess.Ctx())) })
 	tcancel := context.CancelFunc(func() {})
@@ -760,12 +759,12 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 				// ends the run, so that its later writes are refused.
 				w.abandoned.Add(1)
 				releaseSlot()
-				log.Error("handler ignores its cancelled context: ending its run without it", slog.Any("cause", context.Cause(ctx)), slog.Duration("grace", w.cfg.AbandonGrace))
-				w.record(sess, r, job, ctx, fmt.Errorf("handler did not return within %s of its context's cancellation (%v)", w.cfg.AbandonGrace, context.Cause(ctx)), "", a, log)
+				w.runLog(r).Error("handler ignores its cancelled context: ending its run without it", slog.Any("cause", context.Cause(ctx)), slog.Duration("grace", w.cfg.AbandonGrace))
+				w.record(sess, r, job, ctx, fmt.Errorf("handler did not return within %s of its context's cancellation (%v)", w.cfg.AbandonGrace, context.Cause(ctx)), "", a)
 				return
 			}
 		}
-		w.record(sess, r, job, ctx, herr, trace, a, log)
+		w.record(sess, r, job, ctx, herr, trace, a)
 	}
 }
 
@@ -783,8 +782,15 @@ func (w *Worker) call(ctx context.Context, j *Job) (trace string, err error) {
 	return "", h(ctx, j)
 }
 
+// runLog is the logger of r's run, built only when there is something to
+// say (most runs say nothing).
+func (w *Worker) runLog(r *coordinator.Run) *slog.Logger {
+	jc := r.Job()
+	return w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
+}
+
 // record writes the outcome of a run under its fence.
-func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, ctx context.Context, herr error, trace string, a *active, log *slog.Logger) {
+func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, ctx context.Context, herr error, trace string, a *active) {
 	out := Outcome{Job: j.Job, Token: r.Token(), HandlerErr: herr, Started: a.started, Ended: time.Now()}
 	defer func() {
 		if w.cfg.OnOutcome != nil {
@@ -797,7 +803,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		if lost == nil {
 			out.Err = fmt.Errorf("%w: session ended (%v)", fence.ErrLeaseLost, cause)
 		}
-		log.Warn("run abandoned: the session's lease was lost; recording nothing", slog.Any("cause", cause))
+		w.runLog(r).Warn("run abandoned: the session's lease was lost; recording nothing", slog.Any("cause", cause))
 		return
 	}
 	// Outcome writes are bounded by the session's validity deadline:
@@ -845,20 +851,20 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		switch {
 		case err == nil:
 			if out.Op == "fail" {
-				log.Info("attempt failed", slog.Any("err", herr))
+				w.runLog(r).Info("attempt failed", slog.Any("err", herr))
 			}
 			return
 		case errors.Is(err, fence.ErrLeaseLost):
-			log.Warn("outcome refused: another run owns the job; recording nothing", slog.Any("err", err))
+			w.runLog(r).Warn("outcome refused: another run owns the job; recording nothing", slog.Any("err", err))
 			return
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
-			log.Warn("outcome unknown: an attempt's reply was lost and the session ended; the job's record says what happened", slog.Any("err", err))
+			w.runLog(r).Warn("outcome unknown: an attempt's reply was lost and the session ended; the job's record says what happened", slog.Any("err", err))
 			return
 		case wctx.Err() != nil || errors.Is(err, coordinator.ErrInvalid) || errors.Is(err, coordinator.ErrWrongState):
-			log.Error("cannot record outcome; the job will be reaped and run again", slog.Any("err", err))
+			w.runLog(r).Error("cannot record outcome; the job will be reaped and run again", slog.Any("err", err))
 			return
 		}
-		log.Warn("recording outcome failed; retrying", slog.Any("err", err))
+		w.runLog(r).Warn("recording outcome failed; retrying", slog.Any("err", err))
 		select {
 		case <-wctx.Done():
 		case <-time.After(delay):
