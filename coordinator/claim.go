@@ -68,6 +68,16 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		window = min(4*n, 512)
 	}
 	start := c.keys.queue(queue)
+	// Claims of one queue read one at a time, each from where the one
+	// before moved the floor: two claims in flight would otherwise read,
+	// and race for, the same jobs. With a floor, the lock is released
+	// before the claim commits; without one (the queue is not watched),
+	// after.
+	unlock, err := c.floors.lockReads(ctx, queue)
+	if err != nil {
+		return nil, st, fmt.Errorf("coordinator: claim: %w", err)
+	}
+	defer unlock()
 	floorKey, horizon, epoch, tracked := c.floors.start(queue)
 	if floorKey > start {
 		start = floorKey
@@ -87,6 +97,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		// from the queue's start, so the floor can only delay a job, never
 		// hide it.
 		c.floors.reset(queue)
+		unlock()
 		return c.Claim(ctx, sess, queue, n, spread)
 	}
 	if len(avail) == 0 {
@@ -175,6 +186,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 			}
 		}
 		c.floors.advance(queue, next, seen, epoch)
+		unlock()
 	}
 	results, _, err := c.runUnits(ctx, units)
 	var runs []*Run

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -13,16 +14,78 @@ import (
 // lowers it whenever a job becomes available before it (a higher priority,
 // an older time), and resets it when the watch restarts.
 type floors struct {
-	mu sync.Mutex
-	m  map[string]*floor
+	mu    sync.Mutex
+	m     map[string]*floor
+	reads map[string]chan struct{} // per queue: one claim reads at a time
+}
+
+// lockReads takes queue's read lock, or fails when ctx ends first, and
+// returns its release, which may be called more than once.
+func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), err error) {
+	f.mu.Lock()
+	if f.reads == nil {
+		f.reads = map[string]chan struct{}{}
+	}
+	l := f.reads[queue]
+	if l == nil {
+		l = make(chan struct{}, 1)
+		f.reads[queue] = l
+	}
+	f.mu.Unlock()
+	select {
+	case l <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	var once sync.Once
+	return func() { once.Do(func() { <-l }) }, nil
 }
 
 type floor struct {
 	lastFull time.Time // last claim that read from the queue's start on purpose
 	key      string    // claim reads from here; "" is the queue's start
 	horizon  string    // the last key an earlier read saw: reads up to it count few keys
-	epoch    uint64    // bumped by every lowering, so a claim never raises past one
+	epoch    uint64    // bumped by every lowering and reset
+	lows     []low     // the latest lowerings and resets, oldest first
 	watchers int
+}
+
+// low is one lowering of a floor: a job that became available at key, or
+// a reset (key ""), which began epoch.
+type low struct {
+	epoch uint64
+	key   string
+}
+
+// maxLows bounds the lowerings a floor remembers. A claim that started
+// before the oldest of them does not raise the floor.
+const maxLows = 256
+
+// lowered records a lowering (or, with key "", a reset) in a new epoch.
+func (fl *floor) lowered(key string) {
+	fl.epoch++
+	if len(fl.lows) == maxLows {
+		fl.lows = append(fl.lows[:0], fl.lows[maxLows/2:]...)
+	}
+	fl.lows = append(fl.lows, low{epoch: fl.epoch, key: key})
+}
+
+// lowestSince returns the lowest key lowered to after epoch (ok is false
+// if the floor no longer remembers every lowering since), and whether
+// there was any.
+func (fl *floor) lowestSince(epoch uint64) (key string, found, ok bool) {
+	if epoch == fl.epoch {
+		return "", false, true
+	}
+	if len(fl.lows) == 0 || fl.lows[0].epoch > epoch+1 {
+		return "", false, false
+	}
+	for _, l := range fl.lows {
+		if l.epoch > epoch && (!found || l.key < key) {
+			key, found = l.key, true
+		}
+	}
+	return key, found, true
 }
 
 // start returns where a claim of queue should read from, the horizon
@@ -38,15 +101,25 @@ func (f *floors) start(queue string) (key, horizon string, epoch uint64, tracked
 }
 
 // advance raises the floor to key after a claim that read from the floor
-// at epoch, unless a lowering happened meanwhile, and records horizon, the
-// last key that claim's read saw ("": keep the one there is).
+// at epoch, but never past a job that became available since (a lowering
+// after epoch), and records horizon, the last key that claim's read saw
+// ("": keep the one there is).
 func (f *floors) advance(queue, key, horizon string, epoch uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if fl := f.m[queue]; fl != nil && fl.watchers > 0 && fl.epoch == epoch {
-		fl.key = max(fl.key, key)
-		fl.horizon = max(fl.horizon, horizon)
+	fl := f.m[queue]
+	if fl == nil || fl.watchers == 0 {
+		return
 	}
+	lowest, found, ok := fl.lowestSince(epoch)
+	if !ok {
+		return
+	}
+	if found {
+		key = min(key, lowest)
+	}
+	fl.key = max(fl.key, key)
+	fl.horizon = max(fl.horizon, horizon)
 }
 
 // lower makes sure the floor is at or before key, a job that just became
@@ -57,7 +130,7 @@ func (f *floors) lower(queue, key string) {
 	defer f.mu.Unlock()
 	if fl := f.m[queue]; fl != nil {
 		fl.key = min(fl.key, key)
-		fl.epoch++
+		fl.lowered(key)
 	}
 }
 
@@ -67,7 +140,7 @@ func (f *floors) reset(queue string) {
 	defer f.mu.Unlock()
 	if fl := f.m[queue]; fl != nil {
 		fl.key, fl.horizon = "", ""
-		fl.epoch++
+		fl.lowered("")
 	}
 }
 
@@ -84,7 +157,7 @@ func (f *floors) watch(queue string) {
 	}
 	fl.watchers++
 	fl.key, fl.horizon = "", ""
-	fl.epoch++
+	fl.lowered("")
 }
 
 func (f *floors) unwatch(queue string) {

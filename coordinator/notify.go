@@ -93,8 +93,9 @@ func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string
 		})
 }
 
-// WatchAvailable calls fn whenever a job becomes available in queue. fn
-// must not block. It blocks until ctx ends. While it runs, claims of queue
+// WatchAvailable calls fn whenever a job becomes available in queue, and
+// each time its watch is established (first once it is set up: a caller
+// that waits for that call misses no job). fn must not block. It blocks until ctx ends. While it runs, claims of queue
 // through this coordinator skip the deleted index entries of jobs already
 // claimed (see floors).
 func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func()) error {
@@ -103,8 +104,12 @@ func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func(
 	}
 	c.floors.watch(queue)
 	defer c.floors.unwatch(queue)
-	fn() // whatever became available while nobody watched
-	return c.follow(ctx, c.keys.queue(queue), func() { c.floors.reset(queue) }, nil, func(ev kv.Event) {
+	return c.follow(ctx, c.keys.queue(queue), func() {
+		// The watch is (re)established: the floor starts over, and
+		// whatever became available while nobody watched is claimable.
+		c.floors.reset(queue)
+		fn()
+	}, nil, func(ev kv.Event) {
 		if ev.Type == kv.EventPut {
 			c.floors.lower(queue, ev.KV.Key)
 			fn()

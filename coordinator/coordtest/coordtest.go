@@ -50,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ClaimFloorNeverHidesAJob", testClaimFloor},
 		{"ClaimReadsPastTimeWindows", testClaimWindows},
 		{"ClaimsCountFewKeys", testClaimsCountFewKeys},
+		{"ClaimsInFlightTakeDifferentJobs", testClaimsInFlight},
 		{"GroupedOutcomesAreFencedEach", testGroupedOutcomes},
 		{"OrphanedClaimsReleased", testOrphanedClaims},
 	}
@@ -1094,23 +1095,7 @@ func testClaimsCountFewKeys(t *testing.T, h *harness) {
 	}
 	cs := &countingStore{Store: h.store}
 	c := h.coordinator(cs, coordinator.Config{})
-	ctx, cancel := context.WithCancel(h.ctx())
-	defer cancel()
-	ready := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		_ = c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
-			select {
-			case ready <- struct{}{}:
-			default:
-			}
-		})
-	}()
-	defer wg.Wait()
-	defer cancel()
-	<-ready // the watch is set up (it wakes once at start)
+	h.watchWith(c)
 	s := h.session(c)
 	seen := map[string]bool{}
 	for i := range 30 {
@@ -1127,6 +1112,112 @@ func testClaimsCountFewKeys(t *testing.T, h *harness) {
 	}
 	if n := cs.spanned.Load(); n > 8000 {
 		t.Fatalf("30 claims of 10 spanned %d keys in all: claims read the backlog", n)
+	}
+}
+
+// watchWith runs WatchAvailable of the default queue on c (which keeps a
+// claim floor only while it watches) until the test ends. It returns once
+// the watch is set up; the channel then signals each wake-up.
+func (h *harness) watchWith(c *coordinator.Coordinator) <-chan struct{} {
+	ctx, cancel := context.WithCancel(context.Background())
+	wake := make(chan struct{}, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	h.t.Cleanup(func() { cancel(); <-done })
+	<-wake // the watch is set up (it wakes once at start)
+	return wake
+}
+
+// stepStore holds the next range read (of more than one key), and the
+// next writing Txn, of a claim until the test lets them go.
+type stepStore struct {
+	kv.Store
+	rangeArmed, txnArmed atomic.Bool
+	rangeHeld, rangeGo   chan struct{}
+	txnHeld, txnGo       chan struct{}
+}
+
+func newStepStore(s kv.Store) *stepStore {
+	return &stepStore{Store: s, rangeHeld: make(chan struct{}), rangeGo: make(chan struct{}), txnHeld: make(chan struct{}), txnGo: make(chan struct{})}
+}
+
+func (g *stepStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if r.End != "" && g.rangeArmed.CompareAndSwap(true, false) {
+		close(g.rangeHeld)
+		<-g.rangeGo
+	}
+	return g.Store.Range(ctx, r)
+}
+
+func (g *stepStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if writes(t) && g.txnArmed.CompareAndSwap(true, false) {
+		close(g.txnHeld)
+		<-g.txnGo
+	}
+	return g.Store.Txn(ctx, t)
+}
+
+// testClaimsInFlight: a daemon keeps two claims of a queue in flight. The
+// second reads on from where the first moved the floor, even when a job
+// became available while the first was reading (which must not stop the
+// floor from moving, nor hide that job): the two take different jobs, and
+// neither loses any to the other.
+func testClaimsInFlight(t *testing.T, h *harness) {
+	for range 20 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	}
+	g := newStepStore(h.store)
+	c := h.coordinator(g, coordinator.Config{})
+	wake := h.watchWith(c)
+	s := h.session(c)
+	type result struct {
+		runs []*coordinator.Run
+		st   coordinator.ClaimStats
+		err  error
+	}
+	first := make(chan result, 1)
+	g.rangeArmed.Store(true)
+	g.txnArmed.Store(true)
+	go func() {
+		runs, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false)
+		first <- result{runs, st, err}
+	}()
+	<-g.rangeHeld
+	// A job becomes available while the first claim reads.
+	late := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	<-wake
+	close(g.rangeGo)
+	<-g.txnHeld // the first claim has read and waits to commit
+	second, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false)
+	if err != nil || len(second) != 5 || st.Conflicts != 0 {
+		t.Fatalf("second claim: %d jobs, %d conflicts, %v; want 5 and none", len(second), st.Conflicts, err)
+	}
+	close(g.txnGo)
+	r := <-first
+	if r.err != nil || len(r.runs) != 5 || r.st.Conflicts != 0 {
+		t.Fatalf("first claim: %d jobs, %d conflicts, %v; want 5 and none", len(r.runs), r.st.Conflicts, r.err)
+	}
+	rest, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 50, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, x := range append(append(r.runs, second...), rest...) {
+		if seen[x.Job().ID] {
+			t.Fatalf("job %s claimed twice", x.Job().ID)
+		}
+		seen[x.Job().ID] = true
+	}
+	if len(seen) != 21 || !seen[late.ID] {
+		t.Fatalf("claimed %d of 21 jobs (the late one: %v)", len(seen), seen[late.ID])
 	}
 }
 
