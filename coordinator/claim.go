@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
@@ -69,10 +70,10 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	}
 	start := c.keys.queue(queue)
 	// Claims of one queue read one at a time, each from where the one
-	// before moved the floor: two claims in flight would otherwise read,
-	// and race for, the same jobs. With a floor, the lock is released
-	// before the claim commits; without one (the queue is not watched),
-	// after.
+	// before moved the floor, and skipping the jobs that claims of this
+	// coordinator still in flight try: two claims in flight would
+	// otherwise race for the same jobs. The lock is released before the
+	// claim commits.
 	unlock, err := c.floors.lockReads(ctx, queue)
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: claim: %w", err)
@@ -87,10 +88,13 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if c.limits.RangeCountsAll {
 		ahead = max(window, readAhead*n)
 	}
-	avail, seen, err := c.readAvailable(ctx, queue, start, horizon, end, window, ahead)
+	busy := c.floors.pendingCount(queue)
+	avail, seen, err := c.readAvailable(ctx, queue, start, horizon, end, window+busy, ahead+busy)
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
+	read := avail
+	avail = c.floors.dropPending(queue, avail)
 	if len(avail) == 0 && start != c.keys.queue(queue) && c.floors.dueFullRead(queue, time.Now()) {
 		// Nothing after the floor: now and then (at most once a second,
 		// since on etcd the index of deleted keys makes it costly) read
@@ -110,13 +114,11 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		}
 		return nil, st, nil
 	}
-	inOrder := make([]string, len(avail))
-	for i, x := range avail {
-		inOrder[i] = x.Key
-	}
 	cands := avail
 	if len(cands) > n {
 		if spread {
+			// A copy: read stays in key order, for the floor.
+			cands = slices.Clone(cands)
 			spreadOrder(cands, sess)
 		}
 		cands = cands[:n]
@@ -169,25 +171,28 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	if len(units) == 0 {
 		return nil, st, nil
 	}
+	tried := make(map[string]bool, len(cands))
+	for _, x := range cands {
+		tried[x.Key] = true
+	}
 	if tracked {
 		// Every candidate tried will be gone from the index (claimed by us
-		// or by someone else); the floor moves to the first key read that
-		// is not tried, before the claim commits, so that a claim of this
-		// queue started meanwhile reads on from there.
-		tried := make(map[string]bool, len(cands))
-		for _, x := range cands {
-			tried[x.Key] = true
-		}
-		next := inOrder[len(inOrder)-1] + "\x00"
-		for _, k := range inOrder {
-			if !tried[k] {
-				next = k
+		// or by someone else), and so will those claims in flight try;
+		// the floor moves to the first key read that is neither, before
+		// the claim commits, so that a claim of this queue started
+		// meanwhile reads on from there.
+		next := read[len(read)-1].Key + "\x00"
+		for _, x := range read {
+			if !tried[x.Key] && !c.floors.isPending(queue, x.Key) {
+				next = x.Key
 				break
 			}
 		}
 		c.floors.advance(queue, next, seen, epoch)
-		unlock()
 	}
+	c.floors.hold(queue, tried)
+	defer c.floors.release(queue, tried)
+	unlock()
 	results, _, err := c.runUnits(ctx, units)
 	var runs []*Run
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/leasehold/leasehold/coordinator/kv"
 )
 
 // floors remember, per queue, a key before which the available index holds
@@ -17,6 +19,64 @@ type floors struct {
 	mu    sync.Mutex
 	m     map[string]*floor
 	reads map[string]chan struct{} // per queue: one claim reads at a time
+	// pending holds, per queue, the index keys that claims in flight try.
+	pending map[string]map[string]bool
+}
+
+// hold marks keys as tried by a claim in flight, until release.
+func (f *floors) hold(queue string, keys map[string]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pending == nil {
+		f.pending = map[string]map[string]bool{}
+	}
+	p := f.pending[queue]
+	if p == nil {
+		p = map[string]bool{}
+		f.pending[queue] = p
+	}
+	for k := range keys {
+		p[k] = true
+	}
+}
+
+func (f *floors) release(queue string, keys map[string]bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k := range keys {
+		delete(f.pending[queue], k)
+	}
+}
+
+// pendingCount returns how many keys of queue claims in flight try.
+func (f *floors) pendingCount(queue string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.pending[queue])
+}
+
+func (f *floors) isPending(queue, key string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.pending[queue][key]
+}
+
+// dropPending returns xs without the entries claims in flight try (a new
+// slice when it drops any).
+func (f *floors) dropPending(queue string, xs []kv.KeyValue) []kv.KeyValue {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p := f.pending[queue]
+	if len(p) == 0 {
+		return xs
+	}
+	out := make([]kv.KeyValue, 0, len(xs))
+	for _, x := range xs {
+		if !p[x.Key] {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // lockReads takes queue's read lock, or fails when ctx ends first, and

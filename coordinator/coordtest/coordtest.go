@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ClaimReadsPastTimeWindows", testClaimWindows},
 		{"ClaimsCountFewKeys", testClaimsCountFewKeys},
 		{"ClaimsInFlightTakeDifferentJobs", testClaimsInFlight},
+		{"ConcurrentClaimsMissNoJob", testConcurrentClaimsMissNoJob},
 		{"GroupedOutcomesAreFencedEach", testGroupedOutcomes},
 		{"OrphanedClaimsReleased", testOrphanedClaims},
 	}
@@ -1218,6 +1219,101 @@ func testClaimsInFlight(t *testing.T, h *harness) {
 	}
 	if len(seen) != 21 || !seen[late.ID] {
 		t.Fatalf("claimed %d of 21 jobs (the late one: %v)", len(seen), seen[late.ID])
+	}
+}
+
+// testConcurrentClaimsMissNoJob: a daemon's claims in flight at once, in
+// order and spread (random picks leave holes that the floor must not
+// pass), take every job, each once. A claim that finds nothing is checked
+// with no claim in flight: if jobs are still available, a claim then must
+// find them (a floor that passed them would hide them, but for a full read
+// allowed once a second).
+func testConcurrentClaimsMissNoJob(t *testing.T, h *harness) {
+	const total = 1500
+	ps := make([]coordinator.EnqueueParams, total)
+	for i := range ps {
+		ps[i] = coordinator.EnqueueParams{Kind: "k"}
+	}
+	if _, err := h.c.EnqueueBatch(h.ctx(), ps); err != nil {
+		t.Fatal(err)
+	}
+	c := h.coordinator(h.store, coordinator.Config{})
+	h.watchWith(c)
+	s := h.session(c)
+	var (
+		inFlight sync.RWMutex // claims hold it shared; the check, alone
+		mu       sync.Mutex
+		seen     = map[string]bool{}
+		quiet    int // claims made with none in flight that found jobs
+	)
+	record := func(runs []*coordinator.Run) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range runs {
+			if seen[r.Job().ID] {
+				return 0, fmt.Errorf("job %s claimed twice", r.Job().ID)
+			}
+			seen[r.Job().ID] = true
+		}
+		return len(seen), nil
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for g := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				inFlight.RLock()
+				runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 16, g != 0)
+				inFlight.RUnlock()
+				if err != nil {
+					errs <- err
+					return
+				}
+				n, err := record(runs)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n == total {
+					return
+				}
+				if len(runs) > 0 {
+					continue
+				}
+				inFlight.Lock()
+				if left := h.counts()[coordinator.StateAvailable]; left > 0 {
+					runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 16, false)
+					if err == nil && len(runs) == 0 {
+						err = fmt.Errorf("no claim in flight, %d jobs available, and a claim finds none", left)
+					}
+					if err == nil {
+						_, err = record(runs)
+						quiet++
+					}
+					if err != nil {
+						inFlight.Unlock()
+						errs <- err
+						return
+					}
+				}
+				inFlight.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != total {
+		t.Fatalf("claimed %d of %d jobs", len(seen), total)
+	}
+	if quiet > 0 {
+		// Each is a claim that found nothing past the floor while jobs
+		// were left before it (found then by a full read).
+		t.Fatalf("%d times claims found nothing while jobs were available", quiet)
 	}
 }
 
