@@ -461,13 +461,13 @@ func (w *Worker) claimLoop() {
 			}
 		}
 		need := 0 // free slots that would let another claim start
-		for inFlight < claimsInFlight {
+		for inFlight < claimsInFlight && (inFlight == 0 || !w.spreading(st)) {
 			q, want, n := w.nextClaim(st)
 			if want == 0 {
 				need = n
 				break
 			}
-			spread := w.cfg.Spread && time.Since(st.lastConflict) < spreadFor
+			spread := w.spreading(st)
 			if spread && time.Since(st.peersRead) >= peersEvery {
 				// Which daemons share the queue: spread claims prefer
 				// the jobs that hashing gives to this one.
@@ -519,6 +519,13 @@ func (w *Worker) claimLoop() {
 		}
 		w.needFree.Store(0)
 	}
+}
+
+// spreading reports whether claims spread now (Config.Spread, and a claim
+// met contention within spreadFor). Contending daemons keep one claim in
+// flight each: a second would race the others for the same jobs.
+func (w *Worker) spreading(st *claimState) bool {
+	return w.cfg.Spread && time.Since(st.lastConflict) < spreadFor
 }
 
 // nextClaim picks the queue and size of the next claim: the next queue,
