@@ -67,7 +67,8 @@ type Config struct {
 	// the live daemons gives to this one, then others at random. It
 	// applies only while claims meet contention: for spreadFor after a
 	// claim lost jobs to another daemon; otherwise claims take the head of
-	// the queue, which is cheaper. Default: false.
+	// the queue, which is cheaper. While claims spread, the worker keeps
+	// one claim in flight rather than two. Default: false.
 	Spread bool
 	// WorkerID names this worker; it must be unique. Default:
 	// coordinator.NewWorkerID().
