@@ -108,8 +108,9 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		if tracked {
 			// Nothing from the floor to the queue's end at the read's
 			// revision: a job that becomes available later lowers the
-			// floor (and voids this advance), so claims skip everything
-			// read here until then, not just until the next full read.
+			// floor (and this advance goes no further than it), so claims
+			// skip everything read here until then, not just until the
+			// next full read.
 			c.floors.advance(queue, end, "", epoch)
 		}
 		return nil, st, nil

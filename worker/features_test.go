@@ -141,6 +141,36 @@ func TestQueueConcurrencyPerWorker(t *testing.T) {
 	}
 }
 
+// TestConcurrencyBoundsRunsAcrossClaimsInFlight: slots are reserved before
+// a claim, and two claims are in flight at once; the handlers running at
+// once never exceed Concurrency, over jobs of two queues.
+func TestConcurrencyBoundsRunsAcrossClaimsInFlight(t *testing.T) {
+	e := newEnv(t, nil)
+	var cur, peak atomic.Int32
+	h := func(ctx context.Context, j *worker.Job) error {
+		n := cur.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(time.Millisecond)
+		cur.Add(-1)
+		return nil
+	}
+	e.worker(worker.Config{Concurrency: 5, Queues: []string{"default", "other"}}, map[string]worker.Handler{"k": h})
+	var ids []string
+	for i := range 200 {
+		q := []string{"default", "other"}[i%2]
+		ids = append(ids, e.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q}))
+	}
+	for _, id := range ids {
+		if j := e.wait(id); j.State != coordinator.StateCompleted {
+			t.Fatalf("job %s: %s", id, j.State)
+		}
+	}
+	if p := peak.Load(); p > 5 || p < 2 {
+		t.Fatalf("peak %d handlers at once, want 2 to 5", p)
+	}
+}
+
 func TestPausedQueueRunsAfterResume(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()

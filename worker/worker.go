@@ -414,7 +414,7 @@ type claimState struct {
 	peersRead    time.Time // last read of the live daemons, while spreading
 	holdUntil    time.Time // no claim before: back-off after conflicts
 	gatherUntil  time.Time // no claim before, unless half the slots are free
-	wakes        uint64    // wake-ups received (new work, freed slots, polls)
+	wakes        uint64    // wake-ups received (new work may be available, polls)
 	// empty holds, per queue, the wake count when a claim found it empty:
 	// it is not claimed from again until the next wake-up.
 	empty map[string]uint64
