@@ -111,17 +111,23 @@ func TestKindOptions(t *testing.T) {
 	}
 }
 
-func TestQueueConcurrencyPerWorker(t *testing.T) {
-	e := newEnv(t, nil)
+// peakHandler returns a handler that takes d, and the most of its calls
+// ever running at once.
+func peakHandler(d time.Duration) (worker.Handler, *atomic.Int32) {
 	var cur, peak atomic.Int32
-	h := func(ctx context.Context, j *worker.Job) error {
+	return func(ctx context.Context, j *worker.Job) error {
 		n := cur.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(d)
 		cur.Add(-1)
 		return nil
-	}
+	}, &peak
+}
+
+func TestQueueConcurrencyPerWorker(t *testing.T) {
+	e := newEnv(t, nil)
+	h, peak := peakHandler(20 * time.Millisecond)
 	e.worker(worker.Config{Concurrency: 10, Queues: []string{"default", "narrow"}, QueueConcurrency: map[string]int{"narrow": 2}},
 		map[string]worker.Handler{"k": h})
 	var ids []string
@@ -146,15 +152,7 @@ func TestQueueConcurrencyPerWorker(t *testing.T) {
 // once never exceed Concurrency, over jobs of two queues.
 func TestConcurrencyBoundsRunsAcrossClaimsInFlight(t *testing.T) {
 	e := newEnv(t, nil)
-	var cur, peak atomic.Int32
-	h := func(ctx context.Context, j *worker.Job) error {
-		n := cur.Add(1)
-		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
-		}
-		time.Sleep(time.Millisecond)
-		cur.Add(-1)
-		return nil
-	}
+	h, peak := peakHandler(time.Millisecond)
 	e.worker(worker.Config{Concurrency: 5, Queues: []string{"default", "other"}}, map[string]worker.Handler{"k": h})
 	var ids []string
 	for i := range 200 {

@@ -129,26 +129,9 @@ func (h *harness) enqueue(p coordinator.EnqueueParams) *coordinator.Job {
 	return r.Job
 }
 
-// watchAvailable runs WatchAvailable on the default queue until the test
-// ends (claims keep a floor only while their queue is watched). It returns
-// once the watch is set up; the channel then signals each wake-up.
-func (h *harness) watchAvailable() <-chan struct{} {
-	woke := make(chan struct{}, 64)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = h.c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {
-			select {
-			case woke <- struct{}{}:
-			default:
-			}
-		})
-	}()
-	h.t.Cleanup(func() { cancel(); <-done })
-	<-woke // the watch is set up
-	return woke
-}
+// watchAvailable runs WatchAvailable on the default queue through h.c (see
+// watchWith).
+func (h *harness) watchAvailable() <-chan struct{} { return h.watchWith(h.c) }
 
 func (h *harness) claimOne(s *coordinator.Session) *coordinator.Run {
 	h.t.Helper()
@@ -1121,7 +1104,7 @@ func testClaimsCountFewKeys(t *testing.T, h *harness) {
 // the watch is set up; the channel then signals each wake-up.
 func (h *harness) watchWith(c *coordinator.Coordinator) <-chan struct{} {
 	ctx, cancel := context.WithCancel(context.Background())
-	wake := make(chan struct{}, 1)
+	wake := make(chan struct{}, 64)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
