@@ -183,8 +183,8 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		// the claim commits, so that a claim of this queue started
 		// meanwhile reads on from there.
 		next := read[len(read)-1].Key + "\x00"
-		for _, x := range read {
-			if !tried[x.Key] && !c.floors.isPending(queue, x.Key) {
+		for _, x := range avail { // read less what claims in flight try, in key order
+			if !tried[x.Key] {
 				next = x.Key
 				break
 			}

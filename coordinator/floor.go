@@ -55,12 +55,6 @@ func (f *floors) pendingCount(queue string) int {
 	return len(f.pending[queue])
 }
 
-func (f *floors) isPending(queue, key string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.pending[queue][key]
-}
-
 // dropPending returns xs without the entries claims in flight try (a new
 // slice when it drops any).
 func (f *floors) dropPending(queue string, xs []kv.KeyValue) []kv.KeyValue {

@@ -977,15 +977,8 @@ func testClaimFloor(t *testing.T, h *harness) {
 	if err != nil || len(runs) != 3 {
 		t.Fatalf("claim 3: %d, %v", len(runs), err)
 	}
-	for len(woke) > 0 {
-		<-woke
-	}
-	urgent := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 1})
-	select {
-	case <-woke:
-	case <-time.After(10 * time.Second):
-		t.Fatal("watch did not see the new job")
-	}
+	var urgent *coordinator.Job
+	h.seen(woke, "the new job", func() { urgent = h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 1}) })
 	r := h.claimOne(s)
 	if r.Job().ID != urgent.ID {
 		t.Fatalf("claimed %s (priority %d), want the priority-1 job that landed before the floor", r.Job().ID, r.Job().Priority)
@@ -1001,15 +994,8 @@ func testClaimFloor(t *testing.T, h *harness) {
 	if runs, _, err = h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false); err != nil || len(runs) != 0 {
 		t.Fatalf("claim from an empty queue: %d, %v", len(runs), err)
 	}
-	for len(woke) > 0 {
-		<-woke
-	}
-	late := h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 3})
-	select {
-	case <-woke:
-	case <-time.After(10 * time.Second):
-		t.Fatal("watch did not see the late job")
-	}
+	var late *coordinator.Job
+	h.seen(woke, "the late job", func() { late = h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 3}) })
 	if r := h.claimOne(s); r.Job().ID != late.ID {
 		t.Fatalf("claimed %s, want the job that landed after the queue emptied", r.Job().ID)
 	}
@@ -1120,6 +1106,21 @@ func (h *harness) watchWith(c *coordinator.Coordinator) <-chan struct{} {
 	return wake
 }
 
+// seen runs do, which should make a watch wake woke, and waits for that
+// wake-up (earlier ones are dropped first).
+func (h *harness) seen(woke <-chan struct{}, what string, do func()) {
+	h.t.Helper()
+	for len(woke) > 0 {
+		<-woke
+	}
+	do()
+	select {
+	case <-woke:
+	case <-time.After(10 * time.Second):
+		h.t.Fatalf("the watch did not see %s", what)
+	}
+}
+
 // stepStore holds the next range read (of more than one key), and the
 // next writing Txn, of a claim until the test lets them go.
 type stepStore struct {
@@ -1176,8 +1177,8 @@ func testClaimsInFlight(t *testing.T, h *harness) {
 	}()
 	<-g.rangeHeld
 	// A job becomes available while the first claim reads.
-	late := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
-	<-wake
+	var late *coordinator.Job
+	h.seen(wake, "the late job", func() { late = h.enqueue(coordinator.EnqueueParams{Kind: "k"}) })
 	close(g.rangeGo)
 	<-g.txnHeld // the first claim has read and waits to commit
 	second, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false)

@@ -483,17 +483,11 @@ func testPauseAcrossRestart(t *testing.T, h *harness) {
 	if !found {
 		t.Fatalf("Queues = %+v: want mail paused with 1 available job", qs)
 	}
-	for len(woke) > 0 {
-		<-woke
-	}
-	if _, changed, err := h.c.ResumeQueue(h.ctx(), "mail"); err != nil || !changed {
-		t.Fatalf("ResumeQueue: %v, %v", changed, err)
-	}
-	select {
-	case <-woke:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the queue watch did not report the resume")
-	}
+	h.seen(woke, "the resume", func() {
+		if _, changed, err := h.c.ResumeQueue(h.ctx(), "mail"); err != nil || !changed {
+			t.Fatalf("ResumeQueue: %v, %v", changed, err)
+		}
+	})
 	runs, _, err = c2.Claim(h.ctx(), s2, "mail", 5, false)
 	if err != nil || len(runs) != 1 || runs[0].Job().ID != j.ID {
 		t.Fatalf("claim after resume: %d, %v", len(runs), err)
