@@ -104,7 +104,15 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 		// Up to four memtables queued for flush before writes stall,
 		// rather than Pebble's two: absorbs bursts of enqueues.
 		MemTableStopWritesThreshold: 4,
-		FormatMajorVersion:          pebble.FormatNewest,
+		// L0 is compacted once eight sublevels deep, not Pebble's four:
+		// most keys of a job (its index entries, ownership and running
+		// keys) are written and deleted within moments, and a compaction
+		// of more flushed files at once finds more of them cancelled,
+		// which halves the compactions of a drain (docs/performance.md).
+		// Writes stop at 16, above it as Pebble's 12 is above 4.
+		L0CompactionThreshold: 8,
+		L0StopWritesThreshold: 16,
+		FormatMajorVersion:    pebble.FormatNewest,
 	}
 	// Bloom filters on every level: most keys a transaction reads before
 	// writing do not exist yet (a claim's ownership and running keys), and
