@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -431,8 +429,8 @@ type write struct {
 }
 
 // checkNested validates t and returns the keys its branches may write
-// (Then and Else together: they exclude each other), each once, sorted:
-// put if either branch puts it.
+// (Then and Else together: they exclude each other), each once, in no
+// particular order: put if either branch puts it.
 func checkNested(t *kv.Txn) (writes []write, size int, err error) {
 	for _, c := range t.If {
 		if c.Key == "" {
@@ -454,18 +452,9 @@ func checkNested(t *kv.Txn) (writes []write, size int, err error) {
 		size += n
 		writes = append(writes, ws...)
 	}
-	if len(t.Else) > 0 && len(writes) > 1 {
+	if len(t.Else) > 0 {
 		// Both branches may write a key: it counts once.
-		sortWrites(writes)
-		out := writes[:1]
-		for _, w := range writes[1:] {
-			if last := &out[len(out)-1]; last.key == w.key {
-				last.put = last.put || w.put
-				continue
-			}
-			out = append(out, w)
-		}
-		writes = out
+		writes, _ = dedupWrites(writes, false)
 	}
 	return writes, size, nil
 }
@@ -473,7 +462,7 @@ func checkNested(t *kv.Txn) (writes []write, size int, err error) {
 // checkBranch validates the ops of one branch: no key may be put by two ops,
 // nor put by one and deleted by another; two deletes of one key are fine.
 // Nested transactions count with everything either of their branches may
-// write. It returns the keys written, each once, sorted.
+// write. It returns the keys written, each once.
 func checkBranch(ops []kv.Op) (writes []write, size int, err error) {
 	for _, op := range ops {
 		switch op.Type {
@@ -499,25 +488,57 @@ func checkBranch(ops []kv.Op) (writes []write, size int, err error) {
 			return nil, 0, fmt.Errorf("localstore: unknown op type %d", op.Type)
 		}
 	}
-	if len(writes) < 2 {
-		return writes, size, nil
+	if writes, err = dedupWrites(writes, true); err != nil {
+		return nil, 0, err
 	}
-	sortWrites(writes)
-	out := writes[:1]
-	for _, w := range writes[1:] {
-		last := &out[len(out)-1]
-		switch {
-		case last.key != w.key:
-			out = append(out, w)
-		case last.put && w.put:
-			return nil, 0, fmt.Errorf("%w: put %q twice", errDuplicateKey, w.key)
-		case last.put || w.put:
-			return nil, 0, fmt.Errorf("%w: put and delete %q", errDuplicateKey, w.key)
-		}
-	}
-	return out, size, nil
+	return writes, size, nil
 }
 
-func sortWrites(ws []write) {
-	slices.SortFunc(ws, func(a, b write) int { return strings.Compare(a.key, b.key) })
+// smallWrites is the most writes dedupWrites compares pairwise; above it,
+// it indexes them in a map (a batch of outcomes writes thousands of keys).
+const smallWrites = 16
+
+// dedupWrites merges the writes of one key into one, in place: put if any
+// of them puts. When strict (the writes of one branch), a key put twice or
+// put and deleted is an error.
+func dedupWrites(ws []write, strict bool) ([]write, error) {
+	if len(ws) < 2 {
+		return ws, nil
+	}
+	var seen map[string]int // key -> index in out, for large sets
+	if len(ws) > smallWrites {
+		seen = make(map[string]int, len(ws))
+	}
+	out := ws[:0]
+	for _, w := range ws {
+		i := -1
+		if seen != nil {
+			if j, ok := seen[w.key]; ok {
+				i = j
+			}
+		} else {
+			for j := range out {
+				if out[j].key == w.key {
+					i = j
+					break
+				}
+			}
+		}
+		if i < 0 {
+			if seen != nil {
+				seen[w.key] = len(out)
+			}
+			out = append(out, w)
+			continue
+		}
+		first := &out[i]
+		switch {
+		case strict && first.put && w.put:
+			return nil, fmt.Errorf("%w: put %q twice", errDuplicateKey, w.key)
+		case strict && (first.put || w.put):
+			return nil, fmt.Errorf("%w: put and delete %q", errDuplicateKey, w.key)
+		}
+		first.put = first.put || w.put
+	}
+	return out, nil
 }
