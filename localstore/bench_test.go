@@ -2,6 +2,7 @@ package localstore
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"sync/atomic"
@@ -54,4 +55,25 @@ func BenchmarkTxnParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "txn/s")
+}
+
+// BenchmarkCheckTxnGroup validates a group commit's transaction: 512
+// outcomes of five writes each, as nested transactions.
+func BenchmarkCheckTxnGroup(b *testing.B) {
+	ops := make([]kv.Op, 512)
+	for i := range ops {
+		id := fmt.Sprintf("%026d", i)
+		ops[i] = kv.Nested(kv.Txn{
+			If:   []kv.Cmp{kv.CreateRevisionIs("/o/"+id, kv.Equal, 7)},
+			Then: []kv.Op{kv.Delete("/r/" + id), kv.Delete("/o/" + id), kv.Delete("/c/" + id), kv.Put("/j/"+id, []byte("record"), 0), kv.Put("/f/"+id, nil, 0)},
+			Else: []kv.Op{kv.Get("/o/" + id)},
+		})
+	}
+	t := kv.Txn{Then: ops}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := checkTxn(&t); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -464,6 +464,7 @@ func checkNested(t *kv.Txn) (writes []write, size int, err error) {
 // Nested transactions count with everything either of their branches may
 // write. It returns the keys written, each once.
 func checkBranch(ops []kv.Op) (writes []write, size int, err error) {
+	writes = make([]write, 0, len(ops))
 	for _, op := range ops {
 		switch op.Type {
 		case kv.OpGet, kv.OpPut, kv.OpDelete:
