@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc"
 	"strings"
 	"sync"
 	"time"
@@ -43,8 +44,12 @@ type Options struct {
 
 // Store is the kv seam on an etcd client. It is safe for concurrent use.
 type Store struct {
-	cli    *clientv3.Client
-	limits kv.Limits
+	cli *clientv3.Client
+	// kvc and callOpts send transactions as the client would, from
+	// requests built here (see txnRequest).
+	kvc      etcdserverpb.KVClient
+	callOpts []grpc.CallOption
+	limits   kv.Limits
 
 	// ctx ends with Close; it stops watches.
 	ctx    context.Context
@@ -71,12 +76,16 @@ func New(cli *clientv3.Client, opts Options) *Store {
 		maxBytes = 1
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Store{
+	s := &Store{
 		cli:    cli,
 		limits: kv.Limits{MaxOps: maxOps, MaxBytes: maxBytes, RangeCountsAll: true},
 		ctx:    ctx,
 		cancel: cancel,
 	}
+	if cli != nil {
+		s.kvc, s.callOpts = clientv3.RetryKVClient(cli), callOptions(cli)
+	}
+	return s
 }
 
 // Client returns the etcd client the store uses.
@@ -115,13 +124,13 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if s.isClosed() {
 		return kv.TxnResult{}, kv.ErrClosed
 	}
-	cmps, then, els, err := toTxn(t)
+	req, err := txnRequest(&t)
 	if err != nil {
 		return kv.TxnResult{}, fmt.Errorf("etcdkv: txn: %w", err)
 	}
-	resp, err := s.cli.Txn(ctx).If(cmps...).Then(then...).Else(els...).Commit()
+	resp, err := s.kvc.Txn(ctx, req, s.callOpts...)
 	if err != nil {
-		return kv.TxnResult{}, mapErr("txn", err)
+		return kv.TxnResult{}, mapErr("txn", clientv3.ContextError(ctx, err))
 	}
 	return fromTxnResponse(resp.Header.GetRevision(), resp.Succeeded, resp.Responses), nil
 }
@@ -335,80 +344,6 @@ func isMessageTooLarge(err error) bool {
 		return false
 	}
 	return strings.Contains(st.Message(), "larger than max")
-}
-
-func toTxn(t kv.Txn) (cmps []clientv3.Cmp, then, els []clientv3.Op, err error) {
-	cmps = make([]clientv3.Cmp, len(t.If))
-	for i, c := range t.If {
-		if cmps[i], err = toCmp(c); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	if then, err = toOps(t.Then); err != nil {
-		return nil, nil, nil, err
-	}
-	if els, err = toOps(t.Else); err != nil {
-		return nil, nil, nil, err
-	}
-	return cmps, then, els, nil
-}
-
-func toCmp(c kv.Cmp) (clientv3.Cmp, error) {
-	var op string
-	switch c.Op {
-	case kv.Equal:
-		op = "="
-	case kv.NotEqual:
-		op = "!="
-	case kv.Less:
-		op = "<"
-	case kv.Greater:
-		op = ">"
-	default:
-		return clientv3.Cmp{}, fmt.Errorf("compare on %q: unknown operator %d", c.Key, c.Op)
-	}
-	switch c.Target {
-	case kv.Version:
-		return clientv3.Compare(clientv3.Version(c.Key), op, c.Int), nil
-	case kv.CreateRevision:
-		return clientv3.Compare(clientv3.CreateRevision(c.Key), op, c.Int), nil
-	case kv.ModRevision:
-		return clientv3.Compare(clientv3.ModRevision(c.Key), op, c.Int), nil
-	case kv.Value:
-		return clientv3.Compare(clientv3.Value(c.Key), op, string(c.Bytes)), nil
-	default:
-		return clientv3.Cmp{}, fmt.Errorf("compare on %q: unknown target %d", c.Key, c.Target)
-	}
-}
-
-func toOps(ops []kv.Op) ([]clientv3.Op, error) {
-	out := make([]clientv3.Op, len(ops))
-	for i, o := range ops {
-		switch o.Type {
-		case kv.OpGet:
-			out[i] = clientv3.OpGet(o.Key)
-		case kv.OpPut:
-			if o.Lease != 0 {
-				out[i] = clientv3.OpPut(o.Key, string(o.Value), clientv3.WithLease(clientv3.LeaseID(o.Lease)))
-			} else {
-				out[i] = clientv3.OpPut(o.Key, string(o.Value))
-			}
-		case kv.OpDelete:
-			out[i] = clientv3.OpDelete(o.Key)
-		case kv.OpTxn:
-			if o.Txn == nil {
-				return nil, fmt.Errorf("op %d: nested transaction is nil", i)
-			}
-			cmps, then, els, err := toTxn(*o.Txn)
-			if err != nil {
-				return nil, fmt.Errorf("op %d: %w", i, err)
-			}
-			out[i] = clientv3.OpTxn(cmps, then, els)
-		default:
-			return nil, fmt.Errorf("op %d on %q: unknown type %d", i, o.Key, o.Type)
-		}
-	}
-	return out, nil
 }
 
 // fromTxnResponse converts the results of the branch that ran. Nested

@@ -202,6 +202,32 @@ func TestContextErrorsStayContextErrors(t *testing.T) {
 	if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "etcdkv: range: ") {
 		t.Fatalf("Range with a cancelled context: %v", err)
 	}
+	_, err = s.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Put("x", nil, 0)}})
+	if !errors.Is(err, context.Canceled) || !strings.HasPrefix(err.Error(), "etcdkv: txn: ") {
+		t.Fatalf("Txn with a cancelled context: %v", err)
+	}
+}
+
+// Transactions are sent with the client's own call options (Txn builds
+// etcd's request itself): a client that may send at most 64 KiB refuses a
+// 100 KiB transaction that the server would take, and a client with the
+// default limit sends it.
+func TestTxnKeepsClientCallOptions(t *testing.T) {
+	srv := etcdtest.Start(t)
+	small, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint()}, DialTimeout: 5 * time.Second, MaxCallSendMsgSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer small.Close()
+	value := make([]byte, 100<<10)
+	txn := kv.Txn{Then: []kv.Op{kv.Put("big", value, 0)}}
+	_, err = etcdkv.New(small, etcdkv.Options{}).Txn(ctxT(t, 10*time.Second), txn)
+	if !errors.Is(err, kv.ErrTxnTooLarge) {
+		t.Fatalf("100 KiB through a client limited to 64 KiB: %v, want kv.ErrTxnTooLarge", err)
+	}
+	if _, err := etcdkv.New(srv.Client(t), etcdkv.Options{}).Txn(ctxT(t, 10*time.Second), txn); err != nil {
+		t.Fatalf("100 KiB through a default client: %v", err)
+	}
 }
 
 // A store closes its watches but not the client it was given.
