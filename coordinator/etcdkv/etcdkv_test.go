@@ -221,11 +221,15 @@ func TestTxnKeepsClientCallOptions(t *testing.T) {
 	defer small.Close()
 	value := make([]byte, 100<<10)
 	txn := kv.Txn{Then: []kv.Op{kv.Put("big", value, 0)}}
-	_, err = etcdkv.New(small, etcdkv.Options{}).Txn(ctxT(t, 10*time.Second), txn)
+	limited := etcdkv.New(small, etcdkv.Options{})
+	defer limited.Close()
+	_, err = limited.Txn(ctxT(t, 10*time.Second), txn)
 	if !errors.Is(err, kv.ErrTxnTooLarge) {
 		t.Fatalf("100 KiB through a client limited to 64 KiB: %v, want kv.ErrTxnTooLarge", err)
 	}
-	if _, err := etcdkv.New(srv.Client(t), etcdkv.Options{}).Txn(ctxT(t, 10*time.Second), txn); err != nil {
+	def := etcdkv.New(srv.Client(t), etcdkv.Options{})
+	defer def.Close()
+	if _, err := def.Txn(ctxT(t, 10*time.Second), txn); err != nil {
 		t.Fatalf("100 KiB through a default client: %v", err)
 	}
 }
