@@ -25,6 +25,7 @@ var (
 	ceiling = flag.Bool("ceiling", false, "with -full: also run the ceiling loop")
 	jobs    = flag.Int("jobs", 0, "with -full: jobs of the insert and drain phases (default 20000)")
 	latJobs = flag.Int("latency-jobs", 0, "with -full: jobs of the latency phase (default 2000)")
+	slots   = flag.Int("concurrency", 0, "with -full: worker slots (default 64)")
 )
 
 func TestFull(t *testing.T) {
@@ -33,7 +34,7 @@ func TestFull(t *testing.T) {
 	}
 	enc := json.NewEncoder(os.Stdout)
 	err := bench.Run(context.Background(), bench.Config{
-		Mode: *full, Ceiling: *ceiling, Jobs: *jobs, LatencyJobs: *latJobs,
+		Mode: *full, Ceiling: *ceiling, Jobs: *jobs, LatencyJobs: *latJobs, Concurrency: *slots,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, func(r bench.Result) {
 		_ = enc.Encode(r)
