@@ -17,7 +17,10 @@ type keys struct {
 func newKeys(namespace string) keys { return keys{root: "/leasehold/" + namespace + "/"} }
 
 // tsKey encodes t as a fixed-width, sortable decimal of Unix nanoseconds.
-func tsKey(t time.Time) string { return fmt.Sprintf("%020d", t.UnixNano()) }
+func tsKey(t time.Time) string { return nanosKey(t.UnixNano()) }
+
+// nanosKey is tsKey of a time given in Unix nanoseconds.
+func nanosKey(ns int64) string { return fmt.Sprintf("%020d", ns) }
 
 func (k keys) job(id string) string     { return k.root + "j/" + id }
 func (k keys) jobs() string             { return k.root + "j/" }
@@ -51,7 +54,7 @@ func (k keys) periodics() string           { return k.root + "p/" }
 // scheduled time ts (Unix nanoseconds), before any job id: the start of
 // the entries at that time.
 func (k keys) availableAt(queue string, prio int, ts int64) string {
-	return fmt.Sprintf("%sq/%s/%d/%020d", k.root, queue, prio, ts)
+	return k.queue(queue) + strconv.Itoa(prio) + "/" + nanosKey(ts)
 }
 
 // parseAvailable reads the priority and scheduled time from key, an
@@ -73,7 +76,7 @@ func (k keys) parseAvailable(queue, key string) (prio int, ts int64, ok bool) {
 func (k keys) index(j *Job) string {
 	switch j.State {
 	case StateAvailable:
-		return fmt.Sprintf("%sq/%s/%d/%s/%s", k.root, j.Queue, j.Priority, tsKey(j.ScheduledAt), j.ID)
+		return k.availableAt(j.Queue, j.Priority, j.ScheduledAt.UnixNano()) + "/" + j.ID
 	case StateScheduled, StateRetryable:
 		return k.root + "t/" + tsKey(j.ScheduledAt) + "/" + j.ID
 	case StateRunning:
