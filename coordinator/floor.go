@@ -14,27 +14,32 @@ import (
 // until compaction, in etcd's index until compaction). A floor is used only
 // while a WatchAvailable of that queue runs in this process: the watch
 // lowers it whenever a job becomes available before it (a higher priority,
-// an older time), and resets it when the watch restarts.
+// an older time), and resets it when the watch restarts. Each queue's
+// record also serialises the reads of its claims and holds the keys that
+// claims in flight try, watched or not.
 type floors struct {
-	mu    sync.Mutex
-	m     map[string]*floor
-	reads map[string]chan struct{} // per queue: one claim reads at a time
-	// pending holds, per queue, the index keys that claims in flight try.
-	pending map[string]map[string]bool
+	mu sync.Mutex
+	m  map[string]*floor
+}
+
+// of returns queue's floor, creating it. The caller holds mu.
+func (f *floors) of(queue string) *floor {
+	if f.m == nil {
+		f.m = map[string]*floor{}
+	}
+	fl := f.m[queue]
+	if fl == nil {
+		fl = &floor{reads: make(chan struct{}, 1), pending: map[string]bool{}}
+		f.m[queue] = fl
+	}
+	return fl
 }
 
 // hold marks keys as tried by a claim in flight, until release.
 func (f *floors) hold(queue string, keys map[string]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.pending == nil {
-		f.pending = map[string]map[string]bool{}
-	}
-	p := f.pending[queue]
-	if p == nil {
-		p = map[string]bool{}
-		f.pending[queue] = p
-	}
+	p := f.of(queue).pending
 	for k := range keys {
 		p[k] = true
 	}
@@ -43,8 +48,9 @@ func (f *floors) hold(queue string, keys map[string]bool) {
 func (f *floors) release(queue string, keys map[string]bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	p := f.of(queue).pending
 	for k := range keys {
-		delete(f.pending[queue], k)
+		delete(p, k)
 	}
 }
 
@@ -52,7 +58,7 @@ func (f *floors) release(queue string, keys map[string]bool) {
 func (f *floors) pendingCount(queue string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.pending[queue])
+	return len(f.of(queue).pending)
 }
 
 // dropPending returns xs without the entries claims in flight try (a new
@@ -60,7 +66,7 @@ func (f *floors) pendingCount(queue string) int {
 func (f *floors) dropPending(queue string, xs []kv.KeyValue) []kv.KeyValue {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := f.pending[queue]
+	p := f.of(queue).pending
 	if len(p) == 0 {
 		return xs
 	}
@@ -77,14 +83,7 @@ func (f *floors) dropPending(queue string, xs []kv.KeyValue) []kv.KeyValue {
 // returns its release, which may be called more than once.
 func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), err error) {
 	f.mu.Lock()
-	if f.reads == nil {
-		f.reads = map[string]chan struct{}{}
-	}
-	l := f.reads[queue]
-	if l == nil {
-		l = make(chan struct{}, 1)
-		f.reads[queue] = l
-	}
+	l := f.of(queue).reads
 	f.mu.Unlock()
 	select {
 	case l <- struct{}{}:
@@ -96,11 +95,13 @@ func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), er
 }
 
 type floor struct {
-	lastFull time.Time // last claim that read from the queue's start on purpose
-	key      string    // claim reads from here; "" is the queue's start
-	horizon  string    // the last key an earlier read saw: reads up to it count few keys
-	epoch    uint64    // bumped by every lowering and reset
-	lows     []low     // the latest lowerings and resets, oldest first
+	reads    chan struct{}   // one claim of the queue reads at a time
+	pending  map[string]bool // index keys that claims in flight try
+	lastFull time.Time       // last claim that read from the queue's start on purpose
+	key      string          // claim reads from here; "" is the queue's start
+	horizon  string          // the last key an earlier read saw: reads up to it count few keys
+	epoch    uint64          // bumped by every lowering and reset
+	lows     []low           // the latest lowerings and resets, oldest first
 	watchers int
 }
 
@@ -201,14 +202,7 @@ func (f *floors) reset(queue string) {
 func (f *floors) watch(queue string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.m == nil {
-		f.m = map[string]*floor{}
-	}
-	fl := f.m[queue]
-	if fl == nil {
-		fl = &floor{}
-		f.m[queue] = fl
-	}
+	fl := f.of(queue)
 	fl.watchers++
 	fl.key, fl.horizon = "", ""
 	fl.lowered("")

@@ -95,9 +95,9 @@ func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string
 
 // WatchAvailable calls fn whenever a job becomes available in queue, and
 // each time its watch is established (first once it is set up: a caller
-// that waits for that call misses no job). fn must not block. It blocks until ctx ends. While it runs, claims of queue
-// through this coordinator skip the deleted index entries of jobs already
-// claimed (see floors).
+// that waits for that call misses no job). fn must not block. It blocks
+// until ctx ends. While it runs, claims of queue through this coordinator
+// skip the deleted index entries of jobs already claimed (see floors).
 func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func()) error {
 	if err := ValidateQueue(queue); err != nil {
 		return err

@@ -104,13 +104,12 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 		// Up to four memtables queued for flush before writes stall,
 		// rather than Pebble's two: absorbs bursts of enqueues.
 		MemTableStopWritesThreshold: 4,
-		// L0 is compacted once eight sublevels deep, not Pebble's four:
-		// most keys of a job (its index entries, ownership and running
-		// keys) are written and deleted within moments, and a compaction
-		// of more flushed files at once finds more of them cancelled:
-		// 10 % less CPU in a 150,000-job drain (docs/performance.md,
-		// section 18).
-		// Writes stop at 16, above it as Pebble's 12 is above 4.
+		// L0 is compacted once eight sublevels deep, not Pebble's four
+		// (and writes stop at 16, not 12): most keys of a job (its index
+		// entries, ownership and running keys) are written and deleted
+		// within moments, and a compaction of more flushed files at once
+		// finds more of them cancelled: 10 % less CPU in a 150,000-job
+		// drain (docs/performance.md, section 18).
 		L0CompactionThreshold: 8,
 		L0StopWritesThreshold: 16,
 		FormatMajorVersion:    pebble.FormatNewest,

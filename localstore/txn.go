@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -512,20 +513,14 @@ func dedupWrites(ws []write, strict bool) ([]write, error) {
 	}
 	out := ws[:0]
 	for _, w := range ws {
-		i := -1
+		i, found := -1, false
 		if seen != nil {
-			if j, ok := seen[w.key]; ok {
-				i = j
-			}
+			i, found = seen[w.key]
 		} else {
-			for j := range out {
-				if out[j].key == w.key {
-					i = j
-					break
-				}
-			}
+			i = slices.IndexFunc(out, func(x write) bool { return x.key == w.key })
+			found = i >= 0
 		}
-		if i < 0 {
+		if !found {
 			if seen != nil {
 				seen[w.key] = len(out)
 			}
