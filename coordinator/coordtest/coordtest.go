@@ -51,6 +51,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ClaimReadsPastTimeWindows", testClaimWindows},
 		{"ClaimsCountFewKeys", testClaimsCountFewKeys},
 		{"ClaimsInFlightTakeDifferentJobs", testClaimsInFlight},
+		{"UnwatchedClaimsInFlightSkipEachOther", testUnwatchedClaimsInFlight},
 		{"ConcurrentClaimsMissNoJob", testConcurrentClaimsMissNoJob},
 		{"GroupedOutcomesAreFencedEach", testGroupedOutcomes},
 		{"OrphanedClaimsReleased", testOrphanedClaims},
@@ -1203,6 +1204,33 @@ func testClaimsInFlight(t *testing.T, h *harness) {
 	}
 	if len(seen) != 21 || !seen[late.ID] {
 		t.Fatalf("claimed %d of 21 jobs (the late one: %v)", len(seen), seen[late.ID])
+	}
+}
+
+// testUnwatchedClaimsInFlight: with no watch of the queue there is no
+// floor to move past a claim in flight, so a second claim must skip the
+// jobs the first one tries: it takes five others and loses none to it.
+func testUnwatchedClaimsInFlight(t *testing.T, h *harness) {
+	for range 10 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	}
+	g := newStepStore(h.store)
+	c := h.coordinator(g, coordinator.Config{})
+	s := h.session(c)
+	first := make(chan []*coordinator.Run, 1)
+	g.txnArmed.Store(true)
+	go func() {
+		runs, _, _ := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false)
+		first <- runs
+	}()
+	<-g.txnHeld // the first claim has read and waits to commit
+	second, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 5, false)
+	close(g.txnGo)
+	if err != nil || len(second) != 5 || st.Conflicts != 0 {
+		t.Fatalf("second claim: %d jobs, %d conflicts, %v; want 5 and none", len(second), st.Conflicts, err)
+	}
+	if runs := <-first; len(runs) != 5 {
+		t.Fatalf("first claim: %d jobs, want 5", len(runs))
 	}
 }
 
