@@ -96,10 +96,13 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	read := avail
 	avail = c.floors.dropPending(queue, avail)
 	if len(avail) == 0 && start != c.keys.queue(queue) && c.floors.dueFullRead(queue, time.Now()) {
-		// Nothing after the floor: now and then (at most once a second,
-		// since on etcd the index of deleted keys makes it costly) read
-		// from the queue's start, so the floor can only delay a job, never
-		// hide it.
+		// Nothing after the floor. Every way a job becomes available
+		// lowers the floor (the watch), and so does every candidate a
+		// claim did not get (below); still, now and then (fullReadEvery)
+		// read from the queue's start, so that the floor could only delay
+		// a job, never hide it. Rarely: such a read steps over the
+		// deleted entry of every job claimed since the store last
+		// compacted, in etcd's index and in Pebble.
 		c.floors.reset(queue)
 		unlock()
 		return c.Claim(ctx, sess, queue, n, spread)
@@ -133,6 +136,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	owner := sess.WorkerID()
 	var units []unit
 	var jobs []*Job
+	var ukeys []string // each unit's index entry
 	slotOf := map[string]string{}
 	for i := range cands {
 		x := &cands[i]
@@ -168,6 +172,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		}
 		units = append(units, unit{txn: t})
 		jobs = append(jobs, j)
+		ukeys = append(ukeys, x.Key)
 	}
 	if len(units) == 0 {
 		return nil, st, nil
@@ -215,9 +220,13 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		}
 		return nil, st, fmt.Errorf("coordinator: claim: %w", err)
 	}
+	lost := ""
 	for i, r := range results {
 		if r == nil || !r.Succeeded {
 			st.Conflicts++
+			if k := ukeys[i]; lost == "" || k < lost {
+				lost = k
+			}
 			continue
 		}
 		j := jobs[i]
@@ -225,6 +234,15 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		run := c.newRun(sess, j)
 		run.slot = slotOf[j.ID]
 		runs = append(runs, run)
+	}
+	if lost != "" {
+		// A candidate this claim did not get may still be available: a
+		// pause that landed meanwhile (the configuration guard), or a
+		// global-limit slot another daemon took, refuses a unit as surely
+		// as another claim taking the job. The floor has passed it and no
+		// watch event brings it back (its entry did not change): lower
+		// the floor to it (ADR 0015).
+		c.floors.lower(queue, lost)
 	}
 	return runs, st, nil
 }

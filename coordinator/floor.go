@@ -14,7 +14,8 @@ import (
 // until compaction, in etcd's index until compaction). A floor is used only
 // while a WatchAvailable of that queue runs in this process: the watch
 // lowers it whenever a job becomes available before it (a higher priority,
-// an older time), and resets it when the watch restarts. Each queue's
+// an older time), and resets it when the watch restarts; a claim lowers it
+// to the candidates it did not get. Each queue's
 // record also serialises the reads of its claims and holds the keys that
 // claims in flight try, watched or not.
 type floors struct {
@@ -177,9 +178,10 @@ func (f *floors) advance(queue, key, horizon string, epoch uint64) {
 	fl.horizon = max(fl.horizon, horizon)
 }
 
-// lower makes sure the floor is at or before key, a job that just became
-// available. It also voids every claim in flight: one that read before
-// this job landed must not raise the floor past it.
+// lower makes sure the floor is at or before key, where a job may be
+// available: one that just became available, or a candidate a claim did
+// not get. It also voids every claim in flight: one that read before this
+// job landed must not raise the floor past it.
 func (f *floors) lower(queue, key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -206,6 +208,7 @@ func (f *floors) watch(queue string) {
 	fl.watchers++
 	fl.key, fl.horizon = "", ""
 	fl.lowered("")
+	fl.lastFull = time.Now() // the next claim reads from the start anyway
 }
 
 func (f *floors) unwatch(queue string) {
@@ -216,14 +219,20 @@ func (f *floors) unwatch(queue string) {
 	}
 }
 
+// fullReadEvery bounds how often a claim that found nothing past the floor
+// reads its queue from the start, as a safety net: the floor is lowered
+// wherever a job may be, so such a read should find nothing new.
+const fullReadEvery = time.Minute
+
 // dueFullRead reports whether a claim that found nothing past the floor
-// should read the queue from its start (at most once a second), and
-// records that it does.
+// should read the queue from its start (at most once per fullReadEvery
+// since the last such read, or since the watch started), and records that
+// it does.
 func (f *floors) dueFullRead(queue string, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.m[queue]
-	if fl == nil || now.Sub(fl.lastFull) < time.Second {
+	if fl == nil || now.Sub(fl.lastFull) < fullReadEvery {
 		return false
 	}
 	fl.lastFull = now

@@ -31,6 +31,7 @@ var featureTests = []struct {
 	{"UniqueByQueuePeriodAndState", testUniqueOptions},
 	{"PausedQueueNotClaimedAcrossRestart", testPauseAcrossRestart},
 	{"PauseRefusesClaimInFlight", testPauseRefusesClaimInFlight},
+	{"RefusedCandidatesStayClaimable", testRefusedCandidatesStayClaimable},
 	{"GlobalQueueLimitUnderLeases", testGlobalLimit},
 	{"GlobalQueueLimitRace", testGlobalLimitRace},
 	{"OrphanedClaimFreesItsSlot", testOrphanFreesSlot},
@@ -520,6 +521,44 @@ func testPauseRefusesClaimInFlight(t *testing.T, h *harness) {
 		t.Fatalf("claim in flight across a pause: %d runs, %v", r.n, r.err)
 	}
 	h.wantState(h.jobsOf("k")[0].ID, coordinator.StateAvailable)
+}
+
+// testRefusedCandidatesStayClaimable: on a watched queue a claim moves the
+// floor past its candidates before it commits. A candidate the store then
+// refuses for another reason than another claim (here a pause that landed
+// meanwhile) is still available, and the first claim after the resume
+// takes it, not a read from the queue's start a minute later.
+func testRefusedCandidatesStayClaimable(t *testing.T, h *harness) {
+	job := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	gate := &gateStore{Store: h.store, hold: make(chan struct{}), held: make(chan struct{})}
+	c := h.coordinator(gate, coordinator.Config{})
+	h.watchWith(c)
+	s := h.session(c)
+	gate.armed.Store(true)
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+		done <- result{len(runs), err}
+	}()
+	<-gate.held
+	if _, _, err := h.c.PauseQueue(h.ctx(), coordinator.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.hold)
+	if r := <-done; r.err != nil || r.n != 0 {
+		t.Fatalf("claim in flight across a pause: %d runs, %v", r.n, r.err)
+	}
+	if _, _, err := h.c.ResumeQueue(h.ctx(), coordinator.DefaultQueue); err != nil {
+		t.Fatal(err)
+	}
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != job.ID {
+		t.Fatalf("first claim after the resume: %d runs, %v; want job %s (the floor passed it)", len(runs), err, job.ID)
+	}
 }
 
 // testGlobalLimit: a queue's global limit is counted by slots held under
