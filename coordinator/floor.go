@@ -15,9 +15,9 @@ import (
 // while a WatchAvailable of that queue runs in this process: the watch
 // lowers it whenever a job becomes available before it (a higher priority,
 // an older time), and resets it when the watch restarts; a claim lowers it
-// to the candidates it did not get. Each queue's
-// record also serialises the reads of its claims and holds the keys that
-// claims in flight try, watched or not.
+// to the candidates it did not get. Each queue's record also serialises
+// the reads of its claims and holds the keys that claims in flight try,
+// watched or not.
 type floors struct {
 	mu sync.Mutex
 	m  map[string]*floor

@@ -26,6 +26,7 @@ var (
 	jobs    = flag.Int("jobs", 0, "with -full: jobs of the insert and drain phases (default 20000)")
 	latJobs = flag.Int("latency-jobs", 0, "with -full: jobs of the latency phase (default 2000)")
 	slots   = flag.Int("concurrency", 0, "with -full: worker slots (default 64)")
+	daemons = flag.Int("daemons", 0, "with -full shared: workers draining the queue, each with its own etcd client (default 1)")
 )
 
 func TestFull(t *testing.T) {
@@ -34,7 +35,7 @@ func TestFull(t *testing.T) {
 	}
 	enc := json.NewEncoder(os.Stdout)
 	err := bench.Run(context.Background(), bench.Config{
-		Mode: *full, Ceiling: *ceiling, Jobs: *jobs, LatencyJobs: *latJobs, Concurrency: *slots,
+		Mode: *full, Ceiling: *ceiling, Jobs: *jobs, LatencyJobs: *latJobs, Concurrency: *slots, Daemons: *daemons,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}, func(r bench.Result) {
 		_ = enc.Encode(r)
