@@ -501,7 +501,15 @@ func testPauseRefusesClaimInFlight(t *testing.T, h *harness) {
 	h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	gate := &gateStore{Store: h.store, hold: make(chan struct{}), held: make(chan struct{})}
 	c := h.coordinator(gate, coordinator.Config{})
-	s := h.session(c)
+	claimAcrossPause(t, h, c, gate, h.session(c))
+	h.wantState(h.jobsOf("k")[0].ID, coordinator.StateAvailable)
+}
+
+// claimAcrossPause makes a claim of one job with c, over gate, that reads
+// the default queue unpaused and writes after a pause of it, and checks
+// that the store refuses it: no run, no error.
+func claimAcrossPause(t *testing.T, h *harness, c *coordinator.Coordinator, gate *gateStore, s *coordinator.Session) {
+	t.Helper()
 	gate.armed.Store(true)
 	type result struct {
 		n   int
@@ -520,7 +528,6 @@ func testPauseRefusesClaimInFlight(t *testing.T, h *harness) {
 	if r := <-done; r.err != nil || r.n != 0 {
 		t.Fatalf("claim in flight across a pause: %d runs, %v", r.n, r.err)
 	}
-	h.wantState(h.jobsOf("k")[0].ID, coordinator.StateAvailable)
 }
 
 // testRefusedCandidatesStayClaimable: on a watched queue a claim moves the
@@ -534,24 +541,7 @@ func testRefusedCandidatesStayClaimable(t *testing.T, h *harness) {
 	c := h.coordinator(gate, coordinator.Config{})
 	h.watchWith(c)
 	s := h.session(c)
-	gate.armed.Store(true)
-	type result struct {
-		n   int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
-		done <- result{len(runs), err}
-	}()
-	<-gate.held
-	if _, _, err := h.c.PauseQueue(h.ctx(), coordinator.DefaultQueue); err != nil {
-		t.Fatal(err)
-	}
-	close(gate.hold)
-	if r := <-done; r.err != nil || r.n != 0 {
-		t.Fatalf("claim in flight across a pause: %d runs, %v", r.n, r.err)
-	}
+	claimAcrossPause(t, h, c, gate, s)
 	if _, _, err := h.c.ResumeQueue(h.ctx(), coordinator.DefaultQueue); err != nil {
 		t.Fatal(err)
 	}
