@@ -124,6 +124,11 @@ type Result struct {
 	// changes as the queue fills or empties.
 	FirstTenthJobsPerSec float64 `json:"first_tenth_jobs_per_sec,omitempty"`
 	LastTenthJobsPerSec  float64 `json:"last_tenth_jobs_per_sec,omitempty"`
+	// EnqueueP50MS and EnqueueP99MS are percentiles of the latency
+	// phase's Enqueue calls alone (a durable write each): the part of the
+	// pickup latency spent before the job is in the store.
+	EnqueueP50MS float64 `json:"enqueue_p50_ms,omitempty"`
+	EnqueueP99MS float64 `json:"enqueue_p99_ms,omitempty"`
 	// CeilingRatio is drain jobs/s divided by ceiling operations/s, on the
 	// drain result when both ran.
 	CeilingRatio float64 `json:"ceiling_ratio,omitempty"`
@@ -526,6 +531,7 @@ func (r *runner) latency(ctx context.Context, ws []*worker.Worker, h *handlers) 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	base := h.base
+	enq := make([]time.Duration, n) // each Enqueue call's duration
 	start := time.Now()
 	for i := range n {
 		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
@@ -537,8 +543,10 @@ func (r *runner) latency(ctx context.Context, ws []*worker.Worker, h *handlers) 
 			}
 		}
 		wg.Go(func() {
-			h.latEnqueued[i].Store(int64(time.Since(base)))
-			_, err := r.c.Enqueue(ctx, coordinator.EnqueueParams{Kind: kindLatency, Payload: payload(time.Now(), i)})
+			t0 := time.Now()
+			h.latEnqueued[i].Store(int64(t0.Sub(base)))
+			_, err := r.c.Enqueue(ctx, coordinator.EnqueueParams{Kind: kindLatency, Payload: payload(t0, i)})
+			enq[i] = time.Since(t0)
 			if err != nil {
 				select {
 				case errc <- fmt.Errorf("bench: latency: enqueue job %d: %w", i, err):
@@ -564,7 +572,11 @@ func (r *runner) latency(ctx context.Context, ws []*worker.Worker, h *handlers) 
 	for i := range lat {
 		lat[i] = time.Duration(h.latLatency[i].Load())
 	}
-	return r.result(PhaseLatency, n, r.cfg.Concurrency, end.Sub(start), lat), nil
+	res := r.result(PhaseLatency, n, r.cfg.Concurrency, end.Sub(start), lat)
+	wg.Wait() // a job can start before its Enqueue call returns
+	slices.Sort(enq)
+	res.EnqueueP50MS, res.EnqueueP99MS = ms(percentile(enq, 50)), ms(percentile(enq, 99))
+	return res, nil
 }
 
 // progress calls cfg.Progress every 100 ms from one goroutine until the

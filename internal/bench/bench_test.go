@@ -105,6 +105,9 @@ func TestRunSmall(t *testing.T) {
 		if (r.Phase == bench.PhaseDrain) != (r.CeilingRatio > 0) {
 			t.Errorf("%s: ceiling ratio %v: want it on the drain result only", r.Phase, r.CeilingRatio)
 		}
+		if (r.Phase == bench.PhaseLatency) != (0 < r.EnqueueP50MS && r.EnqueueP50MS <= r.EnqueueP99MS) {
+			t.Errorf("%s: enqueue call p50/p99 %v/%v: want them on the latency result only, positive and ordered", r.Phase, r.EnqueueP50MS, r.EnqueueP99MS)
+		}
 	}
 
 	// The contract's field names.
