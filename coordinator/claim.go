@@ -79,9 +79,9 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		return nil, st, fmt.Errorf("coordinator: claim: %w", err)
 	}
 	defer unlock()
-	floorKey, horizon, epoch, tracked := c.floors.start(queue)
-	if floorKey > start {
-		start = floorKey
+	fs, tracked := c.floors.start(queue)
+	if fs.key > start {
+		start = fs.key
 	}
 	end := kv.PrefixEnd(c.keys.queue(queue))
 	ahead := window
@@ -89,10 +89,20 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		ahead = max(window, readAhead*n)
 	}
 	busy := c.floors.pendingCount(queue)
-	avail, seen, err := c.readAvailable(ctx, queue, start, horizon, end, window+busy, ahead+busy)
+	avail, seen, readRev, err := c.readAvailable(ctx, queue, start, fs.horizon, end, window+busy, ahead+busy, true)
+	if err == nil && tracked && readRev < fs.lowRev {
+		// The watch saw a job become available at a revision this read
+		// predates, before the claim began: etcd tells watchers of a write
+		// just before reads can see it. A read that missed the job must
+		// not move the floor past it; read again, linearizably (after the
+		// member has applied every committed write).
+		avail, seen, readRev, err = c.readAvailable(ctx, queue, start, fs.horizon, end, window+busy, ahead+busy, false)
+	}
 	if err != nil {
 		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
+	// Only a read that saw every job the floor was lowered to moves it.
+	moves := tracked && readRev >= fs.lowRev
 	read := avail
 	avail = c.floors.dropPending(queue, avail)
 	if len(avail) == 0 && start != c.keys.queue(queue) && c.floors.dueFullRead(queue, time.Now()) {
@@ -108,13 +118,13 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		return c.Claim(ctx, sess, queue, n, spread)
 	}
 	if len(avail) == 0 {
-		if tracked {
+		if moves {
 			// Nothing from the floor to the queue's end at the read's
 			// revision: a job that becomes available later lowers the
 			// floor (and this advance goes no further than it), so claims
 			// skip everything read here until then, not just until the
 			// next full read.
-			c.floors.advance(queue, end, "", epoch)
+			c.floors.advance(queue, end, "", fs.epoch)
 		}
 		return nil, st, nil
 	}
@@ -181,7 +191,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	for _, x := range cands {
 		tried[x.Key] = true
 	}
-	if tracked {
+	if moves {
 		// Every candidate tried will be gone from the index (claimed by us
 		// or by someone else), and so will those claims in flight try;
 		// the floor moves to the first key read that is neither, before
@@ -194,7 +204,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 				break
 			}
 		}
-		c.floors.advance(queue, next, seen, epoch)
+		c.floors.advance(queue, next, seen, fs.epoch)
 	}
 	c.floors.hold(queue, tried)
 	defer c.floors.release(queue, tried)
@@ -242,7 +252,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		// as another claim taking the job. The floor has passed it and no
 		// watch event brings it back (its entry did not change): lower
 		// the floor to it (ADR 0015).
-		c.floors.lower(queue, lost)
+		c.floors.lower(queue, lost, 0)
 	}
 	return runs, st, nil
 }
@@ -256,8 +266,9 @@ var availableWindows = []int64{1e7, 1e9, 1e11}
 const readAhead = 4
 
 // readAvailable returns up to limit entries of queue's available index,
-// from start to end, and the last key it saw (its new horizon): past the
-// horizon it reads up to ahead entries (at least limit).
+// from start to end, the last key it saw (its new horizon), and the oldest
+// store revision of its reads: past the horizon it reads up to ahead
+// entries (at least limit). Its reads are serializable when asked.
 //
 // etcd visits every key of a limited range up to its end (to count them),
 // so one read to the queue's end would cost a claim the whole backlog.
@@ -267,29 +278,33 @@ const readAhead = 4
 // priority, and reads on to end only when they hold too few entries. On
 // etcd a claim reads ahead of what it needs, so that the claims after it
 // read up to its horizon.
-func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, end string, limit, ahead int) (out []kv.KeyValue, seen string, err error) {
+func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, end string, limit, ahead int, serializable bool) (out []kv.KeyValue, seen string, rev int64, err error) {
 	from := start
-	if horizon >= from {
-		to := horizon + "\x00"
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: to, Limit: limit, Serializable: true})
+	read1 := func(to string, limit int) ([]kv.KeyValue, error) {
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: to, Limit: limit, Serializable: serializable})
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
-		if out = rr.KVs; len(out) >= limit {
-			return out, "", nil
+		if rev == 0 || rr.Revision < rev {
+			rev = rr.Revision // the oldest of the reads
 		}
 		from = to
+		return rr.KVs, nil
+	}
+	if horizon >= from {
+		if out, err = read1(horizon+"\x00", limit); err != nil {
+			return nil, "", 0, err
+		}
+		if len(out) >= limit {
+			return out, "", rev, nil
+		}
 	}
 	want := max(limit, ahead) - len(out)
 	var more []kv.KeyValue
 	read := func(to string) (bool, error) {
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: to, Limit: want - len(more), Serializable: true})
-		if err != nil {
-			return false, err
-		}
-		more = append(more, rr.KVs...)
-		from = to
-		return len(more) >= want, nil
+		kvs, err := read1(to, want-len(more))
+		more = append(more, kvs...)
+		return len(more) >= want, err
 	}
 	full := false
 	if prio, ts, ok := c.keys.parseAvailable(queue, from); ok {
@@ -307,12 +322,12 @@ func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, 
 		_, err = read(end)
 	}
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	if len(more) > 0 {
 		seen = more[len(more)-1].Key
 	}
-	return append(out, more[:min(len(more), limit-len(out))]...), seen, nil
+	return append(out, more[:min(len(more), limit-len(out))]...), seen, rev, nil
 }
 
 // resolveClaims learns which of jobs a claim whose reply was lost actually

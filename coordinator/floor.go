@@ -103,6 +103,11 @@ type floor struct {
 	horizon  string          // the last key an earlier read saw: reads up to it count few keys
 	epoch    uint64          // bumped by every lowering and reset
 	lows     []low           // the latest lowerings and resets, oldest first
+	// lowRev is the highest store revision at which the watch saw a job
+	// become available. A claim's read older than that may miss the job
+	// although the floor was lowered to it before the claim began (etcd
+	// tells watchers of a write just before reads can see it).
+	lowRev   int64
 	watchers int
 }
 
@@ -144,16 +149,26 @@ func (fl *floor) lowestSince(epoch uint64) (key string, found, ok bool) {
 	return key, found, true
 }
 
-// start returns where a claim of queue should read from, the horizon
-// ("" if none), and the epoch to hand back to advance.
-func (f *floors) start(queue string) (key, horizon string, epoch uint64, tracked bool) {
+// floorStart is where a claim of a queue starts: the floor's key, its
+// horizon ("" if none), the epoch to hand back to advance, and the lowest
+// revision the claim's read must be at to see every job that lowered the
+// floor so far (lowRev).
+type floorStart struct {
+	key, horizon string
+	epoch        uint64
+	lowRev       int64
+}
+
+// start returns where a claim of queue should read from; tracked is false
+// when no watch keeps the queue's floor.
+func (f *floors) start(queue string) (st floorStart, tracked bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.m[queue]
 	if fl == nil || fl.watchers == 0 {
-		return "", "", 0, false
+		return floorStart{}, false
 	}
-	return fl.key, fl.horizon, fl.epoch, true
+	return floorStart{key: fl.key, horizon: fl.horizon, epoch: fl.epoch, lowRev: fl.lowRev}, true
 }
 
 // advance raises the floor to key after a claim that read from the floor
@@ -179,15 +194,16 @@ func (f *floors) advance(queue, key, horizon string, epoch uint64) {
 }
 
 // lower makes sure the floor is at or before key, where a job may be
-// available: one that just became available, or a candidate a claim did
-// not get. It also voids every claim in flight: one that read before this
-// job landed must not raise the floor past it.
-func (f *floors) lower(queue, key string) {
+// available: one that just became available at revision rev, or (rev 0) a
+// candidate a claim did not get. It also voids every claim in flight: one
+// that read before this job landed must not raise the floor past it.
+func (f *floors) lower(queue, key string, rev int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[queue]; fl != nil {
 		fl.key = min(fl.key, key)
 		fl.lowered(key)
+		fl.lowRev = max(fl.lowRev, rev)
 	}
 }
 

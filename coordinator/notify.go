@@ -111,7 +111,7 @@ func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func(
 		fn()
 	}, nil, func(ev kv.Event) {
 		if ev.Type == kv.EventPut {
-			c.floors.lower(queue, ev.KV.Key)
+			c.floors.lower(queue, ev.KV.Key, ev.KV.ModRevision)
 			fn()
 		}
 	})

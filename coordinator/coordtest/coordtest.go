@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -48,6 +49,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"ListPaging", testListPaging},
 		{"ElectionOneLeaderAtATime", testElection},
 		{"ClaimFloorNeverHidesAJob", testClaimFloor},
+		{"StaleReadHidesNoJob", testStaleReadHidesNoJob},
 		{"ClaimReadsPastTimeWindows", testClaimWindows},
 		{"ClaimsCountFewKeys", testClaimsCountFewKeys},
 		{"ClaimsInFlightTakeDifferentJobs", testClaimsInFlight},
@@ -1000,6 +1002,51 @@ func testClaimFloor(t *testing.T, h *harness) {
 	if r := h.claimOne(s); r.Job().ID != late.ID {
 		t.Fatalf("claimed %s, want the job that landed after the queue emptied", r.Job().ID)
 	}
+}
+
+// testStaleReadHidesNoJob: etcd tells watchers of a write just before
+// reads can see it, so a claim woken by a new job may read the queue at a
+// revision without it. Such a read must not move the floor past the job,
+// and the claim reads again rather than report the queue empty: a worker
+// whose claim finds nothing waits for the next wake-up or poll.
+func testStaleReadHidesNoJob(t *testing.T, h *harness) {
+	stale := &staleRangeStore{Store: h.store}
+	c := h.coordinator(stale, coordinator.Config{})
+	woke := h.watchWith(c)
+	s := h.session(c)
+	// The queue is empty: a claim reads to its end and moves the floor
+	// there.
+	if runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); err != nil || len(runs) != 0 {
+		t.Fatalf("claim from an empty queue: %d runs, %v", len(runs), err)
+	}
+	var job *coordinator.Job
+	h.seen(woke, "the job", func() { job = h.enqueue(coordinator.EnqueueParams{Kind: "k"}) })
+	stale.armed.Store(true) // the next read of the queue misses the job
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != job.ID {
+		t.Errorf("claim whose first read missed the new job: %d runs, %v; want job %s", len(runs), err, job.ID)
+		if runs, _, err = c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); err != nil || len(runs) != 1 {
+			t.Fatalf("the claim after it: %d runs, %v; the floor passed the job", len(runs), err)
+		}
+	}
+	if stale.armed.Load() {
+		t.Fatal("no read of the queue was answered stale: the test tested nothing")
+	}
+}
+
+// staleRangeStore answers the first read of an available index after it
+// is armed as etcd may just after a watch event: with nothing, at an older
+// revision.
+type staleRangeStore struct {
+	kv.Store
+	armed atomic.Bool
+}
+
+func (s *staleRangeStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if strings.Contains(r.Start, "/q/") && s.armed.CompareAndSwap(true, false) {
+		return kv.RangeResult{Revision: 1}, nil
+	}
+	return s.Store.Range(ctx, r)
 }
 
 // testClaimWindows: a claim that reads from a floor reads windows of
