@@ -188,17 +188,23 @@ func (c *Coordinator) RunPeriodic(ctx context.Context, pjs []PeriodicJob) error 
 				wake = next
 			}
 		}
-		d := wake.Sub(c.clock.Now())
-		if d <= 0 {
-			continue // the clock passed the next tick meanwhile
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.clock.After(d):
+		// Wait for wake, looking at the clock at least every
+		// periodicRecheck: a timer runs on the monotonic clock, which
+		// stops while the host is suspended, and schedules follow the
+		// wall clock; a clock that moved while the timer was being armed
+		// is noticed too.
+		for d := wake.Sub(c.clock.Now()); d > 0; d = wake.Sub(c.clock.Now()) {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-c.clock.After(min(d, periodicRecheck)):
+			}
 		}
 	}
 }
+
+// periodicRecheck bounds how long RunPeriodic trusts one timer.
+const periodicRecheck = time.Second
 
 // EnqueueDueTicks enqueues the ticks of pj due at now (within its catch-up
 // window) that no one enqueued yet, and returns the schedule's state after
