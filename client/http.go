@@ -1,12 +1,10 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apicall"
 )
 
 // The wire format of the daemon's HTTP API (cmd/leasehold/api.go).
@@ -43,9 +42,6 @@ type (
 	wireBatch struct {
 		Jobs    []*Job `json:"jobs"`
 		Existed []bool `json:"existed"`
-	}
-	wireError struct {
-		Error string `json:"error"`
 	}
 )
 
@@ -92,42 +88,18 @@ func (b *httpBackend) close() error {
 func (b *httpBackend) call(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	u := *b.base
-	u.Path += path
-	u.RawQuery = q.Encode()
-	var rd io.Reader
-	if body != nil {
-		buf, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(buf)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if b.token != "" {
-		req.Header.Set("Authorization", "Bearer "+b.token)
-	}
-	resp, err := b.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("leasehold daemon at %s: %w", b.server, err)
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
+	resp, data, err := apicall.Do(ctx, b.hc, apicall.Request{Method: method, Base: b.base, Path: path, Query: q, Body: body, Token: b.token})
+	var be *apicall.BuildError
+	switch {
+	case errors.As(err, &be):
+		return fmt.Errorf("%w: %s %s: %v", coordinator.ErrInvalid, method, path, be.Err)
+	case err != nil:
 		return fmt.Errorf("leasehold daemon at %s: %w", b.server, err)
 	}
 	if resp.StatusCode >= 300 {
-		var we wireError
-		msg := strings.TrimSpace(string(data))
-		if json.Unmarshal(data, &we) == nil && we.Error != "" {
-			msg = we.Error
+		msg, ok := apicall.ErrorMessage(data)
+		if !ok {
+			msg = strings.TrimSpace(string(data))
 		}
 		switch resp.StatusCode {
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -14,6 +12,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/internal/apicall"
 )
 
 // defaultServer is where the CLI finds the daemon.
@@ -65,35 +65,12 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
 	}
-	u := *c.base
-	u.Path += path
-	u.RawQuery = query.Encode()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return fmt.Errorf("encode request: %w", err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), rd)
-	if err != nil {
-		return usagef("bad request URL %s: %v: check --server", u.String(), err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return c.transportError(ctx, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
-	if err != nil {
+	resp, b, err := apicall.Do(ctx, c.hc, apicall.Request{Method: method, Base: c.base, Path: path, Query: query, Body: body, Token: c.token})
+	var be *apicall.BuildError
+	switch {
+	case errors.As(err, &be):
+		return usagef("cannot send a request to %s%s: %v: check --server", c.server, path, be.Err)
+	case err != nil:
 		return c.transportError(ctx, err)
 	}
 	if resp.StatusCode >= 300 {
@@ -123,11 +100,8 @@ func (c *client) transportError(ctx context.Context, err error) error {
 }
 
 func (c *client) statusError(resp *http.Response, body []byte) error {
-	var e errorResponse
-	msg := ""
-	if json.Unmarshal(body, &e) == nil && e.Error != "" {
-		msg = e.Error
-	} else {
+	msg, ok := apicall.ErrorMessage(body)
+	if !ok {
 		first, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
 		msg = fmt.Sprintf("the server at %s answered %s (%s): is --server a leasehold daemon?", c.server, resp.Status, truncateString(first, 120))
 	}

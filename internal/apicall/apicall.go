@@ -1,0 +1,85 @@
+// Package apicall sends one request to a leasehold daemon's HTTP API. The
+// command-line client and the client package both use it and map its
+// errors their own way: the CLI to exit codes and one-line messages, the
+// library to the coordinator's sentinel errors.
+package apicall
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+)
+
+// BuildError is returned when the request could not be built (a body
+// that does not encode, a URL http does not accept); nothing was sent.
+type BuildError struct{ Err error }
+
+func (e *BuildError) Error() string { return "build the request: " + e.Err.Error() }
+func (e *BuildError) Unwrap() error { return e.Err }
+
+// MaxAnswer bounds how much of an answer is read.
+const MaxAnswer = 256 << 20
+
+// Request is one call: Method Base+Path?Query, with Body (if not nil) sent
+// as JSON and Token (if set) as a bearer token.
+type Request struct {
+	Method string
+	Base   *url.URL
+	Path   string
+	Query  url.Values
+	Body   any
+	Token  string
+}
+
+// Do sends r with hc and returns the answer (its body closed) and the
+// body's bytes. An error is ErrBuild (wrapped) or the transport's:
+// connecting, sending or reading the answer.
+func Do(ctx context.Context, hc *http.Client, r Request) (*http.Response, []byte, error) {
+	u := *r.Base
+	u.Path += r.Path
+	u.RawQuery = r.Query.Encode()
+	var rd io.Reader
+	if r.Body != nil {
+		b, err := json.Marshal(r.Body)
+		if err != nil {
+			return nil, nil, &BuildError{Err: err}
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, u.String(), rd)
+	if err != nil {
+		return nil, nil, &BuildError{Err: err}
+	}
+	req.Header.Set("Accept", "application/json")
+	if r.Body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if r.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+r.Token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
+	if err != nil {
+		return nil, nil, err
+	}
+	return resp, data, nil
+}
+
+// ErrorMessage returns the API's error message in an answer's body
+// ({"error": "..."}), and false when the body is not one.
+func ErrorMessage(body []byte) (string, bool) {
+	var e struct {
+		Error string `json:"error"`
+	}
+	if json.Unmarshal(body, &e) != nil || e.Error == "" {
+		return "", false
+	}
+	return e.Error, true
+}

@@ -1,0 +1,97 @@
+package apicall
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+)
+
+func TestDoSendsTheRequestAndReadsTheAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got := map[string]string{
+			"method": r.Method, "path": r.URL.Path, "query": r.URL.RawQuery, "body": string(b),
+			"auth": r.Header.Get("Authorization"), "ctype": r.Header.Get("Content-Type"), "accept": r.Header.Get("Accept"),
+		}
+		w.WriteHeader(http.StatusTeapot)
+		_ = json.NewEncoder(w).Encode(got)
+	}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL + "/api")
+	resp, data, err := Do(context.Background(), srv.Client(), Request{
+		Method: http.MethodPost, Base: base, Path: "/v1/jobs", Query: url.Values{"wait": {"1s"}},
+		Body: map[string]int{"n": 1}, Token: "s3cret",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTeapot {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	var got map[string]string
+	if err := json.Unmarshal(data, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"method": "POST", "path": "/api/v1/jobs", "query": "wait=1s", "body": `{"n":1}`,
+		"auth": "Bearer s3cret", "ctype": "application/json", "accept": "application/json",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if base.Path != "/api" {
+		t.Errorf("Do changed the base URL: %s", base)
+	}
+
+	// No body, no token: neither header is sent.
+	_, data, err = Do(context.Background(), srv.Client(), Request{Method: http.MethodGet, Base: base, Path: "/v1/stats"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = nil
+	_ = json.Unmarshal(data, &got)
+	if got["auth"] != "" || got["ctype"] != "" || got["body"] != "" {
+		t.Errorf("GET without body or token sent %v", got)
+	}
+}
+
+func TestDoRefusesWhatCannotBeBuilt(t *testing.T) {
+	sent := false
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { sent = true }))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	for name, r := range map[string]Request{
+		"a body that does not encode": {Method: http.MethodPost, Base: base, Body: json.RawMessage(`{bad`)},
+		"a bad method":                {Method: "BAD METHOD", Base: base},
+	} {
+		_, _, err := Do(context.Background(), srv.Client(), r)
+		var be *BuildError
+		if !errors.As(err, &be) || be.Err == nil {
+			t.Errorf("%s: error %v, want a *BuildError", name, err)
+		}
+	}
+	if sent {
+		t.Error("a request that could not be built reached the server")
+	}
+}
+
+func TestErrorMessage(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"error":"job not found: check the id"}`: "job not found: check the id",
+		`{"error":""}`:                            "",
+		`not json`:                                "",
+		`{"job":{}}`:                              "",
+	} {
+		msg, ok := ErrorMessage([]byte(body))
+		if msg != want || ok != (want != "") {
+			t.Errorf("ErrorMessage(%s) = %q, %v; want %q", body, msg, ok, want)
+		}
+	}
+}
