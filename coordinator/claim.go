@@ -207,17 +207,18 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		c.floors.advance(queue, next, seen, fs.epoch)
 	}
 	c.floors.hold(queue, tried)
-	defer c.floors.release(queue, tried)
 	unlock()
 	results, _, err := c.runUnits(ctx, units)
 	var runs []*Run
 	if err != nil {
-		// The candidates may still be available: the next claim reads
-		// from the queue's start.
-		c.floors.reset(queue)
 		// The reply may be lost while the claim committed: find out from
 		// the ownership keys, never by claiming again.
 		runs, rerr := c.resolveClaims(context.WithoutCancel(ctx), sess, jobs)
+		// The candidates not resolved may still be available: the next
+		// claim reads from the queue's start. They are held until now: a
+		// claim of this coordinator that took one meanwhile would look to
+		// resolveClaims like this claim's, landed after all.
+		c.floors.release(queue, tried, "", true)
 		if rerr != nil {
 			return nil, st, fmt.Errorf("coordinator: claim: %w (and resolving it: %v)", err, rerr)
 		}
@@ -245,15 +246,12 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		run.slot = slotOf[j.ID]
 		runs = append(runs, run)
 	}
-	if lost != "" {
-		// A candidate this claim did not get may still be available: a
-		// pause that landed meanwhile (the configuration guard), or a
-		// global-limit slot another daemon took, refuses a unit as surely
-		// as another claim taking the job. The floor has passed it and no
-		// watch event brings it back (its entry did not change): lower
-		// the floor to it (ADR 0015).
-		c.floors.lower(queue, lost, 0)
-	}
+	// A candidate this claim did not get may still be available: a pause
+	// that landed meanwhile (the configuration guard), or a global-limit
+	// slot another daemon took, refuses a unit as surely as another claim
+	// taking the job. The floor has passed it and no watch event brings it
+	// back (its entry did not change): lower the floor to it (ADR 0015).
+	c.floors.release(queue, tried, lost, false)
 	return runs, st, nil
 }
 

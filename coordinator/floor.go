@@ -46,12 +46,24 @@ func (f *floors) hold(queue string, keys map[string]bool) {
 	}
 }
 
-func (f *floors) release(queue string, keys map[string]bool) {
+// release ends a claim's hold on keys. In the same step it lowers the
+// floor to back, a key the claim did not get (none if ""), or with reset
+// puts it back to the queue's start (the claim failed: any key may be
+// back). Not before: a claim that read while the keys were held skipped
+// them, and one that started between a lowering and the release would
+// skip them again and move the floor past them for good.
+func (f *floors) release(queue string, keys map[string]bool, back string, reset bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := f.of(queue).pending
+	fl := f.of(queue)
 	for k := range keys {
-		delete(p, k)
+		delete(fl.pending, k)
+	}
+	switch {
+	case reset:
+		fl.reset()
+	case back != "":
+		fl.lower(back, 0)
 	}
 }
 
@@ -201,10 +213,14 @@ func (f *floors) lower(queue, key string, rev int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[queue]; fl != nil {
-		fl.key = min(fl.key, key)
-		fl.lowered(key)
-		fl.lowRev = max(fl.lowRev, rev)
+		fl.lower(key, rev)
 	}
+}
+
+func (fl *floor) lower(key string, rev int64) {
+	fl.key = min(fl.key, key)
+	fl.lowered(key)
+	fl.lowRev = max(fl.lowRev, rev)
 }
 
 // reset puts the floor back to the queue's start.
@@ -212,9 +228,13 @@ func (f *floors) reset(queue string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if fl := f.m[queue]; fl != nil {
-		fl.key, fl.horizon = "", ""
-		fl.lowered("")
+		fl.reset()
 	}
+}
+
+func (fl *floor) reset() {
+	fl.key, fl.horizon = "", ""
+	fl.lowered("")
 }
 
 func (f *floors) watch(queue string) {

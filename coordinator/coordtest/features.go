@@ -32,6 +32,7 @@ var featureTests = []struct {
 	{"PausedQueueNotClaimedAcrossRestart", testPauseAcrossRestart},
 	{"PauseRefusesClaimInFlight", testPauseRefusesClaimInFlight},
 	{"RefusedCandidatesStayClaimable", testRefusedCandidatesStayClaimable},
+	{"FailedClaimLeavesItsJobsClaimable", testFailedClaimLeavesJobsClaimable},
 	{"GlobalQueueLimitUnderLeases", testGlobalLimit},
 	{"GlobalQueueLimitRace", testGlobalLimitRace},
 	{"OrphanedClaimFreesItsSlot", testOrphanFreesSlot},
@@ -554,6 +555,65 @@ func testRefusedCandidatesStayClaimable(t *testing.T, h *harness) {
 	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
 	if err != nil || len(runs) != 1 || runs[0].Job().ID != job.ID {
 		t.Fatalf("first claim after the resume: %d runs, %v; want job %s (the floor passed it)", len(runs), err, job.ID)
+	}
+}
+
+// failingClaimStore fails the first claim commit (a write transaction
+// while armed), as a store that became unreachable would, then holds the
+// first read transaction after it (the claim finding out whether it landed
+// after all) until hold is closed.
+type failingClaimStore struct {
+	kv.Store
+	armed, failed atomic.Bool
+	hold, held    chan struct{}
+}
+
+func (f *failingClaimStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if writes(t) && f.armed.CompareAndSwap(true, false) {
+		f.failed.Store(true)
+		return kv.TxnResult{}, errors.New("store unreachable")
+	}
+	if !writes(t) && f.failed.CompareAndSwap(true, false) {
+		close(f.held)
+		<-f.hold
+	}
+	return f.Store.Txn(ctx, t)
+}
+
+// testFailedClaimLeavesJobsClaimable: a claim whose commit failed leaves
+// its candidates available; a claim of the same coordinator that read
+// while they were held (and skipped them) must not move the floor past
+// them for good: the next claim takes them.
+func testFailedClaimLeavesJobsClaimable(t *testing.T, h *harness) {
+	job := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	f := &failingClaimStore{Store: h.store, hold: make(chan struct{}), held: make(chan struct{})}
+	c := h.coordinator(f, coordinator.Config{})
+	h.watchWith(c)
+	s := h.session(c)
+	f.armed.Store(true)
+	type result struct {
+		runs int
+		err  error
+	}
+	failed := make(chan result, 1)
+	go func() {
+		runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+		failed <- result{len(runs), err}
+	}()
+	<-f.held // the claim failed and is finding out whether it landed
+	// A claim beside it skips the job while the failed claim holds it:
+	// taken now, it would look to the failed claim like its own claim
+	// having landed after all (one session, one owner), and run twice.
+	if runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); err != nil || len(runs) != 0 {
+		t.Fatalf("claim beside the failing one: %d runs, %v; want none (its job is held)", len(runs), err)
+	}
+	close(f.hold)
+	if r := <-failed; r.err == nil || r.runs != 0 {
+		t.Fatalf("the claim whose commit failed: %d runs, %v; want an error", r.runs, r.err)
+	}
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != job.ID {
+		t.Fatalf("claim after the failed one: %d runs, %v; want job %s (the floor passed it)", len(runs), err, job.ID)
 	}
 }
 
