@@ -81,14 +81,17 @@ func (c *Coordinator) scanAt(ctx context.Context, prefix string, visit func(kv.K
 }
 
 // WatchCancelRequests calls fn with the id of every job that has a pending
-// cancel request: those present when it starts, and each new one. It blocks
-// until ctx ends and returns ctx's error.
-func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string)) error {
+// cancel request, and the request's revision: those present when it
+// starts, and each new one. A request is for the run whose token is the
+// highest below rev (a request is written only while the job runs, and
+// removed when that run ends). It blocks until ctx ends and returns ctx's
+// error.
+func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string, rev int64)) error {
 	return c.follow(ctx, c.keys.cancels(), nil,
-		func(x kv.KeyValue) { fn(idFromIndex(x.Key)) },
+		func(x kv.KeyValue) { fn(idFromIndex(x.Key), x.ModRevision) },
 		func(ev kv.Event) {
 			if ev.Type == kv.EventPut {
-				fn(idFromIndex(ev.KV.Key))
+				fn(idFromIndex(ev.KV.Key), ev.KV.ModRevision)
 			}
 		})
 }

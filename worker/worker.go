@@ -138,7 +138,8 @@ type Worker struct {
 	log *slog.Logger
 
 	handlers map[string]Handler
-	started  atomic.Bool
+	lifeMu   sync.Mutex  // held by Start and Stop: one runs after the other
+	started  atomic.Bool // a Start succeeded
 
 	kindOpts     map[string]KindOptions   // HandleWith
 	wrapped      map[string]Handler       // handlers with their middleware, from Start
@@ -152,19 +153,30 @@ type Worker struct {
 	wake       chan struct{}      // new work may be available
 	freed      chan struct{}      // slots the claim loop waits for are free
 	needFree   atomic.Int64       // free slots the claim loop waits for; 0: none
-	active     sync.Map           // job id -> *active
-	held       sync.Map           // job id -> struct{}: claimed by this worker and not yet finished
+	active     sync.Map           // job id -> *active: its latest run here
+	held       sync.Map           // job id -> *coordinator.Run: claimed by this worker and not yet finished
+	// Cancel requests seen lately, by job id: the newest request's
+	// revision. A request may arrive before the run it is for is in
+	// active (just after its claim commits); the run looks here as it
+	// registers. Under cancelMu, with the registration in active.
+	cancelMu    sync.Mutex
+	cancelSeen  map[string]cancelSeen
+	cancelPrune time.Time
 
-	loopCtx     context.Context // claiming, watches, maintenance
-	loopCancel  context.CancelFunc
-	runCtx      context.Context // parent of every handler's context
-	runCancel   context.CancelCauseFunc
-	cancelCtx   context.Context // the cancel-request watch; outlives loopCtx
-	cancelStop  context.CancelFunc
-	loops       sync.WaitGroup
-	handlersWG  sync.WaitGroup
-	stopOnce    sync.Once
-	stopped     chan struct{}
+	loopCtx    context.Context // claiming, watches, maintenance
+	loopCancel context.CancelFunc
+	runCtx     context.Context // parent of every handler's context
+	runCancel  context.CancelCauseFunc
+	cancelCtx  context.Context // the cancel-request watch; outlives loopCtx
+	cancelStop context.CancelFunc
+	loops      sync.WaitGroup
+	handlersWG sync.WaitGroup
+	stopOnce   sync.Once
+	stopped    chan struct{}
+	// startMu orders starting handlers before Stop's drain: once stopping
+	// is set, runs of claims that land are given back, not started.
+	startMu     sync.Mutex
+	stopping    bool
 	inFlight    atomic.Int64
 	sessionLost atomic.Int64
 	abandoned   atomic.Int64
@@ -210,6 +222,8 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 		freed:    make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
+
+		cancelSeen: map[string]cancelSeen{},
 	}
 	w.initFeatures()
 	return w, nil
@@ -260,28 +274,36 @@ func (w *Worker) SessionsLost() int64 { return w.sessionLost.Load() }
 func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 
 // Start opens a session and starts claiming. It returns once work is
-// running, or the error that prevented it. ctx bounds only the start.
+// running, or the error that prevented it (then Start may be called
+// again). ctx bounds only the start; a Stop called meanwhile waits for it.
 func (w *Worker) Start(ctx context.Context) error {
 	if len(w.handlers) == 0 {
 		return fmt.Errorf("%w: worker has no handlers", coordinator.ErrInvalid)
 	}
-	if !w.started.CompareAndSwap(false, true) {
-		return fmt.Errorf("worker: Start called twice")
-	}
+	w.lifeMu.Lock()
+	defer w.lifeMu.Unlock()
 	select {
 	case <-w.stopped:
 		return ErrStopped
 	default:
+	}
+	if w.started.Load() {
+		return fmt.Errorf("worker: Start called twice")
 	}
 	// ctx bounds the start only: the session must outlive it.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopBound := context.AfterFunc(ctx, scancel)
 	sess, err := w.newSession(sctx)
 	if !stopBound() || err != nil {
-		scancel()
 		if err == nil {
+			// ctx ended as the session opened: close it, or its lease
+			// and registration would stay until the TTL runs out.
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = sess.Close(cctx)
+			cancel()
 			err = fmt.Errorf("worker: start: %w", ctx.Err())
 		}
+		scancel()
 		return err
 	}
 	w.sessParent, w.sessCancel = sctx, scancel
@@ -291,6 +313,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.cancelCtx, w.cancelStop = context.WithCancel(context.Background())
 
 	w.wrapHandlers()
+	w.started.Store(true)
 	w.goLoop(w.claimLoop)
 	w.goLoop(func() {
 		_ = w.c.WatchCancelRequests(w.cancelCtx, w.onCancelRequest)
@@ -373,13 +396,50 @@ func (w *Worker) poke() {
 	}
 }
 
-func (w *Worker) onCancelRequest(id string) {
-	if a, ok := w.active.Load(id); ok {
-		a := a.(*active)
-		if a.cancelRequested.CompareAndSwap(false, true) {
-			w.log.Info("cancel requested for running job", slog.String("job", id))
-			a.cancel(ErrCancelRequested)
+// cancelSeen is a cancel request the watch delivered: its revision, and
+// when it came.
+type cancelSeen struct {
+	rev int64
+	at  time.Time
+}
+
+// cancelSeenFor is how long a cancel request is remembered for a run that
+// has not registered yet: far longer than a claim takes to start its runs.
+const cancelSeenFor = time.Minute
+
+// onCancelRequest takes a cancel request for job id at revision rev from
+// the watch. It cancels the job's run here if the request is for it, and
+// remembers the request for a run that registers later: one whose claim
+// committed before the request was written, but that is not yet in
+// active.
+func (w *Worker) onCancelRequest(id string, rev int64) {
+	now := time.Now()
+	w.cancelMu.Lock()
+	if now.Sub(w.cancelPrune) >= cancelSeenFor/4 {
+		w.cancelPrune = now
+		for k, c := range w.cancelSeen {
+			if now.Sub(c.at) >= cancelSeenFor {
+				delete(w.cancelSeen, k)
+			}
 		}
+	}
+	w.cancelSeen[id] = cancelSeen{rev: max(rev, w.cancelSeen[id].rev), at: now}
+	a, ok := w.active.Load(id)
+	w.cancelMu.Unlock()
+	if ok {
+		w.cancelFor(a.(*active), rev)
+	}
+}
+
+// cancelFor cancels a's run for a cancel request at revision rev, unless
+// the request is older than the run (it was for an earlier run).
+func (w *Worker) cancelFor(a *active, rev int64) {
+	if rev <= int64(a.run.Token()) {
+		return
+	}
+	if a.cancelRequested.CompareAndSwap(false, true) {
+		w.runLog(a.run).Info("cancel requested for running job")
+		a.cancel(ErrCancelRequested)
 	}
 }
 
@@ -424,8 +484,10 @@ type claimState struct {
 // when there is nothing to claim. Up to claimsInFlight claims run at once,
 // each in a goroutine of its own that starts the handlers of its runs;
 // their slots are reserved before the claim. When the session ends it
-// waits for the claims in flight and for the session's handlers to stop,
-// then opens a new session.
+// waits for the claims in flight, then opens a new session; the old
+// session's handlers, cancelled, may still be returning (their runs are
+// fenced, and a new run of the same job here is told apart from theirs).
+// When it returns, no claim is in flight.
 func (w *Worker) claimLoop() {
 	ctx := w.loopCtx
 	done := make(chan claimed, claimsInFlight)
@@ -568,10 +630,21 @@ func (w *Worker) nextClaim(st *claimState) (q string, want, need int) {
 
 // claim claims up to want jobs of queue q into slots reserved for them,
 // starts their handlers, and gives back the reservations it did not use.
+// A claim that lands after Stop began gives its jobs back instead.
 func (w *Worker) claim(ctx context.Context, sess *coordinator.Session, q string, want int, spread bool) claimed {
 	runs, st, err := w.c.Claim(ctx, sess, q, want, spread)
 	if w.cfg.OnClaim != nil {
 		w.cfg.OnClaim(q, len(runs), st)
+	}
+	w.startMu.Lock()
+	stopping := w.stopping
+	if !stopping {
+		w.handlersWG.Add(len(runs))
+	}
+	w.startMu.Unlock()
+	if stopping {
+		w.giveBack(runs)
+		runs = runs[:0]
 	}
 	for _, r := range runs {
 		w.start(sess, r)
@@ -593,12 +666,23 @@ func (w *Worker) claimDone(c claimed, st *claimState) {
 	if c.st.Conflicts > 0 {
 		st.lastConflict = time.Now()
 	}
-	if c.err != nil && w.loopCtx.Err() == nil && w.sess.Load().Ctx().Err() == nil {
+	failed := c.err != nil && w.loopCtx.Err() == nil && w.sess.Load().Ctx().Err() == nil
+	if failed {
 		w.log.Warn("claim failed", slog.String("queue", c.queue), slog.Any("err", c.err))
 		// It may still land: look for orphans again soon.
 		st.lastJanitor = time.Now().Add(time.Second - w.cfg.ReapInterval)
 	}
 	switch {
+	case failed && c.runs == 0:
+		// The store failed, not the queue: try again after a pause that
+		// grows while failures go on, rather than leaving the queue for
+		// the next wake-up (up to a poll interval) or retrying at once.
+		// Its candidates may still be there although a claim beside it,
+		// which skipped them, found the queue empty: count the failure
+		// as a wake-up, which voids that finding.
+		st.backoff = min(max(2*st.backoff, 10*time.Millisecond), time.Second)
+		st.holdUntil = time.Now().Add(st.backoff/2 + jitter(st.backoff/2))
+		st.wakes++
 	case c.runs > 0:
 		st.backoff = 0
 		// Quick handlers finishing one after another: make one claim of
@@ -695,17 +779,34 @@ func (w *Worker) unreserve(q string, n int) {
 	w.queueAdd(q, -int64(n))
 }
 
-// start runs r in a slot reserved for it: its handler in a goroutine of its own, and the
+// giveBack releases runs claimed as the worker stops, without starting
+// them: their jobs are available again at once, no attempt used. One whose
+// release fails is left to the session's end (its lease is revoked as the
+// worker stops: the reaper, or in embedded mode the next open, re-queues
+// it).
+func (w *Worker) giveBack(runs []*coordinator.Run) {
+	for _, r := range runs {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := r.Release(ctx); err != nil {
+			w.runLog(r).Warn("giving back a job claimed as the worker stopped failed", slog.Any("err", err))
+		}
+		cancel()
+	}
+}
+
+// start runs r (counted in handlersWG by its claim) in a slot reserved
+// for it: its handler in a goroutine of its own, and the
 // wait for it and the outcome write in another.
 func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 	id := r.Job().ID
-	w.held.Store(id, struct{}{})
-	w.handlersWG.Add(1)
+	w.held.Store(id, r)
 	w.inFlight.Add(1)
 	finish := w.execute(sess, r)
 	go func() {
 		defer w.handlersWG.Done()
-		defer w.held.Delete(id)
+		// Not a later run of the same job (its job may be claimed again
+		// here as soon as this run's outcome is written).
+		defer w.held.CompareAndDelete(id, r)
 		finish()
 	}()
 }
@@ -726,10 +827,12 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 	if w.cfg.OnStart != nil {
 		w.cfg.OnStart(jc, r.Token())
 	}
+	w.cancelMu.Lock()
 	w.active.Store(jc.ID, a)
-	if jc.CancelRequested {
-		a.cancelRequested.Store(true)
-		cancel(ErrCancelRequested)
+	req, requested := w.cancelSeen[jc.ID]
+	w.cancelMu.Unlock()
+	if requested {
+		w.cancelFor(a, req.rev)
 	}
 
 	job := &Job{Job: jc, run: r}
@@ -751,7 +854,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 		defer cancel(nil)
 		defer stopOnLoss()
 		defer tcancel()
-		defer w.active.Delete(jc.ID)
+		defer w.active.CompareAndDelete(jc.ID, a)
 		defer func() {
 			<-w.tickets
 			w.released()
@@ -883,17 +986,25 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 
 // Stop stops claiming and waits for running handlers until ctx ends; then
 // it cancels them (cause ErrShutdown) and releases their jobs, which become
-// available again without using an attempt. Finally it closes the session,
+// available again without using an attempt. A claim that lands after Stop
+// began gives its jobs back the same way, starting no handler. Finally it closes the session,
 // which removes the worker's registration. It returns ctx's error if the
 // drain did not finish in time.
 func (w *Worker) Stop(ctx context.Context) error {
 	var err error
 	w.stopOnce.Do(func() {
+		w.lifeMu.Lock()
+		defer w.lifeMu.Unlock()
 		defer close(w.stopped)
 		if !w.started.Load() {
 			return
 		}
 		w.loopCancel()
+		// A claim in flight may still land: from here on it gives its
+		// jobs back rather than start handlers the drain would miss.
+		w.startMu.Lock()
+		w.stopping = true
+		w.startMu.Unlock()
 		drained := make(chan struct{})
 		go func() {
 			w.handlersWG.Wait()

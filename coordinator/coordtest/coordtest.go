@@ -390,12 +390,16 @@ func testCancelSurvivesCheckpoints(t *testing.T, h *harness) {
 			}
 		}
 	}()
-	seen := make(chan string, 1)
+	type request struct {
+		id  string
+		rev int64
+	}
+	seen := make(chan request, 1)
 	wctx, wcancel := context.WithCancel(h.ctx())
 	go func() {
-		_ = h.c.WatchCancelRequests(wctx, func(id string) {
+		_ = h.c.WatchCancelRequests(wctx, func(id string, rev int64) {
 			select {
-			case seen <- id:
+			case seen <- request{id, rev}:
 			default:
 			}
 		})
@@ -405,9 +409,13 @@ func testCancelSurvivesCheckpoints(t *testing.T, h *harness) {
 		t.Fatalf("Cancel running: %v", err)
 	}
 	select {
-	case id := <-seen:
-		if id != j.ID {
-			t.Fatalf("cancel request seen for %s", id)
+	case req := <-seen:
+		if req.id != j.ID {
+			t.Fatalf("cancel request seen for %s", req.id)
+		}
+		// The request's revision tells it apart from an earlier run's.
+		if req.rev <= int64(r.Token()) {
+			t.Fatalf("cancel request at revision %d, not after the run's token %d", req.rev, r.Token())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("cancel request not delivered to the watcher")

@@ -1,0 +1,255 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// failGrant makes opening a session fail.
+type failGrant struct{ kv.Store }
+
+func (failGrant) Grant(context.Context, time.Duration) (kv.LeaseID, error) {
+	return 0, errors.New("store unreachable")
+}
+
+// TestStopAfterFailedStart: a Start that failed may be retried, and Stop
+// after it (the usual deferred cleanup) returns quietly.
+func TestStopAfterFailedStart(t *testing.T) {
+	e := newEnv(t, func(s kv.Store) kv.Store { return failGrant{s} })
+	w, err := worker.New(e.c, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("k", func(context.Context, *worker.Job) error { return nil })
+	for range 2 {
+		if err := w.Start(context.Background()); err == nil || err.Error() == "worker: Start called twice" {
+			t.Fatalf("Start on a store that refuses sessions: %v", err)
+		}
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop after a failed Start: %v", err)
+	}
+	if err := w.Start(context.Background()); !errors.Is(err, worker.ErrStopped) {
+		t.Fatalf("Start after Stop: %v, want ErrStopped", err)
+	}
+}
+
+// TestCancelRequestJustAfterClaim: a cancel request written after the
+// claim committed but delivered before the worker registered the run (the
+// window a batch claim's start-up widens) still cancels it.
+func TestCancelRequestJustAfterClaim(t *testing.T) {
+	e := newEnv(t, nil)
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "long", MaxAttempts: 1})
+	seen := make(chan struct{})
+	var once sync.Once
+	e.worker(worker.Config{
+		OnClaim: func(_ string, n int, _ coordinator.ClaimStats) {
+			if n == 0 {
+				return
+			}
+			once.Do(func() {
+				// Runs after the claim committed, before its runs start.
+				j, err := e.c.Cancel(context.Background(), id)
+				if err != nil || !j.CancelRequested {
+					t.Errorf("cancel: %v %+v", err, j)
+				}
+				<-seen // the watch delivered the request meanwhile
+			})
+		},
+	}, map[string]worker.Handler{
+		"long": func(ctx context.Context, j *worker.Job) error {
+			<-ctx.Done()
+			return context.Cause(ctx)
+		},
+	})
+	go func() {
+		// Another watcher of the same requests: once it has the request,
+		// the worker's watch (established earlier) has it too, or will
+		// within moments; the worker then looks it up as the run starts.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_ = e.c.WatchCancelRequests(ctx, func(got string, _ int64) {
+			if got == id {
+				time.Sleep(50 * time.Millisecond)
+				cancel()
+			}
+		})
+		close(seen)
+	}()
+	if j := e.wait(id); j.State != coordinator.StateCancelled {
+		t.Fatalf("job %s, errors %+v: the cancel request was lost", j.State, j.Errors)
+	}
+}
+
+// TestRerunOfSameJobKeepsItsBookkeeping: a job snoozed for 0 is claimed
+// again here while its first run is still being finished (a slow
+// OnOutcome); the first run's end must not remove the second's entries,
+// or the janitor would release the second run's job as an orphan while its
+// handler runs (a third run; the second's outcome refused).
+func TestRerunOfSameJobKeepsItsBookkeeping(t *testing.T) {
+	e := newEnv(t, nil)
+	var runs atomic.Int32
+	secondStarted := make(chan struct{})
+	firstOutcomeMayEnd := make(chan struct{})
+	var mu sync.Mutex
+	var outcomes []worker.Outcome
+	e.worker(worker.Config{
+		ReapInterval: 100 * time.Millisecond,
+		PollInterval: 50 * time.Millisecond, // the claim loop wakes for its janitor
+		OnOutcome: func(o worker.Outcome) {
+			mu.Lock()
+			outcomes = append(outcomes, o)
+			first := len(outcomes) == 1
+			mu.Unlock()
+			if first {
+				<-firstOutcomeMayEnd // held until the next run has started
+			}
+		},
+	}, map[string]worker.Handler{
+		"k": func(ctx context.Context, j *worker.Job) error {
+			switch runs.Add(1) {
+			case 1:
+				return worker.JobSnooze(0)
+			case 2:
+				close(secondStarted)
+				// Outlive a few janitor passes after the first run ended.
+				time.Sleep(500 * time.Millisecond)
+				return ctx.Err()
+			}
+			return nil
+		},
+	})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	<-secondStarted
+	close(firstOutcomeMayEnd)
+	e.waitState(id, coordinator.StateCompleted)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, o := range outcomes {
+		if o.Err != nil {
+			t.Errorf("run %d: %s refused: %v", o.Token, o.Op, o.Err)
+		}
+	}
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("handler ran %d times, want 2 (the second run was released as an orphan while it ran)", n)
+	}
+}
+
+// holdClaims holds the commit of one claim transaction (a slow fsync or
+// raft round) while armed; the commit then lands.
+type holdClaims struct {
+	kv.Store
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *holdClaims) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if isClaimCommit(t) && h.armed.CompareAndSwap(true, false) {
+		close(h.entered)
+		<-h.release
+		return h.Store.Txn(context.WithoutCancel(ctx), t)
+	}
+	return h.Store.Txn(ctx, t)
+}
+
+// isClaimCommit reports whether t puts a key on a lease (an ownership
+// key): a claim's commit.
+func isClaimCommit(t kv.Txn) bool {
+	for _, op := range t.Then {
+		if op.Type == kv.OpTxn && isClaimCommit(*op.Txn) {
+			return true
+		}
+		if op.Type == kv.OpPut && op.Lease != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TestStopGivesBackAClaimThatLandsLate: Stop while a claim is committing.
+// The claim lands after the drain began: its job is given back, available
+// and with no attempt used, and no handler starts after Stop returned.
+func TestStopGivesBackAClaimThatLandsLate(t *testing.T) {
+	hc := &holdClaims{entered: make(chan struct{}), release: make(chan struct{})}
+	e := newEnv(t, func(s kv.Store) kv.Store { hc.Store = s; return hc })
+	var started atomic.Int32
+	w, err := worker.New(e.c, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("k", func(ctx context.Context, j *worker.Job) error {
+		started.Add(1)
+		return nil
+	})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hc.armed.Store(true)
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	<-hc.entered
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		stopped <- w.Stop(ctx)
+	}()
+	// Stop has begun once the claim loop's context is cancelled: its
+	// session is still open (closed last), so wait for the loop to notice
+	// through the claim that is in flight.
+	time.Sleep(50 * time.Millisecond)
+	close(hc.release)
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	if n := started.Load(); n != 0 || w.Running() != 0 {
+		t.Fatalf("%d handlers started, %d running after Stop", n, w.Running())
+	}
+	j, err := e.c.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != coordinator.StateAvailable || j.Attempt != 0 {
+		t.Fatalf("job after Stop: %s, attempt %d; want available, attempt 0", j.State, j.Attempt)
+	}
+}
+
+// failClaims fails the next claim commits while n > 0, as a store that is
+// briefly unreachable would.
+type failClaims struct {
+	kv.Store
+	n atomic.Int32
+}
+
+func (f *failClaims) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if isClaimCommit(t) && f.n.Add(-1) >= 0 {
+		return kv.TxnResult{}, errors.New("store briefly unreachable")
+	}
+	return f.Store.Txn(ctx, t)
+}
+
+// TestClaimFailureRetriedSoon: a claim that failed is retried after a short
+// back-off, not left until the next poll (an hour here).
+func TestClaimFailureRetriedSoon(t *testing.T) {
+	fc := &failClaims{}
+	e := newEnv(t, func(s kv.Store) kv.Store { fc.Store = s; return fc })
+	e.worker(worker.Config{PollInterval: time.Hour}, map[string]worker.Handler{
+		"k": func(context.Context, *worker.Job) error { return nil },
+	})
+	fc.n.Store(3) // the worker's registration is done
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if j := e.wait(id); j.State != coordinator.StateCompleted {
+		t.Fatalf("job %s", j.State)
+	}
+	if n := fc.n.Load(); n >= 0 {
+		t.Fatalf("%d claim failures left to inject: the test did not exercise them", n+1)
+	}
+}
