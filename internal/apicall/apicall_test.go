@@ -85,9 +85,9 @@ func TestDoRefusesWhatCannotBeBuilt(t *testing.T) {
 func TestErrorMessage(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"error":"job not found: check the id"}`: "job not found: check the id",
-		`{"error":""}`:                            "",
-		`not json`:                                "",
-		`{"job":{}}`:                              "",
+		`{"error":""}`: "",
+		`not json`:     "",
+		`{"job":{}}`:   "",
 	} {
 		msg, ok := ErrorMessage([]byte(body))
 		if msg != want || ok != (want != "") {
