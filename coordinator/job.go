@@ -101,6 +101,18 @@ func (j *Job) Timeout() time.Duration { return time.Duration(j.TimeoutMS) * time
 // side effects replay-safe.
 func (j *Job) IdempotencyKey() string { return fmt.Sprintf("%s-%d", j.ID, j.Attempt) }
 
+// MaxScheduledAt is the latest time a job can be scheduled for: the store
+// keys times as Unix nanoseconds, which end in April 2262.
+var MaxScheduledAt = time.Date(2262, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// checkScheduledAt refuses a time after MaxScheduledAt.
+func checkScheduledAt(t time.Time) error {
+	if t.After(MaxScheduledAt) {
+		return fmt.Errorf("%w: scheduled time %s is after %s, the latest a job can be scheduled for: use an earlier time or a shorter delay", ErrInvalid, t.UTC().Format(time.RFC3339), MaxScheduledAt.Format(time.DateOnly))
+	}
+	return nil
+}
+
 // Defaults and limits of an enqueue.
 const (
 	DefaultQueue       = "default"
@@ -207,6 +219,9 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	}
 	if p.Timeout < 0 {
 		return fmt.Errorf("%w: timeout %s is negative", ErrInvalid, p.Timeout)
+	}
+	if err := checkScheduledAt(p.ScheduledAt); err != nil {
+		return err
 	}
 	if len(p.Payload) == 0 {
 		p.Payload = json.RawMessage("{}")

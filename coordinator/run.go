@@ -105,6 +105,9 @@ func (r *Run) Fail(ctx context.Context, cause error, o FailOpts) error {
 		if o.RetryAt.IsZero() {
 			j.ScheduledAt = now.Add(r.c.cfg.RetryPolicy(j.Attempt, j))
 		}
+		if j.ScheduledAt.After(MaxScheduledAt) {
+			j.ScheduledAt = MaxScheduledAt
+		}
 	})
 }
 
@@ -114,6 +117,9 @@ func (r *Run) Snooze(ctx context.Context, d time.Duration) error {
 		return fmt.Errorf("%w: negative snooze %s", ErrInvalid, d)
 	}
 	at := r.c.clock.Now().UTC().Add(d)
+	if err := checkScheduledAt(at); err != nil {
+		return err
+	}
 	return r.write(ctx, "snooze", true, func(j *Job) {
 		j.Attempt--
 		j.State = StateScheduled
@@ -177,7 +183,8 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 		return r.loseLocked(&fence.LostError{JobID: r.job.ID, Token: r.pred.Token, Op: op, Local: true}, "session no longer valid")
 	}
 	j := *r.job
-	j.Errors = append([]AttemptError(nil), r.job.Errors...)
+	// A copy, never nil: a job's errors are a JSON array, [] when none.
+	j.Errors = append(make([]AttemptError, 0, len(r.job.Errors)+1), r.job.Errors...)
 	mutate(&j)
 	j.Token = r.pred.Token
 	k := r.c.keys

@@ -193,6 +193,16 @@ func testEnqueueGetList(t *testing.T, h *harness) {
 	if _, err := h.c.Get(h.ctx(), "01ARZ3NDEKTSV4RRFFQ69G5FAV"); !errors.Is(err, coordinator.ErrNotFound) {
 		t.Fatalf("Get missing: %v, want ErrNotFound", err)
 	}
+	// A job's errors are a JSON array before and after its runs, [] when
+	// none (tools read the field as an array).
+	r := h.claimOne(h.session(h.c))
+	if err := r.Complete(h.ctx(), nil); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(h.get(j.ID))
+	if err != nil || !strings.Contains(string(b), `"errors":[]`) {
+		t.Fatalf("completed job's JSON %s (%v): want \"errors\":[]", b, err)
+	}
 }
 
 func testBadInputWritesNothing(t *testing.T, h *harness) {
@@ -210,6 +220,10 @@ func testBadInputWritesNothing(t *testing.T, h *harness) {
 		{Kind: "k", Queue: "no/slash"},
 		{Kind: "k", Payload: big},
 		{Kind: "k", Timeout: -time.Second},
+		// Past the store's time keys (Unix nanoseconds end in 2262): it
+		// would be written, run at once, or not decode again.
+		{Kind: "k", ScheduledAt: time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC)},
+		{Kind: "k", ScheduledAt: time.Date(9999, 12, 31, 23, 59, 59, 0, time.FixedZone("", -23*3600))},
 	}
 	for _, p := range bad {
 		if _, err := h.c.Enqueue(h.ctx(), p); !errors.Is(err, coordinator.ErrInvalid) {
