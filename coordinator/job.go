@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/fence"
@@ -177,6 +178,10 @@ func ValidateID(id string) error {
 	}
 	if _, err := ulid.ParseStrict(id); err != nil {
 		return fmt.Errorf("%w: bad job id %q: want a 26-character ULID", ErrInvalid, truncate(id, 40))
+	}
+	if up := strings.ToUpper(id); up != id {
+		// ParseStrict reads either case; ids are stored upper-case.
+		return fmt.Errorf("%w: bad job id %q: job ids are upper-case (%s)", ErrInvalid, id, up)
 	}
 	return nil
 }

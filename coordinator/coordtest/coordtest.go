@@ -234,7 +234,7 @@ func testBadInputWritesNothing(t *testing.T, h *harness) {
 	if _, err := h.c.EnqueueBatch(h.ctx(), []coordinator.EnqueueParams{{Kind: "ok"}, {Kind: "k", Payload: json.RawMessage(`nope`)}}); !errors.Is(err, coordinator.ErrInvalid) {
 		t.Errorf("EnqueueBatch with a bad job: err = %v, want ErrInvalid", err)
 	}
-	for _, id := range []string{"", "x", "01ARZ3NDEKTSV4RRFFQ69G5FA!", "../../etc/passwd"} {
+	for _, id := range []string{"", "x", "01ARZ3NDEKTSV4RRFFQ69G5FA!", "../../etc/passwd", "01arz3ndektsv4rrffq69g5fav"} {
 		if _, err := h.c.Get(h.ctx(), id); !errors.Is(err, coordinator.ErrInvalid) {
 			t.Errorf("Get(%q): err = %v, want ErrInvalid", id, err)
 		}
