@@ -43,7 +43,8 @@
 //   - It is not shared: one process, one directory. Use the etcd backend
 //     for several daemons.
 //   - It keeps no history on disk. Watches replay only from a bounded ring of
-//     recent events in memory ([Options].WatchHistory), never from before
+//     recent events in memory ([Options].WatchHistory events, at most
+//     [Options].WatchHistoryBytes), never from before
 //     this process opened the store; older start revisions, and watchers
 //     that fall behind the ring, end with kv.ErrCompacted. Reads are always
 //     of the latest revision.

@@ -17,6 +17,9 @@ const (
 	WatchBufferDefault = 64
 	// WatchHistoryDefault is the default of Options.WatchHistory.
 	WatchHistoryDefault = 65536
+	// WatchHistoryBytesDefault is the default of
+	// Options.WatchHistoryBytes: 64 MiB.
+	WatchHistoryBytesDefault = 64 << 20
 )
 
 // Options configure a [Store]. The zero value is valid: every field has a
@@ -53,6 +56,11 @@ type Options struct {
 	// that a watch can start from a past revision. Default:
 	// WatchHistoryDefault (65536).
 	WatchHistory int
+	// WatchHistoryBytes bounds the memory of that history: its events'
+	// keys and values (large payloads fill it long before WatchHistory
+	// events). The events of the newest revision are always kept.
+	// Default: WatchHistoryBytesDefault (64 MiB).
+	WatchHistoryBytes int
 }
 
 // WithDefaults returns o with every zero field set to its default.
@@ -75,6 +83,9 @@ func (o Options) WithDefaults() Options {
 	if o.WatchHistory == 0 {
 		o.WatchHistory = WatchHistoryDefault
 	}
+	if o.WatchHistoryBytes == 0 {
+		o.WatchHistoryBytes = WatchHistoryBytesDefault
+	}
 	return o
 }
 
@@ -93,6 +104,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("localstore: WatchBuffer %d is negative", o.WatchBuffer)
 	case o.WatchHistory < 0:
 		return fmt.Errorf("localstore: WatchHistory %d is negative", o.WatchHistory)
+	case o.WatchHistoryBytes < 0:
+		return fmt.Errorf("localstore: WatchHistoryBytes %d is negative", o.WatchHistoryBytes)
 	}
 	return nil
 }

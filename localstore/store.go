@@ -158,7 +158,7 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 	}
 	s.synced = s.rev
 	s.startRev = s.rev
-	s.hist = newHistory(opts.WatchHistory, s.rev)
+	s.hist = newHistory(opts.WatchHistory, opts.WatchHistoryBytes, s.rev)
 	return s, nil
 }
 

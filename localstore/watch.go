@@ -94,38 +94,60 @@ func (s *Store) watch(ctx context.Context, out chan<- kv.WatchResponse, prefix s
 }
 
 // history is the bounded in-memory ring of the most recent events, in
-// revision order.
+// revision order, within a count and a byte budget.
 type history struct {
 	mu   sync.RWMutex
 	buf  []kv.Event
 	head int // index of the oldest event
 	n    int // events held
+	// bytes is the size of the events held (eventBytes), at most maxBytes
+	// unless the newest revision alone is larger.
+	bytes, maxBytes int
 	// compact is the highest revision of which some event is no longer
 	// held (or the revision at open): every event of a later revision is.
 	compact int64
 }
 
-func newHistory(size int, rev int64) *history {
-	return &history{buf: make([]kv.Event, size), compact: rev}
+func newHistory(size, maxBytes int, rev int64) *history {
+	return &history{buf: make([]kv.Event, size), maxBytes: maxBytes, compact: rev}
 }
+
+// eventBytes is what an event held costs: its key and value, and about
+// what the event itself takes.
+func eventBytes(e *kv.Event) int { return len(e.KV.Key) + len(e.KV.Value) + 96 }
 
 // append adds the events of one revision. The caller holds the store's
 // mutex, so revisions arrive in order.
 func (h *history) append(evs []kv.Event) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, e := range evs {
-		if h.n < len(h.buf) {
-			h.buf[(h.head+h.n)%len(h.buf)] = e
-			h.n++
-			continue
+	for i := range evs {
+		if h.n == len(h.buf) {
+			h.evictOldest()
 		}
-		if r := h.buf[h.head].KV.ModRevision; r > h.compact {
-			h.compact = r
-		}
-		h.buf[h.head] = e
-		h.head = (h.head + 1) % len(h.buf)
+		h.buf[(h.head+h.n)%len(h.buf)] = evs[i]
+		h.n++
+		h.bytes += eventBytes(&evs[i])
 	}
+	if len(evs) == 0 {
+		return
+	}
+	newest := evs[len(evs)-1].KV.ModRevision
+	for h.bytes > h.maxBytes && h.at(0).KV.ModRevision < newest {
+		h.evictOldest()
+	}
+}
+
+// evictOldest drops the oldest event held. The caller holds mu.
+func (h *history) evictOldest() {
+	old := &h.buf[h.head]
+	if r := old.KV.ModRevision; r > h.compact {
+		h.compact = r
+	}
+	h.bytes -= eventBytes(old)
+	*old = kv.Event{} // its value is garbage now
+	h.head = (h.head + 1) % len(h.buf)
+	h.n--
 }
 
 func (h *history) at(i int) *kv.Event { return &h.buf[(h.head+i)%len(h.buf)] }

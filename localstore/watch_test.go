@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -188,5 +189,48 @@ func TestWatchAfterCloseFails(t *testing.T) {
 	resp, ok := next(t, s.Watch(context.Background(), "", 0))
 	if !ok || !errors.Is(resp.Err, kv.ErrClosed) {
 		t.Fatalf("Watch on a closed store: %+v", resp)
+	}
+}
+
+// TestWatchHistoryBytes: large values bound the history by its bytes, not
+// only by its event count; the newest revision stays whole, and a watch
+// from an evicted revision ends with ErrCompacted.
+func TestWatchHistoryBytes(t *testing.T) {
+	const max = 1 << 20
+	s := openTemp(t, Options{WatchHistoryBytes: max})
+	big := strings.Repeat("x", 300<<10)
+	var revs []int64
+	for i := range 10 {
+		revs = append(revs, mustPut(t, s, fmt.Sprint("k", i), big, 0))
+	}
+	s.hist.mu.RLock()
+	held, bytes := s.hist.n, s.hist.bytes
+	s.hist.mu.RUnlock()
+	if bytes > max || held != 3 {
+		t.Fatalf("history holds %d events, %d bytes; want 3 within %d", held, bytes, max)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	resp, _ := next(t, s.Watch(ctx, "", revs[0]))
+	if !errors.Is(resp.Err, kv.ErrCompacted) || resp.CompactRevision != revs[6] {
+		t.Fatalf("watch from an evicted revision: err %v compact %d, want ErrCompacted at %d", resp.Err, resp.CompactRevision, revs[6])
+	}
+	resp, _ = next(t, s.Watch(ctx, "", revs[7]))
+	if resp.Err != nil || len(resp.Events) == 0 || resp.Events[0].KV.ModRevision != revs[7] {
+		t.Fatalf("watch from the oldest held revision: err %v, %d events", resp.Err, len(resp.Events))
+	}
+
+	// One revision larger than the budget is kept whole, until the next.
+	ops := make([]kv.Op, 5)
+	for i := range ops {
+		ops[i] = kv.Put(fmt.Sprint("batch", i), []byte(big), 0)
+	}
+	res, err := s.Txn(ctx, kv.Txn{Then: ops})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, _ = next(t, s.Watch(ctx, "batch", res.Revision))
+	if resp.Err != nil || len(resp.Events) != 5 {
+		t.Fatalf("watch of the newest revision, over the budget alone: err %v, %d events; want 5", resp.Err, len(resp.Events))
 	}
 }
