@@ -89,8 +89,10 @@ func lockDir(dir string) (*dirLock, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		_ = f.Close() // closing our descriptor does not release the holder's flock
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			pid := readPID(path)
-			return nil, &lockedError{dir: abs, pid: pid, inProcess: pid == os.Getpid()}
+			// Not this process (its registry says so), whatever pid the
+			// file names: two containers sharing a volume may both be
+			// pid 1.
+			return nil, &lockedError{dir: abs, pid: readPID(path)}
 		}
 		return nil, fmt.Errorf("localstore: lock %s: %w", path, err)
 	}
