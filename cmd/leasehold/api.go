@@ -61,6 +61,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -313,26 +314,67 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// decodeBody decodes one JSON object of at most limit bytes into v,
+// bodySpec describes the JSON body of an endpoint, so that decodeBody's
+// errors name that endpoint's own fields and limit.
+type bodySpec struct {
+	limit   int64
+	fields  string // "the fields are ..." after an unknown field
+	example string // a body to send, after an empty one
+	tooBig  string // what to do about a body over limit
+}
+
+// jsonFields lists the JSON names of the fields of struct v, in order.
+func jsonFields(v any) string {
+	t := reflect.TypeOf(v)
+	names := make([]string, 0, t.NumField())
+	for f := range t.Fields() {
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// createBody is the body of POST /v1/jobs.
+func (a *api) createBody() bodySpec {
+	return bodySpec{
+		limit:   int64(a.cfg.MaxPayload) + bodyOverhead,
+		fields:  "the fields are " + jsonFields(createRequest{}),
+		example: `{"kind":"echo","payload":{}}`,
+		tooBig:  fmt.Sprintf("a job's payload may be at most %d bytes: send a smaller payload (or raise the daemon's --max-payload)", a.cfg.MaxPayload),
+	}
+}
+
+// batchBody is the body of POST /v1/jobs/batch.
+func (a *api) batchBody() bodySpec {
+	return bodySpec{
+		limit:   a.batchLimit(),
+		fields:  "the field is jobs, a list of jobs whose fields are " + jsonFields(createRequest{}),
+		example: `{"jobs":[{"kind":"echo","payload":{}}]}`,
+		tooBig:  "send a smaller payload or fewer jobs per batch",
+	}
+}
+
+// decodeBody decodes one JSON object of at most spec.limit bytes into v,
 // refusing unknown fields and trailing data.
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
+func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, spec.limit)
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return bodyError(err, limit)
+		return bodyError(err, spec)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return bodyError(err, limit)
+			return bodyError(err, spec)
 		}
 		return badRequest("request body has more after its JSON object: send exactly one object")
 	}
 	return nil
 }
 
-func bodyError(err error, limit int64) error {
+func bodyError(err error, spec bodySpec) error {
 	var (
 		mbe *http.MaxBytesError
 		se  *json.SyntaxError
@@ -341,20 +383,20 @@ func bodyError(err error, limit int64) error {
 	switch {
 	case errors.As(err, &mbe):
 		return &apiError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body is over the %d-byte limit: send a smaller payload or fewer jobs per batch", limit)}
+			msg: fmt.Sprintf("request body is over the %d-byte limit: %s", spec.limit, spec.tooBig)}
 	case errors.Is(err, io.EOF):
-		return badRequest(`request body is empty: send a JSON object such as {"kind":"echo","payload":{}}`)
+		return badRequest("request body is empty: send a JSON object such as %s", spec.example)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("request body is truncated JSON: send a complete JSON object")
 	case errors.As(err, &se):
 		return badRequest("request body is not valid JSON (at byte %d: %s): send a JSON object", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
 	case errors.As(err, &te):
 		if te.Field == "" {
-			return badRequest("request body is a JSON %s: send a JSON object", te.Value)
+			return badRequest("request body is a JSON %s: send a JSON object such as %s", te.Value, spec.example)
 		}
 		return badRequest("field %q is a JSON %s: want %s", te.Field, te.Value, jsonTypeName(te.Type.String()))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return badRequest("%s: the fields are kind, payload, queue, priority, scheduled_at, delay, max_attempts, timeout, unique_key, unique, metadata", strings.TrimPrefix(err.Error(), "json: "))
+		return badRequest("%s: %s", strings.TrimPrefix(err.Error(), "json: "), spec.fields)
 	}
 	return badRequest("cannot read request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
@@ -449,7 +491,7 @@ func truncateString(s string, n int) string {
 
 func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 	var req createRequest
-	if err := decodeBody(w, r, int64(a.cfg.MaxPayload)+bodyOverhead, &req); err != nil {
+	if err := decodeBody(w, r, a.createBody(), &req); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -478,7 +520,7 @@ func (a *api) batchLimit() int64 {
 
 func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 	var req batchRequest
-	if err := decodeBody(w, r, a.batchLimit(), &req); err != nil {
+	if err := decodeBody(w, r, a.batchBody(), &req); err != nil {
 		a.fail(w, r, err)
 		return
 	}

@@ -407,6 +407,17 @@ func TestAPIBadInputWritesNothing(t *testing.T) {
 		{"batch with one bad job", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo"},{"kind":"resize"}]}`, 400, "job 1: unknown kind resize"},
 		{"batch with duplicate unique keys", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo","unique_key":"a"},{"kind":"echo","unique_key":"a"}]}`, 400, "same unique key"},
 		{"batch unknown field", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo"}],"x":1}`, 400, "unknown field"},
+		// Each endpoint's body errors name its own fields and example.
+		{"batch unknown top-level field", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo"}],"x":1}`, 400, `unknown field "x": the field is jobs, a list of jobs whose fields are kind, payload,`},
+		{"batch empty body", "POST", "/v1/jobs/batch", "", 400, `send a JSON object such as {"jobs":[{"kind":"echo","payload":{}}]}`},
+		{"bulk cancel unknown field", "POST", "/v1/jobs/cancel", `{"bogus":1}`, 400, `unknown field "bogus": the fields are state, kind, queue, all`},
+		{"bulk cancel empty body", "POST", "/v1/jobs/cancel", "", 400, `send a JSON object such as {"queue":"default"}`},
+		{"bulk cancel not an object", "POST", "/v1/jobs/cancel", `[]`, 400, `{"queue":"default"}`},
+		{"limit unknown field", "PUT", "/v1/queues/default/limit", `{"lim":1}`, 400, `unknown field "lim": the field is limit`},
+		{"limit empty body", "PUT", "/v1/queues/default/limit", "", 400, `send a JSON object such as {"limit":10}`},
+		{"payload of 2 MiB names the payload limit", "POST", "/v1/jobs", big, 413, "a job's payload may be at most 1048576 bytes: send a smaller payload"},
+		{"unique by_state unfinished", "POST", "/v1/jobs", `{"kind":"echo","unique":{"by_state":["completed","running"]}}`, 400, "unique.by_state running: want completed, discarded or cancelled"},
+		{"batch unique by_state unfinished", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo","unique":{"by_state":["available"]}}]}`, 400, "job 0: unique.by_state available: want completed"},
 		{"bad id", "GET", "/v1/jobs/nope", "", 400, "bad job id"},
 		{"bad id lower case", "GET", "/v1/jobs/01arz3ndektsv4rrffq69g5fav!", "", 400, "bad job id"},
 		{"bad id cancel", "POST", "/v1/jobs/nope/cancel", "", 400, "bad job id"},
@@ -435,6 +446,12 @@ func TestAPIBadInputWritesNothing(t *testing.T) {
 			}
 			if !strings.Contains(er.Error, c.want) {
 				t.Errorf("error %q does not contain %q", er.Error, c.want)
+			}
+			if c.path != "/v1/jobs" && c.path != "/v1/jobs/batch" && strings.Contains(er.Error, `"kind"`) {
+				t.Errorf("error of %s %s describes a job: %q", c.method, c.path, er.Error)
+			}
+			if c.path == "/v1/jobs" && strings.Contains(er.Error, "batch") {
+				t.Errorf("error of a single create speaks of batches: %q", er.Error)
 			}
 			if strings.Contains(er.Error, "coordinator:") {
 				t.Errorf("error leaks an internal prefix: %q", er.Error)

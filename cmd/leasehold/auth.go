@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"unicode"
 )
 
 // authConfig says how the API checks requests.
@@ -106,15 +107,19 @@ func readToken(token, file, flagPrefix string) (string, error) {
 		return "", usagef("%sapi-token and %sapi-token-file are both set: set one of them", flagPrefix, flagPrefix)
 	}
 	if file == "" {
-		return strings.TrimSpace(token), nil
+		t := strings.TrimSpace(token)
+		if strings.ContainsFunc(t, unicode.IsControl) {
+			return "", usagef("%sapi-token holds a control character (a line break?): pass the token alone, on one line", flagPrefix)
+		}
+		return t, nil
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return "", usagef("%sapi-token-file: %s: check the path and its permissions", flagPrefix, oneLine(err.Error()))
 	}
 	t := strings.TrimSpace(string(b))
-	if t == "" || strings.ContainsAny(t, "\r\n") {
-		return "", usagef("%sapi-token-file %s: want one line holding the token", flagPrefix, file)
+	if t == "" || strings.ContainsFunc(t, unicode.IsControl) {
+		return "", usagef("%sapi-token-file %s: want one line holding the token, without control characters", flagPrefix, file)
 	}
 	return t, nil
 }

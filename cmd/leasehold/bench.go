@@ -66,8 +66,8 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 	switch {
 	case o.jobs < 1:
 		return usagef("--jobs %d: want 1 or more", o.jobs)
-	case o.concurrency < 1:
-		return usagef("--concurrency %d: want 1 or more", o.concurrency)
+	case o.concurrency < 1 || o.concurrency > maxConcurrency:
+		return usagef("--concurrency %d: want 1 to %d", o.concurrency, maxConcurrency)
 	case o.daemons < 1:
 		return usagef("--daemons %d: want 1 or more", o.daemons)
 	case o.daemons > 1 && (o.mode == bench.ModeEmbedded || o.mode == "" && len(o.etcd) == 0):

@@ -220,6 +220,10 @@ func TestCLIUsageErrors(t *testing.T) {
 	// exit 1 (unreachable), so exit 2 also shows that nothing was sent.
 	srv := "http://" + closedPort(t)
 	data := filepath.Join(t.TempDir(), "data")
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("a\x1bb\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		env  []string
@@ -262,13 +266,31 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"daemon log level", nil, []string{"daemon", "--data", data, "--log-level", "loud"}, "--log-level"},
 		{"daemon listen", nil, []string{"daemon", "--data", data, "--listen", "7420"}, "--listen"},
 		{"daemon argument", nil, []string{"daemon", "extra"}, "too many arguments"},
+		// Found in review: each was accepted, sent, or ran.
+		{"daemon concurrency too high", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:0", "--concurrency", "2000000000"}, "--concurrency 2000000000: want 1 to 100000"},
+		{"bench concurrency too high", nil, []string{"bench", "--jobs", "1", "--concurrency", "2000000000"}, "--concurrency 2000000000: want 1 to 100000"},
+		{"daemon listen port too high", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:99999"}, `--listen "127.0.0.1:99999": bad port "99999"`},
+		{"daemon listen negative port", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:-1"}, `bad port "-1"`},
+		{"daemon listen unknown service", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:nosuchservice"}, `bad port "nosuchservice"`},
+		{"unique by args with count", nil, []string{"enqueue", "echo", "--unique-by-args", "--count", "2"}, "--unique-by-args with --count 2"},
+		{"unique period from env with count", []string{"LEASEHOLD_UNIQUE_PERIOD=1h"}, []string{"enqueue", "echo", "--count", "2"}, "LEASEHOLD_UNIQUE_PERIOD with --count 2"},
+		{"unique states unfinished", nil, []string{"enqueue", "echo", "--unique-states", "completed,running"}, "--unique-states running: want completed, discarded or cancelled"},
+		{"client token with line break", nil, []string{"jobs", "list", "--api-token", "a\nb"}, "--api-token holds a control character"},
+		{"client token from env with line break", []string{"LEASEHOLD_API_TOKEN=a\nb"}, []string{"workers", "list"}, "--api-token holds a control character"},
+		{"daemon token with control character", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:0", "--api-token", "a\x01b"}, "--api-token holds a control character"},
+		{"daemon token file with control character", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:0", "--api-token-file", tokenFile}, "without control characters"},
+		{"client log level", nil, []string{"jobs", "list", "--log-level", "bogus"}, `jobs list: --log-level "bogus": want debug, info, warn or error`},
+		{"client log format", nil, []string{"enqueue", "echo", "--log-format", "bogus"}, `enqueue: --log-format "bogus": want text, json or auto`},
+		{"client log format from env", []string{"LEASEHOLD_LOG_FORMAT=xml"}, []string{"workers", "list"}, `--log-format "xml"`},
+		{"server and etcd", nil, []string{"jobs", "list", "--server", srv, "--etcd", "http://" + closedPort(t)}, "--server and --etcd are both set: pass one of them"},
+		{"cancel filter only from env", []string{"LEASEHOLD_QUEUE=q2", "LEASEHOLD_ALL=true"}, []string{"jobs", "cancel"}, "nothing to cancel"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			args := c.args
 			switch {
-			case len(args) == 0, args[0] == "daemon", args[0] == "frob", len(args) > 1 && args[1] == "frob",
-				strings.Contains(strings.Join(args, " "), "--server"):
+			case len(args) == 0, args[0] == "daemon", args[0] == "bench", args[0] == "frob", len(args) > 1 && args[1] == "frob",
+				strings.Contains(strings.Join(args, " "), "--server"), strings.Contains(strings.Join(args, " "), "--etcd"):
 			default:
 				args = append(append([]string{}, args...), "--server", srv)
 			}

@@ -233,6 +233,10 @@ func applyConfig(cmd *cobra.Command) error {
 		if msg := setFlag(cmd.Flags(), f, s.values); msg != "" {
 			return fail("line %d: %s: %s", s.line, s.key, msg)
 		}
+		if f.Annotations == nil {
+			f.Annotations = map[string][]string{}
+		}
+		f.Annotations[configAnnotation] = []string{path}
 	}
 	return nil
 }
@@ -461,6 +465,9 @@ func checkConfig(path string) (errs, warns []configProblem, file *configFile) {
 	lg := &globalOpts{logFormat: root.PersistentFlags().Lookup("log-format").Value.String(), logLevel: root.PersistentFlags().Lookup("log-level").Value.String()}
 	if _, err := newLogger(lg, io.Discard); err != nil {
 		errs = append(errs, configProblem{msg: configMessage(err)})
+	}
+	if set["server"] && set["etcd"] {
+		errs = append(errs, configProblem{key: "server", msg: "server and etcd are both set: a client command would talk to etcd and ignore server; keep one of them"})
 	}
 	if set["server"] {
 		if _, err := newClient(t.server); err != nil {

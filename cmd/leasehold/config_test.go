@@ -56,6 +56,11 @@ func TestConfigCheckExplainsEachError(t *testing.T) {
 		{"half of a pair", "tls-cert: " + cert + "\n", 2, []string{"daemon: tls-cert and tls-key go together"}},
 		{"log level", "log-level: loud\n", 2, []string{`log-level "loud": want debug, info, warn or error`}},
 		{"bad server", "server: 127.0.0.1:7420\n", 2, []string{"server: server \"127.0.0.1:7420\" is not an http:// or https:// URL"}},
+		{"concurrency too high", "concurrency: 2000000000\n", 2, []string{"daemon: concurrency 2000000000: want 1 to 100000"}},
+		{"listen port too high", "listen: 127.0.0.1:99999\n", 2, []string{`daemon: listen "127.0.0.1:99999": bad port "99999"`}},
+		{"listen service name", "listen: 127.0.0.1:http\n", 0, []string{"ok: 1 settings"}},
+		{"token with line break", "api-token: \"a\\nb\"\n", 2, []string{"daemon: api-token holds a control character"}},
+		{"server and etcd", "server: http://127.0.0.1:7420\netcd: http://127.0.0.1:2379\n", 2, []string{"server: server and etcd are both set"}},
 		{"not YAML", "a: [1\n", 2, []string{"not valid YAML: line 1:"}},
 		{"not a mapping", "- a\n- b\n", 2, []string{"the file must be a mapping of settings"}},
 	}

@@ -30,6 +30,9 @@ const (
 	// httpShutdownTimeout bounds the wait for in-flight API requests at
 	// stop; long-polls are woken at once.
 	httpShutdownTimeout = 5 * time.Second
+	// maxConcurrency bounds --concurrency: the worker reserves its slots
+	// at start.
+	maxConcurrency = 100000
 )
 
 type daemonOpts struct {
@@ -135,8 +138,8 @@ func (o *daemonOpts) validate() error {
 		return usagef("--reap-interval %s: want a positive duration such as 10s", o.reapInterval)
 	case o.data == "":
 		return usagef("--data is empty: pass a data directory")
-	case o.concurrency < 1:
-		return usagef("--concurrency %d: want 1 or more", o.concurrency)
+	case o.concurrency < 1 || o.concurrency > maxConcurrency:
+		return usagef("--concurrency %d: want 1 to %d", o.concurrency, maxConcurrency)
 	case o.leaseTTL < coordinator.MinLeaseTTL || o.leaseTTL%time.Second != 0:
 		return usagef("--lease-ttl %s: want whole seconds, at least %s", o.leaseTTL, coordinator.MinLeaseTTL)
 	case o.shutdownTimeout < 0:
@@ -156,8 +159,14 @@ func (o *daemonOpts) validate() error {
 			return usagef("--queues: %s", cleanCoordError(err))
 		}
 	}
-	if _, _, err := net.SplitHostPort(o.listen); err != nil {
+	_, port, err := net.SplitHostPort(o.listen)
+	if err != nil {
 		return usagef("--listen %q is not HOST:PORT: use e.g. %s", o.listen, defaultListen)
+	}
+	// What net.Listen takes: a number up to 65535 (0: any free port) or a
+	// service name.
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return usagef("--listen %q: bad port %q: want 1 to 65535, 0 for any free port, or a service name such as http: use e.g. %s", o.listen, port, defaultListen)
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return usagef("--tls-cert and --tls-key go together: give both or neither")

@@ -13,8 +13,22 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// enqueueChunk is how many jobs one batch request carries.
-const enqueueChunk = 1000
+// A batch request carries at most enqueueChunk jobs and, encoded, at most
+// enqueueBatchBytes: well under the daemon's least body limit of a batch.
+const (
+	enqueueChunk      = 1000
+	enqueueBatchBytes = minBatchBody / 2
+)
+
+// batchSize returns how many copies of req one batch request carries:
+// as many as fit in enqueueBatchBytes, from 1 to enqueueChunk.
+func batchSize(req createRequest) (int, error) {
+	b, err := json.Marshal(req) // as the request encodes it
+	if err != nil {
+		return 0, failf("encode the job: %v", err)
+	}
+	return max(1, min(enqueueChunk, enqueueBatchBytes/(len(b)+1))), nil
+}
 
 type enqueueOpts struct {
 	target      target
@@ -112,21 +126,15 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		}
 		req.Timeout = o.timeout.String()
 	}
-	if cmd.Flags().Changed("delay") && cmd.Flags().Changed("at") {
-		// One given on the command line wins over the other's
-		// environment variable; both from one source is a mistake.
-		dEnv, dFromEnv := fromEnv(cmd, "delay")
-		aEnv, aFromEnv := fromEnv(cmd, "at")
-		switch {
-		case dFromEnv && !aFromEnv:
-			o.delay = 0
-		case aFromEnv && !dFromEnv:
-			o.at = ""
-		case dFromEnv && aFromEnv:
-			return req, usagef("%s and %s are both set: set one of them", dEnv, aEnv)
-		default:
-			return req, usagef("--delay and --at are both set: pass one of them")
-		}
+	// One given on the command line wins over the other's environment
+	// variable; both from one source is a mistake.
+	switch drop, err := exclusive(cmd, "delay", "at"); {
+	case err != nil:
+		return req, err
+	case drop == "delay":
+		o.delay = 0
+	case drop == "at":
+		o.at = ""
 	}
 	if o.delay < 0 {
 		return req, usagef("--delay %s is negative: want a duration such as 90s", o.delay)
@@ -145,9 +153,25 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		return req, err
 	}
 	if (o.uniqueKey != "" || req.Unique != nil) && o.count > 1 {
-		return req, usagef("--unique-key with --count %d would give %d jobs one key: enqueue one job per key", o.count, o.count)
+		return req, usagef("%s with %s %d would give %d jobs one key: enqueue one job per key", o.uniqueFlag(cmd), flagLabel(cmd, "count"), o.count, o.count)
 	}
 	return req, nil
+}
+
+// uniqueFlag names the first unique option that is set, for errors.
+func (o *enqueueOpts) uniqueFlag(cmd *cobra.Command) string {
+	name := "unique-states"
+	switch {
+	case o.uniqueKey != "":
+		name = "unique-key"
+	case o.uniq.byArgs:
+		name = "unique-by-args"
+	case o.uniq.byQueue:
+		name = "unique-by-queue"
+	case o.uniq.period != 0:
+		name = "unique-period"
+	}
+	return flagLabel(cmd, name)
 }
 
 func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
@@ -184,12 +208,16 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 		return nil
 	}
 
+	per, err := batchSize(req)
+	if err != nil {
+		return err
+	}
 	var all []*coordinator.Job
 	done := 0
 	p := newMeter(stderr, "enqueue")
 	defer p.clear()
 	for done < o.count {
-		n := min(enqueueChunk, o.count-done)
+		n := min(per, o.count-done)
 		batch := batchRequest{Jobs: make([]createRequest, n)}
 		for i := range batch.Jobs {
 			batch.Jobs[i] = req

@@ -51,6 +51,9 @@ func (u *uniqueFlags) apply(req *createRequest) error {
 		if err != nil {
 			return usagef("--unique-states: %s", cleanCoordError(err))
 		}
+		if !st.Final() {
+			return usagef("--unique-states %s: want %s (unfinished jobs always count as duplicates)", st, uniqueStates)
+		}
 		ur.ByState = append(ur.ByState, string(st))
 	}
 	req.Unique = ur

@@ -240,8 +240,13 @@ func newJobsCancelCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cancel ID | --state S --kind K --queue Q | --all",
 		Short: "Cancel a job, or every unfinished job that matches filters (a running one is stopped by its daemon)",
-		Args:  argsBetween(0, 1, "ID | --state S --kind K --queue Q | --all"),
+		Long: `Cancel the job ID, or every unfinished job that matches the filters --state,
+--kind and --queue, or with --all every unfinished job. A running job is
+stopped by its daemon. The filters are read from the command line only,
+never from LEASEHOLD_STATE, LEASEHOLD_KIND, LEASEHOLD_QUEUE or LEASEHOLD_ALL.`,
+		Args: argsBetween(0, 1, "ID | --state S --kind K --queue Q | --all"),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
+			bulk.dropEnv(cmd)
 			switch {
 			case len(args) == 1 && bulk.set():
 				return usagef("pass a job ID or filters (--state, --kind, --queue, --all), not both")

@@ -108,6 +108,21 @@ func addCancelManyFlags(cmd *cobra.Command, o *cancelManyOpts) {
 
 func (o *cancelManyOpts) set() bool { return o.state != "" || o.kind != "" || o.queue != "" || o.all }
 
+// dropEnv clears the filters that came from environment variables: a bulk
+// cancel takes its filters from the command line only, so that an
+// exported LEASEHOLD_QUEUE (meant for enqueue, say) neither turns a
+// forgotten ID into the cancel of a whole queue nor refuses a given one.
+func (o *cancelManyOpts) dropEnv(cmd *cobra.Command) {
+	for name, v := range map[string]*string{"state": &o.state, "kind": &o.kind, "queue": &o.queue} {
+		if _, env := fromEnv(cmd, name); env {
+			*v = ""
+		}
+	}
+	if _, env := fromEnv(cmd, "all"); env {
+		o.all = false
+	}
+}
+
 // validate checks the filters before any request is made.
 func (o *cancelManyOpts) validate() error {
 	if o.state != "" {

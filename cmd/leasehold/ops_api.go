@@ -55,17 +55,32 @@ func (u *uniqueRequest) apply(p *coordinator.EnqueueParams) error {
 		if err != nil {
 			return badRequest("unique.by_state: %s", cleanCoordError(err))
 		}
+		if !st.Final() {
+			return badRequest("unique.by_state %s: want %s (unfinished jobs always count as duplicates)", st, uniqueStates)
+		}
 		o.ByState = append(o.ByState, st)
 	}
 	p.Unique = o
 	return nil
 }
 
+// uniqueStates are the states unique.by_state (--unique-states) takes:
+// the finished ones.
+const uniqueStates = "completed, discarded or cancelled"
+
 type cancelManyRequest struct {
 	State string `json:"state,omitempty"`
 	Kind  string `json:"kind,omitempty"`
 	Queue string `json:"queue,omitempty"`
 	All   bool   `json:"all,omitempty"`
+}
+
+// cancelManyBody is the body of POST /v1/jobs/cancel.
+var cancelManyBody = bodySpec{
+	limit:   64 << 10,
+	fields:  "the fields are " + jsonFields(cancelManyRequest{}) + " (filters of the jobs to cancel)",
+	example: `{"queue":"default"} or {"all":true}`,
+	tooBig:  "send only the filters, such as {\"queue\":\"default\"}",
 }
 
 type queuesResponse struct {
@@ -79,6 +94,14 @@ type queueResponse struct {
 
 type limitRequest struct {
 	Limit *int `json:"limit"`
+}
+
+// limitBody is the body of PUT /v1/queues/{queue}/limit.
+var limitBody = bodySpec{
+	limit:   4 << 10,
+	fields:  "the field is limit",
+	example: `{"limit":10} (0: no limit)`,
+	tooBig:  "send only {\"limit\":N}",
 }
 
 type periodicResponse struct {
@@ -125,7 +148,7 @@ func (a *api) jobOp(op func(context.Context, string) (*coordinator.Job, error)) 
 
 func (a *api) cancelMany(w http.ResponseWriter, r *http.Request) {
 	var req cancelManyRequest
-	if err := decodeBody(w, r, 64<<10, &req); err != nil {
+	if err := decodeBody(w, r, cancelManyBody, &req); err != nil {
 		a.fail(w, r, err)
 		return
 	}
@@ -208,7 +231,7 @@ func (a *api) resumeQueue(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) limitQueue(w http.ResponseWriter, r *http.Request) {
 	var req limitRequest
-	if err := decodeBody(w, r, 4<<10, &req); err != nil {
+	if err := decodeBody(w, r, limitBody, &req); err != nil {
 		a.fail(w, r, err)
 		return
 	}

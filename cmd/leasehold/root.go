@@ -35,15 +35,24 @@ any number of daemons share one etcd cluster, and the other commands talk to
 etcd directly when given --etcd. Every flag can also be set with an environment
 variable LEASEHOLD_<FLAG>, e.g. LEASEHOLD_SERVER or LEASEHOLD_LEASE_TTL; a
 flag given on the command line wins. (Inside a job run by --exec,
-LEASEHOLD_KIND names the job's kind and is not read as --kind.) Exit codes: 0 success, 1 failure,
-2 usage error or bad input.`,
+LEASEHOLD_KIND names the job's kind and is not read as --kind; the filters
+of 'jobs cancel' come from the command line only.) Exit codes: 0 success,
+1 failure, 2 usage error or bad input.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			if err := bindEnv(cmd); err != nil {
 				return err
 			}
-			return applyConfig(cmd)
+			if err := applyConfig(cmd); err != nil {
+				return err
+			}
+			// Every command checks the global flags, whether it logs
+			// or not.
+			if _, err := newLogger(g, io.Discard); err != nil {
+				return withCommand(cmdName(cmd), err)
+			}
+			return checkTarget(cmd)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usagef("missing command: run 'leasehold --help' to list them")
@@ -157,8 +166,12 @@ func jobEnv(name string) bool {
 	return name == envPrefix+"KIND" && os.Getenv(envPrefix+"JOB_ID") != ""
 }
 
-// envAnnotation marks a flag set from its environment variable.
-const envAnnotation = "leasehold-from-env"
+// envAnnotation marks a flag set from its environment variable;
+// configAnnotation one set from the config file (config.go).
+const (
+	envAnnotation    = "leasehold-from-env"
+	configAnnotation = "leasehold-from-config"
+)
 
 // fromEnv returns the environment variable that set flag name, if one did.
 func fromEnv(cmd *cobra.Command, name string) (string, bool) {
@@ -167,6 +180,69 @@ func fromEnv(cmd *cobra.Command, name string) (string, bool) {
 		return "", false
 	}
 	return f.Annotations[envAnnotation][0], true
+}
+
+// flagLabel names flag name as the user set it, for errors: its
+// environment variable if that set it, else --name.
+func flagLabel(cmd *cobra.Command, name string) string {
+	if env, ok := fromEnv(cmd, name); ok {
+		return env
+	}
+	return "--" + name
+}
+
+// flagSource ranks where flag name's value came from: 0 its default, 1
+// the config file, 2 its environment variable, 3 the command line.
+func flagSource(cmd *cobra.Command, name string) int {
+	f := cmd.Flags().Lookup(name)
+	switch {
+	case f == nil || !f.Changed:
+		return 0
+	case len(f.Annotations[configAnnotation]) > 0:
+		return 1
+	case len(f.Annotations[envAnnotation]) > 0:
+		return 2
+	}
+	return 3
+}
+
+// exclusive settles flags a and b, of which one may be set: the one from
+// the stronger source (the command line, then the environment, then the
+// config file) wins, and exclusive returns the other's name for the
+// caller to drop ("" if they are not both set). Both from one source is a
+// usage error.
+func exclusive(cmd *cobra.Command, a, b string) (drop string, err error) {
+	sa, sb := flagSource(cmd, a), flagSource(cmd, b)
+	switch {
+	case sa == 0 || sb == 0:
+		return "", nil
+	case sa > sb:
+		return b, nil
+	case sb > sa:
+		return a, nil
+	case sa == 2:
+		return "", usagef("%s and %s are both set: set one of them", flagLabel(cmd, a), flagLabel(cmd, b))
+	case sa == 1:
+		return "", usagef("%s and %s are both set in the config file: keep one of them", a, b)
+	}
+	return "", usagef("--%s and --%s are both set: pass one of them", a, b)
+}
+
+// checkTarget refuses --server with --etcd (see exclusive): the command
+// would talk to etcd and ignore --server.
+func checkTarget(cmd *cobra.Command) error {
+	if cmd.Flags().Lookup("server") == nil || cmd.Flags().Lookup("etcd") == nil {
+		return nil
+	}
+	drop, err := exclusive(cmd, "server", "etcd")
+	if err != nil {
+		return withCommand(cmdName(cmd), err)
+	}
+	if drop == "etcd" {
+		// A dropped --server needs nothing: --etcd wins over it.
+		return cmd.Flags().Lookup("etcd").Value.(pflag.SliceValue).Replace(nil)
+	}
+	return nil
 }
 
 func nonEmptyLines(s string) []string {
