@@ -795,8 +795,8 @@ func (w *Worker) giveBack(runs []*coordinator.Run) {
 }
 
 // start runs r (counted in handlersWG by its claim) in a slot reserved
-// for it: its handler in a goroutine of its own, and the
-// wait for it and the outcome write in another.
+// for it: its handler in a goroutine of its own, and the wait for it and
+// the outcome write in another.
 func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 	id := r.Job().ID
 	w.held.Store(id, r)
@@ -987,9 +987,9 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 // Stop stops claiming and waits for running handlers until ctx ends; then
 // it cancels them (cause ErrShutdown) and releases their jobs, which become
 // available again without using an attempt. A claim that lands after Stop
-// began gives its jobs back the same way, starting no handler. Finally it closes the session,
-// which removes the worker's registration. It returns ctx's error if the
-// drain did not finish in time.
+// began gives its jobs back the same way, starting no handler. Finally it
+// closes the session, which removes the worker's registration. It returns
+// ctx's error if the drain did not finish in time.
 func (w *Worker) Stop(ctx context.Context) error {
 	var err error
 	w.stopOnce.Do(func() {
