@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -143,24 +144,6 @@ func TestRerunOfSameJobKeepsItsBookkeeping(t *testing.T) {
 	}
 }
 
-// holdClaims holds the commit of one claim transaction (a slow fsync or
-// raft round) while armed; the commit then lands.
-type holdClaims struct {
-	kv.Store
-	armed   atomic.Bool
-	entered chan struct{}
-	release chan struct{}
-}
-
-func (h *holdClaims) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	if isClaimCommit(t) && h.armed.CompareAndSwap(true, false) {
-		close(h.entered)
-		<-h.release
-		return h.Store.Txn(context.WithoutCancel(ctx), t)
-	}
-	return h.Store.Txn(ctx, t)
-}
-
 // isClaimCommit reports whether t puts a key on a lease (an ownership
 // key): a claim's commit.
 func isClaimCommit(t kv.Txn) bool {
@@ -179,8 +162,12 @@ func isClaimCommit(t kv.Txn) bool {
 // The claim lands after the drain began: its job is given back, available
 // and with no attempt used, and no handler starts after Stop returned.
 func TestStopGivesBackAClaimThatLandsLate(t *testing.T) {
-	hc := &holdClaims{entered: make(chan struct{}), release: make(chan struct{})}
-	e := newEnv(t, func(s kv.Store) kv.Store { hc.Store = s; return hc })
+	var gate *kvtest.Gate
+	e := newEnv(t, func(s kv.Store) kv.Store {
+		gate = kvtest.NewGate(s)
+		gate.Match, gate.Land = isClaimCommit, true // the commit lands
+		return gate
+	})
 	var started atomic.Int32
 	w, err := worker.New(e.c, worker.Config{})
 	if err != nil {
@@ -193,9 +180,9 @@ func TestStopGivesBackAClaimThatLandsLate(t *testing.T) {
 	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	hc.armed.Store(true)
+	gate.Arm()
 	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
-	<-hc.entered
+	<-gate.Held()
 	stopped := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -206,7 +193,7 @@ func TestStopGivesBackAClaimThatLandsLate(t *testing.T) {
 	// session is still open (closed last), so wait for the loop to notice
 	// through the claim that is in flight.
 	time.Sleep(50 * time.Millisecond)
-	close(hc.release)
+	gate.Open()
 	if err := <-stopped; err != nil {
 		t.Fatalf("Stop: %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
 	"github.com/leasehold/leasehold/fence"
 	"golang.org/x/sync/errgroup"
 )
@@ -657,12 +658,12 @@ func testReapRaces(t *testing.T, h *harness) {
 	s := h.session(h.c)
 	r := h.claimOne(s)
 	// The reaper reads the job while its owner is gone...
-	gate := &gateStore{Store: h.store, hold: make(chan struct{}), held: make(chan struct{})}
+	gate := kvtest.NewGate(h.store)
 	reaper := h.coordinator(gate, coordinator.Config{})
 	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
 		t.Fatal(err)
 	}
-	gate.armed.Store(true)
+	gate.Arm()
 	done := make(chan error, 1)
 	go func() {
 		n, err := reaper.Reap(h.ctx(), nil, nil)
@@ -671,14 +672,14 @@ func testReapRaces(t *testing.T, h *harness) {
 		}
 		done <- err
 	}()
-	<-gate.held
+	<-gate.Held()
 	// ...and before it writes, another daemon reaps and claims the job.
 	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
 		t.Fatalf("Reap = %d, %v", n, err)
 	}
 	s2 := h.session(h.c)
 	r2 := h.claimOne(s2)
-	close(gate.hold)
+	gate.Open()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -687,33 +688,6 @@ func testReapRaces(t *testing.T, h *harness) {
 		t.Fatalf("token %d, want the new claim's %d", got.Token, r2.Token())
 	}
 	_ = r
-}
-
-// gateStore holds the first write transaction after armed until hold closes.
-type gateStore struct {
-	kv.Store
-	armed atomic.Bool
-	hold  chan struct{}
-	held  chan struct{}
-}
-
-func (g *gateStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	if writes(t) && g.armed.CompareAndSwap(true, false) {
-		close(g.held)
-		<-g.hold
-	}
-	return g.Store.Txn(ctx, t)
-}
-
-func writes(t kv.Txn) bool {
-	for _, ops := range [][]kv.Op{t.Then, t.Else} {
-		for _, op := range ops {
-			if op.Type == kv.OpPut || op.Type == kv.OpDelete || (op.Type == kv.OpTxn && writes(*op.Txn)) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 func testUniqueRace(t *testing.T, h *harness) {
@@ -822,11 +796,11 @@ type flakyStore struct {
 var errReplyLost = errors.New("reply lost")
 
 func (f *flakyStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	if writes(t) && f.drop.Add(-1) >= 0 {
+	if kvtest.Writes(t) && f.drop.Add(-1) >= 0 {
 		return kv.TxnResult{}, errReplyLost
 	}
 	res, err := f.Store.Txn(ctx, t)
-	if err == nil && writes(t) && f.fail.Add(-1) >= 0 {
+	if err == nil && kvtest.Writes(t) && f.fail.Add(-1) >= 0 {
 		return kv.TxnResult{}, errReplyLost
 	}
 	return res, err
@@ -1213,7 +1187,7 @@ func (g *stepStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResul
 }
 
 func (g *stepStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	if writes(t) && g.txnArmed.CompareAndSwap(true, false) {
+	if kvtest.Writes(t) && g.txnArmed.CompareAndSwap(true, false) {
 		close(g.txnHeld)
 		<-g.txnGo
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -204,23 +205,23 @@ func testPeriodicOverlap(t *testing.T, h *harness) {
 	}
 	// A stale leader read the schedule before the tick was enqueued and
 	// writes after its job finished: the stored last tick refuses it.
-	gate := &gateStore{Store: h.store, hold: make(chan struct{}), held: make(chan struct{})}
+	gate := kvtest.NewGate(h.store)
 	stale := h.coordinator(gate, coordinator.Config{})
 	h.clock.Advance(10 * time.Second)
-	gate.armed.Store(true)
+	gate.Arm()
 	staleDone := make(chan error, 1)
 	go func() {
 		_, err := stale.EnqueueDueTicks(h.ctx(), pj)
 		staleDone <- err
 	}()
-	<-gate.held
+	<-gate.Held()
 	if _, err := h.c.EnqueueDueTicks(h.ctx(), pj); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.c.CancelMany(h.ctx(), coordinator.CancelFilter{Kind: "tock"}); err != nil {
 		t.Fatal(err)
 	}
-	close(gate.hold)
+	gate.Open()
 	if err := <-staleDone; err != nil {
 		t.Fatal(err)
 	}
@@ -506,7 +507,7 @@ func testPauseAcrossRestart(t *testing.T, h *harness) {
 // writes after the pause was acknowledged, is refused by the store.
 func testPauseRefusesClaimInFlight(t *testing.T, h *harness) {
 	h.enqueue(coordinator.EnqueueParams{Kind: "k"})
-	gate := &gateStore{Store: h.store, hold: make(chan struct{}), held: make(chan struct{})}
+	gate := kvtest.NewGate(h.store)
 	c := h.coordinator(gate, coordinator.Config{})
 	claimAcrossPause(t, h, c, gate, h.session(c))
 	h.wantState(h.jobsOf("k")[0].ID, coordinator.StateAvailable)
@@ -515,9 +516,9 @@ func testPauseRefusesClaimInFlight(t *testing.T, h *harness) {
 // claimAcrossPause makes a claim of one job with c, over gate, that reads
 // the default queue unpaused and writes after a pause of it, and checks
 // that the store refuses it: no run, no error.
-func claimAcrossPause(t *testing.T, h *harness, c *coordinator.Coordinator, gate *gateStore, s *coordinator.Session) {
+func claimAcrossPause(t *testing.T, h *harness, c *coordinator.Coordinator, gate *kvtest.Gate, s *coordinator.Session) {
 	t.Helper()
-	gate.armed.Store(true)
+	gate.Arm()
 	type result struct {
 		n   int
 		err error
@@ -527,11 +528,11 @@ func claimAcrossPause(t *testing.T, h *harness, c *coordinator.Coordinator, gate
 		runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
 		done <- result{len(runs), err}
 	}()
-	<-gate.held
+	<-gate.Held()
 	if _, _, err := h.c.PauseQueue(h.ctx(), coordinator.DefaultQueue); err != nil {
 		t.Fatal(err)
 	}
-	close(gate.hold)
+	gate.Open()
 	if r := <-done; r.err != nil || r.n != 0 {
 		t.Fatalf("claim in flight across a pause: %d runs, %v", r.n, r.err)
 	}
@@ -544,7 +545,7 @@ func claimAcrossPause(t *testing.T, h *harness, c *coordinator.Coordinator, gate
 // takes it, not a read from the queue's start a minute later.
 func testRefusedCandidatesStayClaimable(t *testing.T, h *harness) {
 	job := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
-	gate := &gateStore{Store: h.store, hold: make(chan struct{}), held: make(chan struct{})}
+	gate := kvtest.NewGate(h.store)
 	c := h.coordinator(gate, coordinator.Config{})
 	h.watchWith(c)
 	s := h.session(c)
@@ -569,11 +570,11 @@ type failingClaimStore struct {
 }
 
 func (f *failingClaimStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	if writes(t) && f.armed.CompareAndSwap(true, false) {
+	if kvtest.Writes(t) && f.armed.CompareAndSwap(true, false) {
 		f.failed.Store(true)
 		return kv.TxnResult{}, errors.New("store unreachable")
 	}
-	if !writes(t) && f.failed.CompareAndSwap(true, false) {
+	if !kvtest.Writes(t) && f.failed.CompareAndSwap(true, false) {
 		close(f.held)
 		<-f.hold
 	}
