@@ -45,6 +45,7 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error
 	}
 	s.leaseSeq = id
 	s.leases[kv.LeaseID(id)] = &lease{ttl: ttl, keys: map[string]struct{}{}}
+	s.ttls.Store(kv.LeaseID(id), ttl)
 	s.mu.Unlock()
 	if err := wait(); err != nil {
 		return 0, err
@@ -59,19 +60,20 @@ func (s *Store) KeepAliveOnce(ctx context.Context, id kv.LeaseID) (time.Duration
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	// Not under mu (see Store.ttls).
+	select {
+	case <-s.done:
 		return 0, kv.ErrClosed
+	default:
 	}
 	if err := s.failure(); err != nil {
 		return 0, err
 	}
-	l := s.leases[id]
-	if l == nil {
+	ttl, ok := s.ttls.Load(id)
+	if !ok {
 		return 0, fmt.Errorf("localstore: keep lease %d alive: %w", id, kv.ErrLeaseNotFound)
 	}
-	return l.ttl, nil
+	return ttl.(time.Duration), nil
 }
 
 // Revoke implements kv.Store: it ends the lease and deletes every key
@@ -93,6 +95,7 @@ func (s *Store) Revoke(ctx context.Context, id kv.LeaseID) error {
 		return fmt.Errorf("localstore: revoke lease %d: %w", id, kv.ErrLeaseNotFound)
 	}
 	delete(s.leases, id)
+	s.ttls.Delete(id)
 	if len(l.keys) == 0 {
 		s.mu.Unlock()
 		return nil

@@ -39,6 +39,11 @@ type Store struct {
 	leaseSeq int64 // last lease id granted
 	leases   map[kv.LeaseID]*lease
 	closed   bool
+	// ttls mirrors the lease table's ids and TTLs (written under mu), so
+	// that KeepAliveOnce answers without waiting for mu, which a large
+	// transaction or a Pebble write stall may hold for long: a renewal
+	// that waited past the session's deadline would fence the worker.
+	ttls     sync.Map       // kv.LeaseID -> time.Duration
 	ops      sync.WaitGroup // calls in flight; Close waits for them
 	watchers sync.WaitGroup // watch goroutines; Close waits for them
 

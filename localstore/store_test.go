@@ -371,3 +371,43 @@ func TestCloseWaitsForTxns(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestKeepAliveOnceDoesNotWaitForWrites: a renewal answers while the
+// store's mutex is held (by a large transaction or a Pebble write stall,
+// say); waiting there past the session's deadline would fence a healthy
+// worker.
+func TestKeepAliveOnceDoesNotWaitForWrites(t *testing.T) {
+	s := openTemp(t, Options{})
+	ctx := context.Background()
+	id, err := s.Grant(ctx, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type renewal struct {
+		ttl time.Duration
+		err error
+	}
+	got := make(chan renewal, 1)
+	s.mu.Lock()
+	go func() {
+		ttl, err := s.KeepAliveOnce(ctx, id)
+		got <- renewal{ttl, err}
+	}()
+	select {
+	case r := <-got:
+		s.mu.Unlock()
+		if r.err != nil || r.ttl != 5*time.Second {
+			t.Fatalf("renewal while the store's mutex is held: %v, %v", r.ttl, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		s.mu.Unlock()
+		<-got
+		t.Fatal("renewal waited for the store's mutex")
+	}
+	if err := s.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.KeepAliveOnce(ctx, id); !errors.Is(err, kv.ErrLeaseNotFound) {
+		t.Fatalf("renewal after revoke: %v, want ErrLeaseNotFound", err)
+	}
+}
