@@ -30,8 +30,9 @@
 // [Dial] builds a clientv3 client from endpoints, TLS files and credentials,
 // with gRPC keepalives on (a connection whose packets are silently dropped is
 // otherwise noticed only after many minutes) and endpoint auto-sync off, and
-// checks that the cluster answers. [New] wraps any client; closing the Store
-// does not close the client.
+// checks that the cluster answers. [New] wraps any client, also one whose
+// KV, Watcher and Lease are wrapped (by package namespace, say: transactions
+// then go through its KV too); closing the Store does not close the client.
 //
 // # Server versions
 //

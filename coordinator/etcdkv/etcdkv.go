@@ -46,7 +46,8 @@ type Options struct {
 type Store struct {
 	cli *clientv3.Client
 	// kvc and callOpts send transactions as the client would, from
-	// requests built here (see txnRequest).
+	// requests built here (see txnRequest); kvc is nil when the client's
+	// KV is wrapped (by package namespace, say), which then sends them.
 	kvc      etcdserverpb.KVClient
 	callOpts []grpc.CallOption
 	limits   kv.Limits
@@ -82,7 +83,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	if cli != nil {
+	if cli != nil && ownKV(cli) {
 		s.kvc, s.callOpts = clientv3.RetryKVClient(cli), callOptions(cli)
 	}
 	return s
@@ -128,7 +129,14 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if err != nil {
 		return kv.TxnResult{}, fmt.Errorf("etcdkv: txn: %w", err)
 	}
-	resp, err := s.kvc.Txn(ctx, req, s.callOpts...)
+	var resp *etcdserverpb.TxnResponse
+	if s.kvc != nil {
+		resp, err = s.kvc.Txn(ctx, req, s.callOpts...)
+	} else {
+		var or clientv3.OpResponse
+		or, err = s.cli.Do(ctx, clientTxn(req))
+		resp = (*etcdserverpb.TxnResponse)(or.Txn())
+	}
 	if err != nil {
 		return kv.TxnResult{}, mapErr("txn", clientv3.ContextError(ctx, err))
 	}
@@ -176,9 +184,11 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 // the revision after the store's current one).
 //
 // Watch returns once etcd has created the watch (clientv3 waits for it), so
-// a watch from revision 0 sees every write made after Watch returned; while
-// no member answers, Watch waits, until ctx ends. With fromRev > 0 etcd
-// replays history from fromRev, or the watch ends with kv.ErrCompacted.
+// a watch from revision 0 sees every write made after Watch returned, and
+// none at or below the revision etcd created it at, even after clientv3
+// resumed it on a new connection; while no member answers, Watch waits,
+// until ctx ends. With fromRev > 0 etcd replays history from fromRev, or
+// the watch ends with kv.ErrCompacted.
 //
 // The watch requires a leader: when the member it is connected to loses its
 // leader, the watch ends with an error instead of silently falling behind.
@@ -202,6 +212,12 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
 	if fromRev > 0 {
 		opts = append(opts, clientv3.WithRev(fromRev))
+	} else {
+		// clientv3 resumes a watch from revision 0 that lost its stream
+		// before its first event at the revision it was created at, which
+		// replays a change made before the watch: pumpWatch learns that
+		// revision from the created notification and drops such changes.
+		opts = append(opts, clientv3.WithCreatedNotify())
 	}
 	wch := s.cli.Watch(wctx, prefix, opts...)
 	go func() {
@@ -209,13 +225,14 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 		defer close(out)
 		defer cancel()
 		defer stop()
-		s.pumpWatch(wctx, wch, out)
+		s.pumpWatch(wctx, wch, out, fromRev)
 	}()
 	return out
 }
 
-// pumpWatch translates clientv3's responses until the watch ends.
-func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<- kv.WatchResponse) {
+// pumpWatch translates clientv3's responses until the watch ends, dropping
+// changes older than fromRev (or, from 0, than the watch's creation).
+func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<- kv.WatchResponse, fromRev int64) {
 	send := func(r kv.WatchResponse) bool {
 		select {
 		case out <- r:
@@ -255,15 +272,22 @@ func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<
 			}
 			return
 		}
-		if len(resp.Events) == 0 { // created or progress notification
-			continue
+		if resp.Created && fromRev <= 0 {
+			fromRev = resp.Header.GetRevision() + 1
 		}
-		r := kv.WatchResponse{Events: make([]kv.Event, len(resp.Events))}
-		for i, ev := range resp.Events {
-			r.Events[i] = kv.Event{Type: kv.EventPut, KV: fromKV(ev.Kv)}
-			if ev.Type == mvccpb.DELETE {
-				r.Events[i].Type = kv.EventDelete
+		r := kv.WatchResponse{Events: make([]kv.Event, 0, len(resp.Events))}
+		for _, ev := range resp.Events {
+			if ev.Kv.ModRevision < fromRev {
+				continue
 			}
+			e := kv.Event{Type: kv.EventPut, KV: fromKV(ev.Kv)}
+			if ev.Type == mvccpb.DELETE {
+				e.Type = kv.EventDelete
+			}
+			r.Events = append(r.Events, e)
+		}
+		if len(r.Events) == 0 { // created or progress notification, or replayed
+			continue
 		}
 		if !send(r) {
 			return

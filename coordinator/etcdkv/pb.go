@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"slices"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -92,6 +93,42 @@ func requestOps(ops []kv.Op) ([]*etcdserverpb.RequestOp, error) {
 		}
 	}
 	return out, nil
+}
+
+// ownKV reports whether cli's KV is the one clientv3 made for it, which
+// sends requests unchanged: only then may transactions bypass it. A
+// wrapper, such as package namespace's, may rewrite keys that ranges and
+// watches (through its Watcher) see rewritten too.
+func ownKV(cli *clientv3.Client) bool {
+	return reflect.TypeOf(cli.KV) == reflect.TypeOf(clientv3.NewKV(cli))
+}
+
+// clientTxn turns a request built by txnRequest into the client library's
+// form, for a client whose KV is wrapped.
+func clientTxn(req *etcdserverpb.TxnRequest) clientv3.Op {
+	cmps := make([]clientv3.Cmp, len(req.Compare))
+	for i, c := range req.Compare {
+		cmps[i] = clientv3.FromCompare(c)
+	}
+	return clientv3.OpTxn(cmps, clientOps(req.Success), clientOps(req.Failure))
+}
+
+func clientOps(ops []*etcdserverpb.RequestOp) []clientv3.Op {
+	out := make([]clientv3.Op, len(ops))
+	for i, o := range ops {
+		switch {
+		case o.GetRequestRange() != nil:
+			out[i] = clientv3.OpGet(string(o.GetRequestRange().Key))
+		case o.GetRequestPut() != nil:
+			p := o.GetRequestPut()
+			out[i] = clientv3.OpPut(string(p.Key), string(p.Value), clientv3.WithLease(clientv3.LeaseID(p.Lease)))
+		case o.GetRequestDeleteRange() != nil:
+			out[i] = clientv3.OpDelete(string(o.GetRequestDeleteRange().Key))
+		case o.GetRequestTxn() != nil:
+			out[i] = clientTxn(o.GetRequestTxn())
+		}
+	}
+	return out
 }
 
 // callOptions returns the gRPC call options that cli gives its own KV
