@@ -45,8 +45,13 @@ type (
 	}
 )
 
-// batchChunk is how many jobs one batch request carries.
-const batchChunk = 1000
+// One batch request carries at most batchChunk jobs and, encoded, at most
+// batchBytes: half of the daemon's least body limit of a batch (32 MiB), as
+// the CLI's enqueue does. A single job larger than that goes alone.
+const (
+	batchChunk = 1000
+	batchBytes = 16 << 20
+)
 
 // waitPoll is the long-poll of one wait request.
 const waitPoll = 30 * time.Second
@@ -154,15 +159,25 @@ func (b *httpBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams
 		}
 		return []InsertResult{{Job: res.Job, Existed: res.Existed}}, nil
 	}
-	out := make([]InsertResult, 0, len(ps))
-	for len(ps) > 0 {
-		n := min(batchChunk, len(ps))
-		req := struct {
-			Jobs []wireCreate `json:"jobs"`
-		}{Jobs: make([]wireCreate, n)}
-		for i := range n {
-			req.Jobs[i] = toWire(ps[i])
+	// Encode every job first: one that does not encode sends nothing.
+	encs := make([]json.RawMessage, len(ps))
+	for i, p := range ps {
+		enc, err := json.Marshal(toWire(p))
+		if err != nil {
+			return nil, fmt.Errorf("%w: job %d: %v", coordinator.ErrInvalid, i, err)
 		}
+		encs[i] = enc
+	}
+	out := make([]InsertResult, 0, len(ps))
+	for len(encs) > 0 {
+		n, size := 0, 0
+		for n < min(batchChunk, len(encs)) && (n == 0 || size+len(encs[n])+1 <= batchBytes) {
+			size += len(encs[n]) + 1
+			n++
+		}
+		req := struct {
+			Jobs []json.RawMessage `json:"jobs"`
+		}{Jobs: encs[:n]}
 		var res wireBatch
 		if err := b.call(ctx, http.MethodPost, "/v1/jobs/batch", nil, req, &res, b.timeout); err != nil {
 			if len(out) > 0 {
@@ -176,7 +191,7 @@ func (b *httpBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams
 		for i := range n {
 			out = append(out, InsertResult{Job: res.Jobs[i], Existed: res.Existed[i]})
 		}
-		ps = ps[n:]
+		encs = encs[n:]
 	}
 	return out, nil
 }
