@@ -46,6 +46,15 @@ func (u unit) bytes() int {
 // requestOverhead is left free under a backend's byte limit.
 const requestOverhead = 8 << 10
 
+// fits reports whether u fits in one transaction of the store on its own.
+func (c *Coordinator) fits(u unit) bool { return c.fitsBytes(u.bytes()) }
+
+// fitsBytes reports whether a transaction of n bytes (as unit.bytes counts
+// them) fits in one request of the store.
+func (c *Coordinator) fitsBytes(n int) bool {
+	return c.limits.MaxBytes == 0 || n <= c.limits.MaxBytes-requestOverhead
+}
+
 // chunk splits units into transactions that fit the store's limits: etcd
 // counts an outer transaction's ops plus any nested one's against one budget.
 func (c *Coordinator) chunk(units []unit) [][]unit {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/big"
 	"os"
 	"sync"
@@ -37,7 +38,13 @@ type Config struct {
 	Clock Clock
 	// Logger receives structured logs. Default: slog.Default().
 	Logger *slog.Logger
-	// MaxPayloadBytes limits a job's payload. Default: 1 MiB.
+	// MaxPayloadBytes limits a job's payload. Default: 1 MiB, or less on a
+	// store with a request size limit: an available job is written twice
+	// in one transaction (its record, and its queue's index entry), so the
+	// default is the largest multiple of 4 KiB that fits twice, with the
+	// largest metadata, in one request (664 KiB on etcd's default 1.5 MiB
+	// --max-request-bytes). A larger value is refused. See
+	// [Coordinator.MaxPayloadBytes].
 	MaxPayloadBytes int
 	// MaxRescues is how many times a job may lose its run with its daemon
 	// (lease expiry, crash) before it is discarded. Default: 5.
@@ -92,9 +99,6 @@ func New(store kv.Store, cfg Config) (*Coordinator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.MaxPayloadBytes == 0 {
-		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
-	}
 	if cfg.MaxRescues == 0 {
 		cfg.MaxRescues = DefaultMaxRescues
 	}
@@ -114,8 +118,15 @@ func New(store kv.Store, cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("%w: negative limit in coordinator config", ErrInvalid)
 	}
 	lim := store.Limits()
-	if lim.MaxBytes > 0 && cfg.MaxPayloadBytes > lim.MaxBytes-16<<10 {
-		return nil, fmt.Errorf("%w: max payload %d bytes does not fit the store's %d-byte request limit", ErrInvalid, cfg.MaxPayloadBytes, lim.MaxBytes)
+	fit := maxPayloadFor(lim)
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = min(DefaultMaxPayloadBytes, fit&^(4<<10-1))
+		if cfg.MaxPayloadBytes < 4<<10 {
+			return nil, fmt.Errorf("%w: the store's %d-byte request limit leaves no room for a job's payload: raise it", ErrInvalid, lim.MaxBytes)
+		}
+	}
+	if cfg.MaxPayloadBytes > fit {
+		return nil, fmt.Errorf("%w: max payload %d bytes does not fit the store's %d-byte request limit twice (a job's record and its queue entry): use at most %d", ErrInvalid, cfg.MaxPayloadBytes, lim.MaxBytes, fit)
 	}
 	c := &Coordinator{
 		store:     store,
@@ -132,6 +143,19 @@ func New(store kv.Store, cfg Config) (*Coordinator, error) {
 
 // Store returns the store under the coordinator.
 func (c *Coordinator) Store() kv.Store { return c.store }
+
+// MaxPayloadBytes returns the payload limit in force (Config.MaxPayloadBytes
+// or its default for the store).
+func (c *Coordinator) MaxPayloadBytes() int { return c.cfg.MaxPayloadBytes }
+
+// maxPayloadFor returns the largest payload whose job, with the largest
+// metadata, fits twice in one transaction of a store with limits lim.
+func maxPayloadFor(lim kv.Limits) int {
+	if lim.MaxBytes <= 0 {
+		return math.MaxInt
+	}
+	return max(0, (lim.MaxBytes-requestOverhead)/2-maxMetadataBytes-4<<10)
+}
 
 // Namespace returns the namespace of the coordinator.
 func (c *Coordinator) Namespace() string { return c.cfg.Namespace }

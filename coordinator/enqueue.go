@@ -60,6 +60,17 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 			t.Else = []kv.Op{kv.Get(uk)}
 		}
 		units[i] = unit{txn: t}
+		// An available job is written twice (its record, and its queue's
+		// index entry carries it too), and JSON escaping can make a
+		// record larger than its payload: check what the store can take
+		// in one transaction before anything is written.
+		if !c.fits(units[i]) {
+			err := fmt.Errorf("%w: job is %d bytes as stored, over the %d bytes the store takes in one request: use a smaller payload or metadata", ErrInvalid, units[i].bytes(), c.limits.MaxBytes-requestOverhead)
+			if len(ps) > 1 {
+				return nil, fmt.Errorf("job %d: %w", i, err)
+			}
+			return nil, err
+		}
 	}
 
 	// Chunks are independent: apply them concurrently so a large batch on

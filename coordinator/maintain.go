@@ -14,7 +14,9 @@ const maintainBatch = 1000
 
 // PromoteDue makes scheduled and retryable jobs whose time has come
 // available. Each move is conditional on the record being unchanged, so it
-// is safe when two maintainers briefly overlap.
+// is safe when two maintainers briefly overlap. A job too large to make
+// available in one transaction of the store is logged and left where it is,
+// so that it does not hold up the jobs due after it.
 func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 	total := 0
 	for {
@@ -50,10 +52,19 @@ func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 			old := rr.KVs[i].Key
 			j.State = StateAvailable
 			_, puts := c.keys.put(j)
-			units = append(units, unit{txn: kv.Txn{
+			u := unit{txn: kv.Txn{
 				If:   []kv.Cmp{kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)},
 				Then: append([]kv.Op{kv.Delete(old)}, puts...),
-			}})
+			}}
+			if !c.fits(u) {
+				// Its record grew (errors, checkpoint) past what the store
+				// takes with its queue's index entry: it stays, and does
+				// not hold up the jobs due after it.
+				c.log.Error("promote: job too large for one transaction of the store; it is not made available",
+					slog.String("job", j.ID), slog.Int("bytes", u.bytes()), slog.Int("limit", c.limits.MaxBytes-requestOverhead))
+				continue
+			}
+			units = append(units, u)
 		}
 		res, _, err := c.runUnits(ctx, units)
 		if err != nil {

@@ -13,9 +13,12 @@ import (
 // lease expired or was revoked, or (embedded mode) their daemon's process
 // ended. Each is moved by a transaction that re-checks both that the
 // ownership key is still missing and that the record is unchanged, so a job
-// that was finished or claimed again meanwhile is left alone. A job with a
-// pending cancel request becomes cancelled; one that has lost its run more
-// than MaxRescues times is discarded. Lost runs do not use up attempts.
+// that was finished or claimed again meanwhile is left alone (a job whose
+// move lost such a race is read and decided again). A job with a pending
+// cancel request becomes cancelled, also when the request lands during the
+// pass; one that has lost its run more than MaxRescues times is discarded.
+// Lost runs do not use up attempts. A job too large to re-queue in one
+// transaction of the store is logged and left, not the whole pass.
 //
 // ids limits the pass to those jobs; nil scans every running job. mine, if
 // not nil, names the jobs the caller is running right now; they are never
@@ -30,8 +33,25 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 			return 0, err
 		}
 	}
+	total := 0
+	// A job whose move lost a race (a cancel request written since the
+	// read, say) is read and decided again.
+	for range 8 {
+		n, again, err := c.reap(ctx, ids, mine)
+		total += n
+		if err != nil || len(again) == 0 {
+			return total, err
+		}
+		ids = again
+	}
+	return total, nil
+}
+
+// reap is one pass of Reap over ids. It returns the ids whose move was
+// refused by its transaction's compares.
+func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID string) bool) (int, []string, error) {
 	if len(ids) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	keys := make([]string, 0, 3*len(ids))
 	for _, id := range ids {
@@ -39,7 +59,7 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 	}
 	got, err := c.getMany(ctx, keys)
 	if err != nil {
-		return 0, fmt.Errorf("coordinator: reap: read running jobs: %w", err)
+		return 0, nil, fmt.Errorf("coordinator: reap: read running jobs: %w", err)
 	}
 	now := c.clock.Now().UTC()
 	var units []unit
@@ -79,21 +99,36 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 		then = append(then, c.keys.releaseUnique(j)...)
 		_, puts := c.keys.put(j)
 		then = append(then, puts...)
-		units = append(units, unit{txn: kv.Txn{
-			If:   []kv.Cmp{kv.Missing(c.keys.owner(j.ID)), kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)},
-			Then: then,
-		}})
+		cmps := []kv.Cmp{kv.Missing(c.keys.owner(j.ID)), kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)}
+		if cr == nil {
+			// It deletes the cancel key: only if no request came since.
+			cmps = append(cmps, kv.Missing(c.keys.cancel(j.ID)))
+		}
+		u := unit{txn: kv.Txn{If: cmps, Then: then}}
+		if !c.fits(u) {
+			// Its record grew (errors, checkpoint) past what the store
+			// takes with its queue's index entry: it stays, and does not
+			// hold up the other jobs of the pass.
+			c.log.Error("reap: job too large for one transaction of the store; it is not re-queued",
+				slog.String("job", j.ID), slog.Int("bytes", u.bytes()), slog.Int("limit", c.limits.MaxBytes-requestOverhead))
+			continue
+		}
+		units = append(units, u)
 		reaped = append(reaped, j)
 	}
 	if len(units) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
 	res, _, err := c.runUnits(ctx, units)
 	if err != nil {
-		return 0, fmt.Errorf("coordinator: reap %d jobs: %w", len(units), err)
+		return 0, nil, fmt.Errorf("coordinator: reap %d jobs: %w", len(units), err)
 	}
 	n := 0
+	var again []string
 	for i, r := range res {
+		if r == nil || !r.Succeeded {
+			again = append(again, reaped[i].ID)
+		}
 		if r != nil && r.Succeeded {
 			n++
 			j := reaped[i]
@@ -104,7 +139,7 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 			}
 		}
 	}
-	return n, nil
+	return n, again, nil
 }
 
 // ownerless lists the running jobs that seem to have no ownership key: the
@@ -148,11 +183,9 @@ func (c *Coordinator) ownerless(ctx context.Context) ([]string, error) {
 // returns true are never reaped. It returns ctx's error.
 func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) bool, interval time.Duration) error {
 	for {
-		if n, err := c.Reap(ctx, nil, mine); err != nil && ctx.Err() == nil {
-			c.log.Warn("reap pass failed", slog.Any("err", err))
-		} else if n > 0 {
-			c.log.Info(fmt.Sprintf("reaped %d jobs whose owner lost its lease", n), slog.Int("reaped", n))
-		}
+		// The revision to watch from is read before the pass: a daemon
+		// that dies during the pass is then seen by the watch, if the
+		// pass missed it.
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.workers(), End: kv.PrefixEnd(c.keys.workers()), Limit: 1, KeysOnly: true})
 		if err != nil {
 			if ctx.Err() != nil {
@@ -165,6 +198,11 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 			case <-c.clock.After(time.Second):
 			}
 			continue
+		}
+		if n, err := c.Reap(ctx, nil, mine); err != nil && ctx.Err() == nil {
+			c.log.Warn("reap pass failed", slog.Any("err", err))
+		} else if n > 0 {
+			c.log.Info(fmt.Sprintf("reaped %d jobs whose owner lost its lease", n), slog.Int("reaped", n))
 		}
 		if err := c.reapOnDeaths(ctx, mine, rr.Revision+1, interval); err != nil {
 			return err

@@ -88,7 +88,10 @@ type FailOpts struct {
 }
 
 // Fail records a failed attempt. The job becomes retryable at the time the
-// retry policy gives, or discarded once it has used MaxAttempts.
+// retry policy gives, or discarded once it has used MaxAttempts. With a
+// cancel request pending it becomes cancelled instead (so do Snooze and
+// Release): an acknowledged cancel is never dropped by an outcome that would
+// run the job again.
 func (r *Run) Fail(ctx context.Context, cause error, o FailOpts) error {
 	now := r.c.clock.Now().UTC()
 	return r.write(ctx, "fail", true, func(j *Job) {
@@ -165,6 +168,10 @@ func (r *Run) Lost() error {
 func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.writeLocked(ctx, op, final, mutate)
+}
+
+func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate func(*Job)) error {
 	if r.lost != nil {
 		return r.lost
 	}
@@ -214,6 +221,22 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 		cond = []kv.Cmp{kv.CreateRevisionIs(r.pred.Key, kv.Equal, int64(r.pred.Token))}
 	}
 	t := kv.Txn{If: cond, Then: then, Else: []kv.Op{kv.Get(r.pred.Key)}}
+	// An outcome that would run the job again (a retry, a snooze, a
+	// release) must not drop a cancel request that was acknowledged
+	// meanwhile: it applies only while there is none (below: else the job
+	// is cancelled).
+	again := final && !j.State.Final()
+	if again {
+		t.If = append(t.If, kv.Missing(k.cancel(j.ID)))
+		t.Else = append(t.Else, kv.Get(k.cancel(j.ID)))
+	}
+	// A record the store cannot take is refused before anything is sent.
+	// One that may run again (a checkpoint, a retry, a snooze, a release)
+	// must also fit twice: once available, its queue's index entry
+	// carries a copy.
+	if size, runsAgain := (unit{txn: t}).bytes(), !j.State.Final(); !r.c.fitsBytes(size) || runsAgain && !r.c.fitsBytes(size+len(rec)) {
+		return fmt.Errorf("%w: %s of job %s: its record would be %d bytes, more than the store takes in one request (with the copy in its queue's index when it runs again): keep checkpoints, results and errors smaller", ErrInvalid, op, j.ID, len(rec))
+	}
 	var res *kv.TxnResult
 	var err error
 	if final {
@@ -235,6 +258,15 @@ func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job
 		var cur int64
 		if o := res.Results[0].KV; o != nil {
 			cur = o.CreateRevision
+		}
+		if again && res.Results[1].KV != nil && (!fencing || cur == int64(r.pred.Token)) {
+			// Still ours, and a cancel request waits: honour it. The job
+			// keeps this attempt (and its error, if it failed).
+			prev := r.job
+			return r.writeLocked(ctx, op, true, func(j *Job) {
+				mutate(j)
+				j.State, j.Attempt, j.ScheduledAt = StateCancelled, prev.Attempt, prev.ScheduledAt
+			})
 		}
 		if cur == 0 && len(r.uncertain) > 0 && r.appliedEarlier(ctx) {
 			// The final write whose reply was lost had been applied: it

@@ -189,6 +189,8 @@ type Outcome struct {
 	Token fence.Token
 	// Op is the write attempted: complete, fail, snooze, cancel, release;
 	// or abandon when nothing was written because the session was lost.
+	// A fail, snooze or release that found a cancel request pending
+	// recorded the job as cancelled, and says cancel.
 	Op string
 	// Err is nil when the store accepted the write. An error wrapping
 	// fence.ErrLeaseLost means it was refused: another run owns the job.
@@ -961,6 +963,11 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		out.Err = err
 		switch {
 		case err == nil:
+			if out.Op != "cancel" && r.Job().State == coordinator.StateCancelled {
+				// A cancel request was pending: the store recorded the
+				// job as cancelled instead of running it again.
+				out.Op = "cancel"
+			}
 			if out.Op == "fail" {
 				w.runLog(r).Info("attempt failed", slog.Any("err", herr))
 			}
@@ -968,6 +975,14 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		case errors.Is(err, fence.ErrLeaseLost):
 			w.runLog(r).Warn("outcome refused: another run owns the job; recording nothing", slog.Any("err", err))
 			return
+		case out.Op == "complete" && errors.Is(err, coordinator.ErrInvalid):
+			// The result cannot be stored (too large, say): the attempt
+			// failed, and says why.
+			herr, out.Op = err, "fail"
+			op = func(ctx context.Context) error {
+				return r.Fail(ctx, herr, w.failOpts(&j.Job, coordinator.FailOpts{}))
+			}
+			continue
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
 			w.runLog(r).Warn("outcome unknown: an attempt's reply was lost and the session ended; the job's record says what happened", slog.Any("err", err))
 			return

@@ -60,6 +60,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 		{"OrphanedClaimsReleased", testOrphanedClaims},
 	}
 	tests = append(tests, featureTests...)
+	tests = append(tests, outcomeTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)

@@ -1,0 +1,413 @@
+package coordtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+)
+
+// Tests of how a run's outcome, the reaper and cancel requests meet, and of
+// enqueues that the store cannot take in one transaction. Run adds them to
+// the suite.
+var outcomeTests = []struct {
+	name string
+	fn   func(t *testing.T, h *harness)
+}{
+	{"CancelRequestOutranksRunAgain", testCancelOutranksRunAgain},
+	{"ReapKeepsCancelRequestWrittenMeanwhile", testReapKeepsLateCancel},
+	{"ReaperSeesDeathDuringItsPass", testReaperSeesDeathDuringPass},
+	{"JobOverStoreLimitRefused", testJobOverStoreLimit},
+	{"OversizedJobBlocksNoMaintenance", testOversizedJobBlocksNoMaintenance},
+	{"DefaultPayloadLimitFitsTheStore", testDefaultPayloadLimitFits},
+	{"RecordOverStoreLimitRefused", testRecordOverStoreLimit},
+}
+
+// testCancelOutranksRunAgain: a cancel request acknowledged while the job
+// runs is not dropped by an outcome that would run the job again (a failed
+// attempt with attempts left, a snooze, a release): the job ends cancelled,
+// as the request asked, and frees its unique key.
+func testCancelOutranksRunAgain(t *testing.T, h *harness) {
+	outcomes := map[string]func(r *coordinator.Run) error{
+		"fail":     func(r *coordinator.Run) error { return r.Fail(h.ctx(), errors.New("boom"), coordinator.FailOpts{}) },
+		"snooze":   func(r *coordinator.Run) error { return r.Snooze(h.ctx(), time.Minute) },
+		"snooze-0": func(r *coordinator.Run) error { return r.Snooze(h.ctx(), 0) },
+		"release":  func(r *coordinator.Run) error { return r.Release(h.ctx()) },
+	}
+	s := h.session(h.c)
+	for name, outcome := range outcomes {
+		key := "once-" + name
+		j := h.enqueue(coordinator.EnqueueParams{Kind: "k", UniqueKey: key})
+		r := h.claimOne(s)
+		if r.Job().ID != j.ID {
+			t.Fatalf("%s: claimed %s, want %s", name, r.Job().ID, j.ID)
+		}
+		if got, err := h.c.Cancel(h.ctx(), j.ID); err != nil || !got.CancelRequested {
+			t.Fatalf("%s: Cancel running job: %+v, %v", name, got, err)
+		}
+		if err := outcome(r); err != nil {
+			t.Fatalf("%s with a cancel request pending: %v", name, err)
+		}
+		got := h.get(j.ID)
+		if got.State != coordinator.StateCancelled || got.FinalizedAt == nil || got.CancelRequested {
+			t.Fatalf("%s with a cancel request pending: job is %s (finalized %v, cancel_requested %v); the acknowledged cancel was dropped",
+				name, got.State, got.FinalizedAt, got.CancelRequested)
+		}
+		if got.Attempt != 1 {
+			t.Errorf("%s: cancelled job's attempt = %d, want 1", name, got.Attempt)
+		}
+		if name == "fail" && (len(got.Errors) != 1 || got.Errors[0].Error != "boom") {
+			t.Errorf("fail: cancelled job's errors = %+v, want the attempt's error", got.Errors)
+		}
+		if res, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", UniqueKey: key}); err != nil || res.Existed {
+			t.Fatalf("%s: unique key still held by the cancelled job: %+v, %v", name, res, err)
+		}
+		if runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); err != nil || len(runs) != 1 {
+			t.Fatalf("%s: claim the new job: %d, %v", name, len(runs), err)
+		} else if err := runs[0].Complete(h.ctx(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Without a request the outcome stands.
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if err := h.claimOne(s).Fail(h.ctx(), errors.New("boom"), coordinator.FailOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	h.wantState(j.ID, coordinator.StateRetryable)
+}
+
+// testReapKeepsLateCancel: a cancel request written after the reaper read
+// the job (and found none) is not deleted by the reaper's write: the job
+// ends cancelled, not available to run again.
+func testReapKeepsLateCancel(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	s := h.session(h.c)
+	h.claimOne(s)
+	gate := kvtest.NewGate(h.store)
+	reaper := h.coordinator(gate, coordinator.Config{})
+	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	gate.Arm()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := reaper.Reap(h.ctx(), nil, nil)
+		done <- result{n, err}
+	}()
+	// The reaper has read the job, its missing owner and no cancel request;
+	// its write is held. A cancel request lands meanwhile.
+	<-gate.Held()
+	got, err := h.c.Cancel(h.ctx(), j.ID)
+	if err != nil || !got.CancelRequested {
+		gate.Open()
+		t.Fatalf("Cancel: %+v, %v", got, err)
+	}
+	gate.Open()
+	if r := <-done; r.err != nil || r.n != 1 {
+		t.Fatalf("Reap = %d, %v; want 1", r.n, r.err)
+	}
+	if got := h.get(j.ID); got.State != coordinator.StateCancelled {
+		t.Fatalf("job is %s after the reap, want cancelled: the reaper deleted a cancel request it had not read", got.State)
+	}
+}
+
+// deathStore revokes a lease during the first read of the worker
+// registrations that asks for one key (the reaper's read of the revision
+// it watches from), as if that daemon's lease expired at that moment.
+type deathStore struct {
+	kv.Store
+	workers string
+	once    sync.Once
+	revoke  func()
+}
+
+func (s *deathStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if r.Start == s.workers && r.Limit == 1 {
+		s.once.Do(s.revoke)
+	}
+	return s.Store.Range(ctx, r)
+}
+
+// testReaperSeesDeathDuringPass: a daemon whose lease ends while the reaper
+// starts (between its scan and the revision it watches from) has its jobs
+// reaped at once, not at the next periodic scan.
+func testReaperSeesDeathDuringPass(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	victim := h.session(h.c)
+	h.claimOne(victim)
+	ds := &deathStore{Store: h.store, workers: "/leasehold/" + h.ns + "/w/"}
+	ds.revoke = func() {
+		if err := h.store.Revoke(h.ctx(), victim.Lease()); err != nil {
+			t.Errorf("revoke: %v", err)
+		}
+	}
+	reaped := make(chan string, 1)
+	reaper := h.coordinator(ds, coordinator.Config{OnReap: func(j *coordinator.Job) { reaped <- j.ID }})
+	ctx, cancel := context.WithCancel(h.ctx())
+	stopped := make(chan error, 1)
+	// The interval never passes on the test's clock: only the watch (or
+	// the first pass) can reap.
+	go func() { stopped <- reaper.RunReaper(ctx, nil, time.Hour) }()
+	select {
+	case id := <-reaped:
+		if id != j.ID {
+			t.Errorf("reaped %s, want %s", id, j.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the job of a daemon that died as the reaper started was not reaped (it waits for the next periodic scan)")
+	}
+	cancel()
+	if err := <-stopped; !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunReaper returned %v", err)
+	}
+	if !t.Failed() {
+		h.wantState(j.ID, coordinator.StateAvailable)
+	}
+}
+
+// limitStore has a smaller request limit than its store: it reports it,
+// and refuses larger transactions as etcd does.
+type limitStore struct {
+	kv.Store
+	maxBytes int
+}
+
+func (s *limitStore) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.MaxBytes = s.maxBytes
+	return l
+}
+
+func (s *limitStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if n := txnBytes(t); n > s.maxBytes {
+		return kv.TxnResult{}, fmt.Errorf("%w: %d bytes, the limit is %d", kv.ErrTxnTooLarge, n, s.maxBytes)
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+func txnBytes(t kv.Txn) int {
+	n := 0
+	for _, c := range t.If {
+		n += len(c.Key) + len(c.Bytes)
+	}
+	for _, ops := range [][]kv.Op{t.Then, t.Else} {
+		for _, op := range ops {
+			n += len(op.Key) + len(op.Value)
+			if op.Txn != nil {
+				n += txnBytes(*op.Txn)
+			}
+		}
+	}
+	return n
+}
+
+// testJobOverStoreLimit: a job within the payload limit that the store
+// still cannot take in one transaction (an available job is written twice,
+// as its record and in its queue's index; JSON escaping can grow a payload)
+// is refused as bad input, and nothing is written.
+func testJobOverStoreLimit(t *testing.T, h *harness) {
+	const limit = 256 << 10
+	c := h.coordinator(&limitStore{Store: h.store, maxBytes: limit}, coordinator.Config{})
+	if got := c.MaxPayloadBytes(); got != 56<<10 {
+		t.Fatalf("default payload limit on a %d-byte store: %d, want 56 KiB", limit, got)
+	}
+	// Within the payload limit, but encoded as JSON "<" takes six bytes
+	// ("\u003c").
+	escaped := json.RawMessage(`"` + strings.Repeat("<", 30<<10) + `"`)
+	for name, ps := range map[string][]coordinator.EnqueueParams{
+		"one":            {{Kind: "k", Payload: escaped}},
+		"in a batch":     {{Kind: "k"}, {Kind: "k", Payload: escaped}},
+		"in a big batch": {{Kind: "k", Payload: json.RawMessage(`"` + strings.Repeat("y", 50<<10) + `"`)}, {Kind: "k", Payload: escaped}},
+	} {
+		if _, err := c.EnqueueBatch(h.ctx(), ps); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("%s: enqueue of a job over the store's %d-byte request limit: %v, want ErrInvalid", name, limit, err)
+		}
+	}
+	for st, n := range h.counts() {
+		if n != 0 {
+			t.Errorf("refused enqueues wrote %d %s jobs", n, st)
+		}
+	}
+	// What fits is taken, in as many transactions as it needs.
+	ok := json.RawMessage(`"` + strings.Repeat("z", 50<<10) + `"`)
+	res, err := c.EnqueueBatch(h.ctx(), []coordinator.EnqueueParams{{Kind: "k", Payload: ok}, {Kind: "k", Payload: ok}, {Kind: "k", Payload: ok}})
+	if err != nil || len(res) != 3 {
+		t.Fatalf("enqueue of jobs that fit: %d, %v", len(res), err)
+	}
+}
+
+// testOversizedJobBlocksNoMaintenance: a job whose record grew (errors,
+// checkpoint) past what the store takes when it is made available again
+// (record and queue index entry, in one transaction) cannot be promoted or
+// re-queued; it must not stop the promotion or reaping of other jobs.
+func testOversizedJobBlocksNoMaintenance(t *testing.T, h *harness) {
+	const limit = 512 << 10
+	ls := &limitStore{Store: h.store, maxBytes: limit}
+	c := h.coordinator(ls, coordinator.Config{})
+	// The records grow under a coordinator with a larger limit (as if the
+	// store's limit were lowered since): c refuses such writes itself.
+	grower := h.coordinator(&limitStore{Store: h.store, maxBytes: 1 << 20}, coordinator.Config{})
+	payload := json.RawMessage(`"` + strings.Repeat("x", 100<<10) + `"`)
+	grow := json.RawMessage(`"` + strings.Repeat("c", 160<<10) + `"`)
+	enqueue := func(p coordinator.EnqueueParams) *coordinator.Job {
+		t.Helper()
+		r, err := grower.Enqueue(h.ctx(), p)
+		if err != nil {
+			t.Fatalf("Enqueue: %v", err)
+		}
+		return r.Job
+	}
+	s := h.session(grower)
+	claim := func(id string) *coordinator.Run {
+		t.Helper()
+		runs, _, err := grower.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+		if err != nil || len(runs) != 1 || runs[0].Job().ID != id {
+			t.Fatalf("claim %s: %d runs, %v", id, len(runs), err)
+		}
+		return runs[0]
+	}
+
+	// Promotion: the big job is due first, a small one after it.
+	big := enqueue(coordinator.EnqueueParams{Kind: "k", Payload: payload})
+	r := claim(big.ID)
+	if err := r.Checkpoint(h.ctx(), grow); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Fail(h.ctx(), errors.New("boom"), coordinator.FailOpts{RetryAt: h.clock.Now().Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	small := enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(2 * time.Minute)})
+	h.clock.Advance(3 * time.Minute)
+	if n, err := c.PromoteDue(h.ctx()); err != nil || n != 1 {
+		t.Fatalf("PromoteDue = %d, %v; want the job that fits promoted", n, err)
+	}
+	h.wantState(small.ID, coordinator.StateAvailable)
+	h.wantState(big.ID, coordinator.StateRetryable)
+	if _, err := c.Cancel(h.ctx(), big.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := claim(small.ID).Complete(h.ctx(), nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// Reaping: two jobs lose their daemon; the big one sorts first.
+	big = enqueue(coordinator.EnqueueParams{Kind: "k", Payload: payload})
+	small = enqueue(coordinator.EnqueueParams{Kind: "k"})
+	lost := h.session(grower)
+	for _, id := range []string{big.ID, small.ID} {
+		runs, _, err := grower.Claim(h.ctx(), lost, coordinator.DefaultQueue, 1, false)
+		if err != nil || len(runs) != 1 || runs[0].Job().ID != id {
+			t.Fatalf("claim %s: %d runs, %v", id, len(runs), err)
+		}
+		if id == big.ID {
+			if err := runs[0].Checkpoint(h.ctx(), grow); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := h.store.Revoke(h.ctx(), lost.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v; want the job that fits reaped", n, err)
+	}
+	h.wantState(small.ID, coordinator.StateAvailable)
+}
+
+// testDefaultPayloadLimitFits: on a store with etcd's default request limit
+// the default payload limit is one a job can use: a job with the largest
+// payload, metadata and unique key is enqueued, claimed, retried, made
+// available again and completed. A larger limit is refused up front.
+func testDefaultPayloadLimitFits(t *testing.T, h *harness) {
+	ls := &limitStore{Store: h.store, maxBytes: 3<<19 - 64<<10} // etcdkv's MaxBytes on a default member
+	if lim := h.store.Limits().MaxBytes; lim > 0 && lim < ls.maxBytes {
+		ls.maxBytes = lim
+	}
+	c := h.coordinator(ls, coordinator.Config{})
+	limit := c.MaxPayloadBytes()
+	if limit < 512<<10 || limit > 1<<20 {
+		t.Fatalf("default payload limit on a %d-byte store: %d", ls.maxBytes, limit)
+	}
+	if _, err := coordinator.New(ls, coordinator.Config{Namespace: h.ns, MaxPayloadBytes: 1 << 20}); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("New with a 1 MiB payload limit on a %d-byte store: %v, want ErrInvalid", ls.maxBytes, err)
+	}
+	p := coordinator.EnqueueParams{
+		Kind:      "k",
+		Payload:   json.RawMessage(`"` + strings.Repeat("x", limit-2) + `"`),
+		Metadata:  json.RawMessage(`"` + strings.Repeat("m", 64<<10-2) + `"`),
+		UniqueKey: strings.Repeat("u", 256),
+	}
+	res, err := c.Enqueue(h.ctx(), p)
+	if err != nil {
+		t.Fatalf("enqueue of the largest job: %v", err)
+	}
+	s := h.session(c)
+	claim := func() *coordinator.Run {
+		t.Helper()
+		runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+		if err != nil || len(runs) != 1 || runs[0].Job().ID != res.Job.ID {
+			t.Fatalf("claim the largest job: %d runs, %v", len(runs), err)
+		}
+		return runs[0]
+	}
+	if err := claim().Fail(h.ctx(), errors.New("once"), coordinator.FailOpts{RetryAt: h.clock.Now().Add(time.Second)}); err != nil {
+		t.Fatalf("fail the largest job: %v", err)
+	}
+	h.clock.Advance(2 * time.Second)
+	if n, err := c.PromoteDue(h.ctx()); err != nil || n != 1 {
+		t.Fatalf("PromoteDue = %d, %v; want the largest job made available", n, err)
+	}
+	if err := claim().Complete(h.ctx(), nil); err != nil {
+		t.Fatalf("complete the largest job: %v", err)
+	}
+	h.wantState(res.Job.ID, coordinator.StateCompleted)
+}
+
+// testRecordOverStoreLimit: a checkpoint or result that would make the
+// job's record more than the store takes in one request is refused with
+// ErrInvalid before anything is written, and the run goes on: a checkpoint
+// must leave room for the copy in the queue's index that a retry makes.
+func testRecordOverStoreLimit(t *testing.T, h *harness) {
+	ls := &limitStore{Store: h.store, maxBytes: 512 << 10}
+	c := h.coordinator(ls, coordinator.Config{})
+	j, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", Payload: json.RawMessage(`"` + strings.Repeat("x", 100<<10) + `"`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, _, err := c.Claim(h.ctx(), h.session(c), coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("claim: %d runs, %v", len(runs), err)
+	}
+	r := runs[0]
+	str := func(n int) json.RawMessage { return json.RawMessage(`"` + strings.Repeat("c", n) + `"`) }
+	// 100 + 160 KiB fits once, not twice.
+	if err := r.Checkpoint(h.ctx(), str(160<<10)); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("checkpoint that cannot be made available again: %v, want ErrInvalid", err)
+	}
+	if err := r.Checkpoint(h.ctx(), str(40<<10)); err != nil {
+		t.Fatalf("checkpoint that fits: %v", err)
+	}
+	if err := r.Complete(h.ctx(), str(500<<10)); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("result over the store's limit: %v, want ErrInvalid", err)
+	}
+	if got := h.get(j.Job.ID); got.State != coordinator.StateRunning || len(got.Checkpoint) != 40<<10+2 {
+		t.Fatalf("after the refused writes: %s with a %d-byte checkpoint; want running with the one that fit", got.State, len(got.Checkpoint))
+	}
+	// 100 + 40 + 200 KiB: a final record needs to fit once.
+	if err := r.Complete(h.ctx(), str(200<<10)); err != nil {
+		t.Fatalf("complete with a result that fits: %v", err)
+	}
+	h.wantState(j.Job.ID, coordinator.StateCompleted)
+}

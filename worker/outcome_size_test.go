@@ -1,0 +1,52 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// smallStore reports a request limit of max bytes (as an etcd member does)
+// and refuses larger transactions.
+type smallStore struct {
+	kv.Store
+	max int
+}
+
+func (s smallStore) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.MaxBytes = s.max
+	return l
+}
+
+func (s smallStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	n := 0
+	for _, op := range t.Then {
+		n += len(op.Key) + len(op.Value)
+	}
+	if n > s.max {
+		return kv.TxnResult{}, kv.ErrTxnTooLarge
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// A result the store cannot take fails the attempt, saying why; the job
+// is not left running to be reaped and run again, and again.
+func TestResultTooLargeFailsTheAttempt(t *testing.T) {
+	e := newEnv(t, func(s kv.Store) kv.Store { return smallStore{Store: s, max: 256 << 10} })
+	e.worker(worker.Config{}, map[string]worker.Handler{
+		"big": func(ctx context.Context, j *worker.Job) error {
+			return j.SetResult(strings.Repeat("r", 300<<10))
+		},
+	})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "big", MaxAttempts: 1, Payload: json.RawMessage(`{}`)})
+	j := e.wait(id)
+	if j.State != coordinator.StateDiscarded || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "more than the store takes") {
+		t.Fatalf("job with a result too large for the store: %s, errors %+v; want discarded, saying why", j.State, j.Errors)
+	}
+}
