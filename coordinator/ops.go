@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -260,9 +261,13 @@ func (c *Coordinator) cancelPage(ctx context.Context, idx []kv.KeyValue, f Cance
 		// It changed meanwhile (claimed, finished): decide again.
 		cur, err := c.Cancel(ctx, j.ID)
 		switch {
-		case err == nil && cur.CancelRequested:
+		case errors.Is(err, ErrNotFound) || errors.Is(err, ErrWrongState):
+			// Finished, or deleted, meanwhile: nothing to cancel.
+		case err != nil:
+			return err
+		case cur.CancelRequested:
 			out.CancelRequested++
-		case err == nil:
+		default:
 			out.Cancelled++
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -87,13 +88,16 @@ type FailOpts struct {
 	MaxAttempts int
 }
 
-// Fail records a failed attempt. The job becomes retryable at the time the
+// Fail records a failed attempt (cause nil: "attempt failed"). The job becomes retryable at the time the
 // retry policy gives, or discarded once it has used MaxAttempts. With a
 // cancel request pending it becomes cancelled instead (so do Snooze and
 // Release): an acknowledged cancel is never dropped by an outcome that would
 // run the job again.
 func (r *Run) Fail(ctx context.Context, cause error, o FailOpts) error {
 	now := r.c.clock.Now().UTC()
+	if cause == nil {
+		cause = errors.New("attempt failed")
+	}
 	return r.write(ctx, "fail", true, func(j *Job) {
 		j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt, Error: cause.Error(), Trace: o.Trace})
 		if o.MaxAttempts > 0 {

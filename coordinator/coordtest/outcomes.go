@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,8 @@ var outcomeTests = []struct {
 	{"OversizedJobBlocksNoMaintenance", testOversizedJobBlocksNoMaintenance},
 	{"DefaultPayloadLimitFitsTheStore", testDefaultPayloadLimitFits},
 	{"RecordOverStoreLimitRefused", testRecordOverStoreLimit},
+	{"CancelManyReportsStoreErrors", testCancelManyReportsStoreErrors},
+	{"FailWithoutCause", testFailWithoutCause},
 }
 
 // testCancelOutranksRunAgain: a cancel request acknowledged while the job
@@ -410,4 +413,60 @@ func testRecordOverStoreLimit(t *testing.T, h *harness) {
 		t.Fatalf("complete with a result that fits: %v", err)
 	}
 	h.wantState(j.Job.ID, coordinator.StateCompleted)
+}
+
+// failingStore fails the next transaction once fail is set.
+type failingStore struct {
+	kv.Store
+	fail atomic.Bool
+}
+
+var errStoreDown = errors.New("store down")
+
+func (s *failingStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if s.fail.CompareAndSwap(true, false) {
+		return kv.TxnResult{}, errStoreDown
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// testCancelManyReportsStoreErrors: a job that changed while CancelMany
+// cancelled its page is cancelled on its own; a store error then is
+// returned, not dropped with the job uncounted.
+func testCancelManyReportsStoreErrors(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	gate := kvtest.NewGate(h.store)
+	fs := &failingStore{Store: gate}
+	c := h.coordinator(fs, coordinator.Config{})
+	gate.Arm()
+	type result struct {
+		res coordinator.CancelManyResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := c.CancelMany(h.ctx(), coordinator.CancelFilter{Kind: "k"})
+		done <- result{res, err}
+	}()
+	<-gate.Held() // its cancel of the page is held; the job changes meanwhile
+	if r := h.claimOne(h.session(h.c)); r.Job().ID != j.ID {
+		gate.Open()
+		t.Fatalf("claimed %s, want %s", r.Job().ID, j.ID)
+	}
+	fs.fail.Store(true)
+	gate.Open()
+	if r := <-done; !errors.Is(r.err, errStoreDown) {
+		t.Fatalf("CancelMany with the store failing = %+v, %v; want the store's error", r.res, r.err)
+	}
+}
+
+// testFailWithoutCause: Fail with a nil cause records a failed attempt.
+func testFailWithoutCause(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if err := h.claimOne(h.session(h.c)).Fail(h.ctx(), nil, coordinator.FailOpts{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.wantState(j.ID, coordinator.StateRetryable); len(got.Errors) != 1 || got.Errors[0].Error == "" {
+		t.Fatalf("errors after Fail(nil) = %+v", got.Errors)
+	}
 }
