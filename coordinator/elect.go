@@ -17,10 +17,21 @@ import (
 // candidate takes over. session returns the caller's current session, which
 // may change after a lease loss. Work done under fn must stay safe if two
 // leaders briefly overlap (a paused leader that has not yet noticed): every
-// maintenance write is conditional. It returns ctx's error.
+// maintenance write is conditional. fn that returns while still leader
+// (an error, say) is run again after a pause, 1 s doubling to 30 s, so that
+// a failing fn does not campaign and resign in a tight loop. It returns
+// ctx's error.
 func (c *Coordinator) RunElected(ctx context.Context, name string, session func() *Session, fn func(ctx context.Context) error) error {
 	key := c.keys.root + "e/" + name
+	backoff := time.Duration(0) // after fn ended on its own: do not campaign in a tight loop
 	for ctx.Err() == nil {
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-c.clock.After(backoff):
+			}
+		}
 		sess := session()
 		if sess == nil || sess.Ctx().Err() != nil {
 			select {
@@ -48,7 +59,7 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 		if !res.Succeeded {
 			cur := res.Results[0].KV
 			if cur != nil && cur.Lease == sess.Lease() {
-				leaderRev = cur.ModRevision // ours already (a reply was lost)
+				leaderRev = cur.CreateRevision // ours already (a reply was lost)
 			} else {
 				c.waitGone(ctx, sess, key, res.Revision)
 				continue
@@ -58,15 +69,25 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 		lctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(sess.Ctx(), cancel)
 		// Leadership also ends if the key is deleted under us.
+		watched := make(chan struct{})
 		go func() {
+			defer close(watched)
 			c.waitGone(lctx, sess, key, leaderRev)
 			cancel()
 		}()
 		err = fn(lctx)
+		ownEnd := lctx.Err() == nil
 		cancel()
 		stop()
-		if err != nil && lctx.Err() == nil {
-			c.log.Warn("elected work failed", slog.String("election", name), slog.Any("err", err))
+		<-watched
+		switch {
+		case !ownEnd:
+			backoff = 0
+		case err != nil:
+			c.log.Warn("elected work failed; campaigning again after a pause", slog.String("election", name), slog.Any("err", err), slog.Duration("pause", max(time.Second, 2*backoff)))
+			fallthrough
+		default:
+			backoff = min(max(time.Second, 2*backoff), 30*time.Second)
 		}
 		// Resign: delete our key if it is still ours.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)

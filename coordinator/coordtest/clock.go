@@ -56,3 +56,10 @@ func (c *Clock) Advance(d time.Duration) {
 	}
 	c.waiters = keep
 }
+
+// Pending returns how many After timers wait for the clock to move.
+func (c *Clock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiters)
+}

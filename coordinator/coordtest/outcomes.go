@@ -32,6 +32,7 @@ var outcomeTests = []struct {
 	{"RecordOverStoreLimitRefused", testRecordOverStoreLimit},
 	{"CancelManyReportsStoreErrors", testCancelManyReportsStoreErrors},
 	{"FailWithoutCause", testFailWithoutCause},
+	{"FailingElectedWorkBacksOff", testFailingElectedWorkBacksOff},
 }
 
 // testCancelOutranksRunAgain: a cancel request acknowledged while the job
@@ -469,4 +470,41 @@ func testFailWithoutCause(t *testing.T, h *harness) {
 	if got := h.wantState(j.ID, coordinator.StateRetryable); len(got.Errors) != 1 || got.Errors[0].Error == "" {
 		t.Fatalf("errors after Fail(nil) = %+v", got.Errors)
 	}
+}
+
+// testFailingElectedWorkBacksOff: elected work that fails at once is run
+// again after a pause on the coordinator's clock, not in a tight loop of
+// campaigns and resignations.
+func testFailingElectedWorkBacksOff(t *testing.T, h *harness) {
+	s := h.session(h.c)
+	calls := make(chan struct{}, 16)
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan error, 1)
+	go func() {
+		done <- h.c.RunElected(ctx, "failing", func() *coordinator.Session { return s }, func(context.Context) error {
+			calls <- struct{}{}
+			return errors.New("boom")
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("RunElected = %v, want context.Canceled", err)
+		}
+	}()
+	<-calls
+	// Wait for the pause (a timer on the fake clock), failing if the work
+	// runs again first.
+	for h.clock.Pending() == 0 {
+		select {
+		case <-calls:
+			t.Fatal("failed elected work ran again at once, without a pause")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if len(calls) != 0 {
+		t.Fatal("failed elected work ran again without a pause")
+	}
+	h.clock.Advance(time.Second)
+	<-calls // and again once the pause is over
 }
