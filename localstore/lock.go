@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -66,7 +67,7 @@ func lockDir(dir string) (*dirLock, error) {
 	}
 	abs = filepath.Clean(abs)
 	// Creating a missing directory cannot disturb a holder.
-	if err := os.MkdirAll(abs, 0o755); err != nil {
+	if err := mkdirDurable(vfs.Default, abs); err != nil {
 		return nil, fmt.Errorf("localstore: create data directory: %w", err)
 	}
 	// The registry is keyed by the resolved path, so that two spellings of

@@ -3,6 +3,8 @@ package localstore
 import (
 	"fmt"
 	"log/slog"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Defaults of [Options].
@@ -61,6 +63,11 @@ type Options struct {
 	// events). The events of the newest revision are always kept.
 	// Default: WatchHistoryBytesDefault (64 MiB).
 	WatchHistoryBytes int
+
+	// fs, when set (by this package's tests only), is the filesystem Pebble
+	// writes to: a crashable in-memory one that can be cloned as a power
+	// loss would leave it.
+	fs vfs.FS
 }
 
 // WithDefaults returns o with every zero field set to its default.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
@@ -143,6 +144,16 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 			opts.Logger.Error("localstore: Pebble reports a possible misuse", slog.String("info", info.String()))
 		},
 	}
+	if opts.fs != nil {
+		popts.FS = opts.fs
+	}
+	fs := vfs.Default
+	if opts.fs != nil {
+		fs = opts.fs
+	}
+	if err := mkdirDurable(fs, filepath.Join(lock.dir, pebbleDir)); err != nil {
+		return nil, fmt.Errorf("localstore: create %s: %w", filepath.Join(lock.dir, pebbleDir), err)
+	}
 	db, err := pebble.Open(filepath.Join(lock.dir, pebbleDir), popts)
 	if err != nil {
 		return nil, fmt.Errorf("localstore: open %s: %w", lock.dir, err)
@@ -165,6 +176,40 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 	s.startRev = s.rev
 	s.hist = newHistory(opts.WatchHistory, opts.WatchHistoryBytes, s.rev)
 	return s, nil
+}
+
+// mkdirDurable creates dir and its missing parents on fs, and syncs the
+// parent of each directory it creates: until then a power loss may take a
+// new directory, and everything written in it, back out of existence
+// (Pebble syncs its own directory's entries, not the directory's).
+func mkdirDurable(fs vfs.FS, dir string) error {
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := fs.Stat(d); err == nil {
+			break
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, d := range slices.Backward(created) {
+		parent, err := fs.OpenDir(filepath.Dir(d))
+		if err != nil {
+			return err
+		}
+		err = parent.Sync()
+		if cerr := parent.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("sync directory %s: %w", filepath.Dir(d), err)
+		}
+	}
+	return nil
 }
 
 // load checks the format, reads the counters and deletes the keys of the
