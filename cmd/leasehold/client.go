@@ -70,6 +70,8 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 	switch {
 	case errors.As(err, &be):
 		return usagef("cannot send a request to %s%s: %v: check --server", c.server, path, be.Err)
+	case errors.Is(err, apicall.ErrAnswerTooLarge):
+		return failf("%s", strings.TrimPrefix(err.Error(), "apicall: "))
 	case err != nil:
 		return c.transportError(ctx, err)
 	}

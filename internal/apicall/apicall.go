@@ -8,6 +8,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -20,8 +22,11 @@ type BuildError struct{ Err error }
 func (e *BuildError) Error() string { return "build the request: " + e.Err.Error() }
 func (e *BuildError) Unwrap() error { return e.Err }
 
-// MaxAnswer bounds how much of an answer is read.
-const MaxAnswer = 256 << 20
+// maxAnswer bounds how much of an answer is read (a variable for tests).
+var maxAnswer int64 = 256 << 20
+
+// ErrAnswerTooLarge is returned for an answer over 256 MiB.
+var ErrAnswerTooLarge = errors.New("apicall: answer too large")
 
 // Request is one call: Method Base+Path?Query, with Body (if not nil) sent
 // as JSON and Token (if set) as a bearer token.
@@ -65,9 +70,12 @@ func Do(ctx context.Context, hc *http.Client, r Request) (*http.Response, []byte
 		return nil, nil, err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswer))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if err != nil {
 		return nil, nil, err
+	}
+	if int64(len(data)) > maxAnswer {
+		return nil, nil, fmt.Errorf("%w: %s %s answered more than %d MiB: ask for less (a smaller --limit, say)", ErrAnswerTooLarge, r.Method, r.Path, maxAnswer>>20)
 	}
 	return resp, data, nil
 }

@@ -95,3 +95,27 @@ func TestErrorMessage(t *testing.T) {
 		}
 	}
 }
+
+// An answer over the limit is an error that says so, not a body cut short
+// that fails to decode.
+func TestDoRefusesAnAnswerTooLarge(t *testing.T) {
+	old := maxAnswer
+	maxAnswer = 1 << 20
+	defer func() { maxAnswer = old }()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(make([]byte, 1<<20+1))
+	}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	if _, _, err := Do(context.Background(), srv.Client(), Request{Method: http.MethodGet, Base: base, Path: "/v1/jobs"}); !errors.Is(err, ErrAnswerTooLarge) {
+		t.Fatalf("answer of 1 MiB + 1 byte with a 1 MiB limit: %v, want ErrAnswerTooLarge", err)
+	}
+	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(make([]byte, 1<<20))
+	}))
+	defer srv2.Close()
+	base2, _ := url.Parse(srv2.URL)
+	if _, data, err := Do(context.Background(), srv2.Client(), Request{Method: http.MethodGet, Base: base2, Path: "/v1/jobs"}); err != nil || len(data) != 1<<20 {
+		t.Fatalf("answer of exactly the limit: %d bytes, %v", len(data), err)
+	}
+}
