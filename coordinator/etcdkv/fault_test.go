@@ -236,3 +236,27 @@ func TestDeadEndpointDoesNotStall(t *testing.T) {
 		t.Fatalf("ServerVersion with one dead endpoint: %q, %v", v, err)
 	}
 }
+
+// TestClusterFirstEndpointKilled: a store dialled with every endpoint
+// keeps working when the member of the first endpoint dies, whether or not
+// it led (the client balances over all of them; one that only knew the
+// first would be cut off).
+func TestClusterFirstEndpointKilled(t *testing.T) {
+	c := etcdtest.StartCluster(t, 3, etcdtest.WithElectionTimeout(50*time.Millisecond, 500*time.Millisecond))
+	s := dialStore(t, c.Endpoints()...)
+	ctx := ctxT(t, 30*time.Second)
+	id, err := s.Grant(ctx, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put(t, s, "first/before", "v", id)
+	c.Kill(0)
+	putRetry(t, s, "first/after-kill")
+	if _, err := keepAliveRetry(t, s, id); err != nil {
+		t.Fatalf("lease with the first endpoint's member dead: %v", err)
+	}
+	rr, err := s.Range(ctx, kv.RangeRequest{Start: "first/", End: kv.PrefixEnd("first/")})
+	if err != nil || len(rr.KVs) != 2 {
+		t.Fatalf("read with the first endpoint's member dead: %v, %v", rr.KVs, err)
+	}
+}
