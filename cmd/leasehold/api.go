@@ -65,6 +65,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
@@ -163,6 +164,10 @@ type api struct {
 	mux       *http.ServeMux
 	log       *slog.Logger
 	m         *metrics
+	// waits is done once stopWaits is called (at the daemon's stop):
+	// long-polls then answer at once.
+	waits     context.Context
+	stopWaits context.CancelFunc
 }
 
 func newAPI(cfg apiConfig) *api {
@@ -176,6 +181,7 @@ func newAPI(cfg apiConfig) *api {
 		cfg.Metrics = newMetrics()
 	}
 	a := &api{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, m: cfg.Metrics}
+	a.waits, a.stopWaits = context.WithCancel(context.Background())
 	a.kindNames = sortedKeys(cfg.Kinds)
 	a.m.reg.MustRegister(&jobsCollector{c: cfg.Coord, log: cfg.Logger})
 
@@ -414,8 +420,9 @@ func jsonTypeName(goType string) string {
 }
 
 // params validates one create request against what this daemon runs and
-// turns it into enqueue parameters. It writes nothing.
-func (a *api) params(ctx context.Context, req createRequest, now time.Time) (coordinator.EnqueueParams, error) {
+// turns it into enqueue parameters. It writes nothing. live returns the
+// kinds of the live daemons (liveKinds), read once per request.
+func (a *api) params(req createRequest, now time.Time, live func() ([]string, error)) (coordinator.EnqueueParams, error) {
 	if req.Kind == "" {
 		return coordinator.EnqueueParams{}, badRequest(`kind is missing: set "kind" to one of %s`, strings.Join(a.kindNames, ", "))
 	}
@@ -424,7 +431,7 @@ func (a *api) params(ctx context.Context, req createRequest, now time.Time) (coo
 	}
 	spec, ok := a.cfg.Kinds[req.Kind]
 	if !ok && a.cfg.Shared {
-		names, err := a.liveKinds(ctx)
+		names, err := live()
 		if err != nil {
 			return coordinator.EnqueueParams{}, err
 		}
@@ -495,7 +502,7 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	p, err := a.params(r.Context(), req, time.Now())
+	p, err := a.params(req, time.Now(), a.liveKindsOnce(r.Context()))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -532,12 +539,20 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, badRequest("%d jobs in one batch, over the limit of %d: split the batch", len(req.Jobs), maxBatchJobs))
 		return
 	}
-	now := time.Now()
+	now, live := time.Now(), a.liveKindsOnce(r.Context())
 	ps := make([]coordinator.EnqueueParams, len(req.Jobs))
 	for i, jr := range req.Jobs {
-		p, err := a.params(r.Context(), jr, now)
+		p, err := a.params(jr, now, live)
 		if err != nil {
-			a.fail(w, r, badRequest("job %d: %v", i, err))
+			// Say which job, keeping the status: a store that cannot
+			// be read is no fault of the request.
+			var ae *apiError
+			if errors.As(err, &ae) {
+				err = &apiError{status: ae.status, msg: fmt.Sprintf("job %d: %s", i, ae.msg)}
+			} else {
+				err = fmt.Errorf("job %d: %w", i, err)
+			}
+			a.fail(w, r, err)
 			return
 		}
 		ps[i] = p
@@ -635,8 +650,10 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
 	}
 	if wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
+		stopWait := context.AfterFunc(a.waits, cancel)
 		j, err := a.cfg.Coord.Wait(ctx, id)
 		expired := ctx.Err() != nil
+		stopWait()
 		cancel()
 		switch {
 		case err == nil:
@@ -710,6 +727,12 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// liveKindsOnce returns liveKinds for one request, read at most once (it
+// scans every worker and ownership key).
+func (a *api) liveKindsOnce(ctx context.Context) func() ([]string, error) {
+	return sync.OnceValues(func() ([]string, error) { return a.liveKinds(ctx) })
 }
 
 // liveKinds returns the kinds this daemon and every live daemon of the

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -206,8 +207,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	if err := o.checkPeriodicKinds(kinds); err != nil {
 		return err
 	}
-	ctx, stopSignals := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stopSignals()
+	ctx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	defer onSignals(ctx, cancel, log)()
 
 	var store kv.Store
 	shared := o.etcd.shared()
@@ -305,20 +307,10 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	if err != nil {
 		return failf("cannot listen on %s: %s: stop what uses it or pass another --listen", o.listen, oneLine(err.Error()))
 	}
-	reqCtx, cancelRequests := context.WithCancel(context.Background())
-	defer cancelRequests()
-	srv := &http.Server{
-		Handler: newAPI(apiConfig{
-			Coord: coord, Kinds: kinds, Shared: shared, MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(),
-			Worker: w, Metrics: m, Auth: authConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)},
-		}),
-		TLSConfig:         tlsCfg,
-		BaseContext:       func(net.Listener) context.Context { return reqCtx },
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
+	srv, stopHTTP := newHTTPServer(newAPI(apiConfig{
+		Coord: coord, Kinds: kinds, Shared: shared, MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(),
+		Worker: w, Metrics: m, Auth: authConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)},
+	}), tlsCfg, log)
 
 	// The session the worker opens in Start derives from Start's context:
 	// give it one that outlives the signal, so that a signal leads to the
@@ -355,17 +347,12 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	case err := <-serveErr:
 		runErr = failf("HTTP server failed: %v", err)
 		log.Error("HTTP server failed; stopping", slog.Any("err", err))
+		cancel() // a signal now stops the daemon at once
 	}
-	stopSignals() // a second signal now kills the process
 
-	// Stop taking requests (waking long-polls), then drain the worker.
-	cancelRequests()
-	hctx, hcancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
-	if err := srv.Shutdown(hctx); err != nil {
-		log.Warn("HTTP server did not stop cleanly", slog.Any("err", err))
-		_ = srv.Close()
-	}
-	hcancel()
+	// Stop taking requests (waking long-polls, finishing the others), then
+	// drain the worker.
+	stopHTTP()
 	wctx, wcancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	if err := w.Stop(wctx); err != nil {
 		log.Warn("running jobs did not finish within the shutdown timeout; they were interrupted and re-queued",
@@ -374,6 +361,64 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	wcancel()
 	log.Info("stopped")
 	return runErr
+}
+
+// newHTTPServer returns the daemon's HTTP server of a, and the function
+// that stops it: it takes no more requests, wakes long-polls, and gives the
+// requests in flight httpShutdownTimeout to finish.
+func newHTTPServer(a *api, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, func()) {
+	srv := &http.Server{
+		Handler:           a,
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       2 * time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	srv.RegisterOnShutdown(a.stopWaits)
+	return srv, func() {
+		hctx, hcancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
+		defer hcancel()
+		if err := srv.Shutdown(hctx); err != nil {
+			log.Warn("HTTP server did not stop cleanly", slog.Any("err", err))
+			_ = srv.Close()
+		}
+	}
+}
+
+// onSignals cancels the daemon's context (with cancel) at the first SIGINT
+// or SIGTERM. Once ctx is done, a signal ends the process at once, by that
+// signal, after killing the commands of the running jobs: they run in
+// process groups of their own, which the daemon's death would not reach,
+// and would go on beside the runs that replace them. The returned function
+// stops watching for signals.
+func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger) func() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case <-sigs:
+			cancel()
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		select {
+		case sig := <-sigs:
+			log.Warn("second signal: stopping at once, killing the commands of running jobs", slog.String("signal", sig.String()))
+			execGroups.killAll()
+			signal.Reset(sig)
+			_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sigs)
+		close(done)
+		<-exited
+	}
 }
 
 // sizeValue is a byte size flag: 1048576, 1MiB, 512KiB, 2MB, ...

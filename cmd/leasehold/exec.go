@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,6 +32,10 @@ const (
 // SIGKILL. It stays below the worker's AbandonGrace, so a command that
 // ignores SIGTERM is killed before its slot is taken from it.
 var execKillGrace = 5 * time.Second
+
+// execGroupPoll is how often stopLeftovers checks whether the processes a
+// command left behind have exited.
+const execGroupPoll = 50 * time.Millisecond
 
 // execSpec is one --exec KIND=COMMAND.
 type execSpec struct {
@@ -58,7 +63,8 @@ func parseExec(s string) (execSpec, error) {
 // the attempt with the end of stderr as the error. The command runs in its
 // own process group; when the job's context ends (cancel, timeout,
 // shutdown, lost lease) the group gets SIGTERM, then SIGKILL after
-// execKillGrace.
+// execKillGrace; so do processes the command leaves in its group when it
+// exits (stopLeftovers).
 func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 	return func(ctx context.Context, j *worker.Job) error {
 		cmd := exec.Command("sh", "-c", spec.command)
@@ -81,28 +87,30 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			return fmt.Errorf("exec %s: cannot start %q: %w", spec.kind, spec.command, err)
 		}
 		pgid := cmd.Process.Pid
-		exited := make(chan struct{})
-		stopped := make(chan struct{})
-		go func() {
-			defer close(stopped)
-			select {
-			case <-exited:
-				return
-			case <-ctx.Done():
-			}
+		if !execGroups.add(pgid) {
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+		defer execGroups.remove(pgid)
+		waited := make(chan error, 1)
+		go func() { waited <- cmd.Wait() }()
+		var werr error
+		var termAt time.Time // when the group got SIGTERM
+		select {
+		case werr = <-waited:
+		case <-ctx.Done():
+			termAt = time.Now()
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			t := time.NewTimer(execKillGrace)
-			defer t.Stop()
 			select {
-			case <-exited:
+			case werr = <-waited:
 			case <-t.C:
 				log.Warn("command ignored SIGTERM: killing its process group", slog.String("job", j.ID), slog.Int("pgid", pgid))
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				werr = <-waited
 			}
-		}()
-		werr := cmd.Wait()
-		close(exited)
-		<-stopped
+			t.Stop()
+		}
+		stopLeftovers(pgid, termAt, j.ID, log)
 
 		if ctx.Err() != nil {
 			return fmt.Errorf("exec %s: command stopped (%v): %s", spec.kind, context.Cause(ctx), describeExit(werr, stderr))
@@ -123,6 +131,101 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			return j.SetResult(string(out))
 		}
 	}
+}
+
+// execGroups are the process groups of the commands running now.
+var execGroups = &groupSet{groups: map[int]bool{}}
+
+// groupSet is a set of process groups that can be killed all at once.
+type groupSet struct {
+	mu     sync.Mutex
+	groups map[int]bool
+	killed bool // by killAll: no group is added any more
+}
+
+// add adds pgid, unless killAll was called: then it reports false.
+func (s *groupSet) add(pgid int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.killed {
+		return false
+	}
+	s.groups[pgid] = true
+	return true
+}
+
+func (s *groupSet) remove(pgid int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.groups, pgid)
+}
+
+// killAll sends SIGKILL to every group, and to every group added later:
+// the daemon is about to exit at once, and the commands of its jobs run
+// in process groups of their own, which its death does not reach.
+func (s *groupSet) killAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.killed = true
+	for pgid := range s.groups {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+// stopLeftovers ends what is left of process group pgid once its leader,
+// the command's shell, has exited: a background child, or one that ignores
+// SIGTERM although the shell obeyed it. They get SIGTERM (unless termAt
+// says when they already did), then SIGKILL once execKillGrace has passed
+// since. No process of a job outlives it.
+func stopLeftovers(pgid int, termAt time.Time, job string, log *slog.Logger) {
+	if !groupAlive(pgid) {
+		return
+	}
+	if termAt.IsZero() {
+		log.Warn("command exited leaving processes in its group: stopping them", slog.String("job", job), slog.Int("pgid", pgid))
+		termAt = time.Now()
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	}
+	// Nothing says when the last of them exits: look every execGroupPoll.
+	tick := time.NewTicker(execGroupPoll)
+	defer tick.Stop()
+	for time.Since(termAt) < execKillGrace {
+		<-tick.C
+		if !groupAlive(pgid) {
+			return
+		}
+	}
+	log.Warn("processes left by the command ignored SIGTERM: killing its process group", slog.String("job", job), slog.Int("pgid", pgid))
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// groupAlive reports whether process group pgid has a process that has
+// not exited. Zombies do not count: an orphan that exited stays one until
+// init reaps it, which some inits (and a daemon run as PID 1) never do.
+func groupAlive(pgid int) bool {
+	if syscall.Kill(-pgid, 0) != nil {
+		return false
+	}
+	dir, err := os.ReadDir("/proc")
+	if err != nil {
+		return true // no /proc: a zombie counts
+	}
+	want := strconv.Itoa(pgid)
+	for _, e := range dir {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...; comm may hold anything.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) >= 3 && f[2] == want && f[0] != "Z" {
+			return true
+		}
+	}
+	return false
 }
 
 // describeExit says how a command ended, with the last lines of stderr.
