@@ -169,7 +169,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 				kv.Delete(x.Key),
 				kv.Put(c.keys.job(j.ID), encodeJob(j), 0),
 				kv.Put(c.keys.owner(j.ID), []byte(owner), sess.lease),
-				kv.Put(c.keys.running(j.ID), []byte(owner), 0),
+				kv.Put(c.keys.running(j.ID), runningValue(owner, j.Queue), 0),
 			},
 		}
 		if slots != nil {

@@ -27,3 +27,44 @@ func (c *Coordinator) AvailableByQueue(ctx context.Context) (map[string]int, err
 	}
 	return out, nil
 }
+
+// runningValue is the value of a running job's index entry r/ID: its owner
+// and, after a newline, its queue (so that running jobs are counted by
+// queue without reading their records). Entries written before 2026-12
+// hold the owner alone.
+func runningValue(owner, queue string) []byte { return []byte(owner + "\n" + queue) }
+
+// RunningByQueue returns the number of running jobs of each queue that has
+// any, read from the running index's small values (the records, payloads
+// and all, are read only for entries of daemons older than the queue in
+// the value).
+func (c *Coordinator) RunningByQueue(ctx context.Context) (map[string]int, error) {
+	out := map[string]int{}
+	var old []string
+	prefix := c.keys.runningAll()
+	if err := c.scan(ctx, prefix, false, func(x kv.KeyValue) error {
+		if _, q, ok := strings.Cut(string(x.Value), "\n"); ok {
+			out[q]++
+		} else {
+			old = append(old, c.keys.job(strings.TrimPrefix(x.Key, prefix)))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: count running jobs by queue: %w", err)
+	}
+	if len(old) > 0 {
+		recs, err := c.getMany(ctx, old)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: count running jobs by queue: %w", err)
+		}
+		for _, rec := range recs {
+			if rec == nil {
+				continue // finished meanwhile
+			}
+			if j, err := decodeKV(rec); err == nil && j.State == StateRunning {
+				out[j.Queue]++
+			}
+		}
+	}
+	return out, nil
+}

@@ -21,8 +21,8 @@
 //
 // Under the namespace prefix, a job has its record (j/ID) and exactly one
 // index key that says where it stands: q/QUEUE/PRIORITY/TIME/ID when
-// available, t/TIME/ID when scheduled or retryable, r/ID when running,
-// f/TIME/ID when finished. A running job also has an ownership key (o/ID)
+// available, t/TIME/ID when scheduled or retryable, r/ID when running
+// (value: owner, newline, queue), f/TIME/ID when finished. A running job also has an ownership key (o/ID)
 // attached to its daemon's session lease; its creation revision is the run's
 // fencing token. What others write while a job runs lives in keys of its own
 // that the owner's writes never overwrite: a cancel request is c/ID.

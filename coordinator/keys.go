@@ -97,6 +97,8 @@ func (k keys) put(j *Job) (rec []byte, ops []kv.Op) {
 	switch {
 	case j.State == StateAvailable:
 		idx = rec
+	case j.State == StateRunning:
+		idx = runningValue(j.Owner, j.Queue)
 	case j.State.Final():
 		idx = finishedIndexValue(j)
 	}

@@ -264,12 +264,9 @@ type queueCount struct {
 	Available, Running int
 }
 
-// maxRunningListed bounds the running jobs read to count them by queue.
-const maxRunningListed = 5000
-
 // queueCounts counts available jobs per queue from the index keys and
-// running jobs per queue from their records (there are at most the sum of
-// the daemons' concurrency). Queues that live daemons serve are counted
+// running jobs per queue from the running index's values (no records are
+// read: a scrape costs the same with 1 KiB and 1 MiB payloads). Queues that live daemons serve are counted
 // even when empty.
 func queueCounts(ctx context.Context, c *coordinator.Coordinator) (map[string]*queueCount, error) {
 	avail, err := c.AvailableByQueue(ctx)
@@ -295,12 +292,12 @@ func queueCounts(ctx context.Context, c *coordinator.Coordinator) (map[string]*q
 	for q, n := range avail {
 		get(q).Available = n
 	}
-	running, err := listJobsUpTo(ctx, c, coordinator.ListParams{State: coordinator.StateRunning}, maxRunningListed)
+	running, err := c.RunningByQueue(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, j := range running {
-		get(j.Queue).Running++
+	for q, n := range running {
+		get(q).Running = n
 	}
 	return out, nil
 }

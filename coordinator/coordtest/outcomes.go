@@ -33,6 +33,7 @@ var outcomeTests = []struct {
 	{"CancelManyReportsStoreErrors", testCancelManyReportsStoreErrors},
 	{"FailWithoutCause", testFailWithoutCause},
 	{"FailingElectedWorkBacksOff", testFailingElectedWorkBacksOff},
+	{"RunningCountedByQueue", testRunningByQueue},
 }
 
 // testCancelOutranksRunAgain: a cancel request acknowledged while the job
@@ -507,4 +508,35 @@ func testFailingElectedWorkBacksOff(t *testing.T, h *harness) {
 	}
 	h.clock.Advance(time.Second)
 	<-calls // and again once the pause is over
+}
+
+// testRunningByQueue: running jobs are counted by queue from the running
+// index, also an entry written by a daemon older than the queue in its
+// value (owner alone): that one is counted from its record.
+func testRunningByQueue(t *testing.T, h *harness) {
+	s := h.session(h.c)
+	var old string
+	for q, n := range map[string]int{"a": 3, "b": 1} {
+		for range n {
+			h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q})
+		}
+		runs, _, err := h.c.Claim(h.ctx(), s, q, n, false)
+		if err != nil || len(runs) != n {
+			t.Fatalf("claim %d of queue %s: %d, %v", n, q, len(runs), err)
+		}
+		old = runs[0].Job().ID
+	}
+	h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "c"}) // available, not running
+	// As a daemon of before 2026-12 wrote it.
+	key := "/leasehold/" + h.ns + "/r/" + old
+	if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Put(key, []byte(s.WorkerID()), 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.c.RunningByQueue(h.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "map[a:3 b:1]" {
+		t.Fatalf("RunningByQueue = %v, want map[a:3 b:1]", got)
+	}
 }
