@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
@@ -184,5 +185,66 @@ func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
 	<-stopped
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		t.Errorf("Serve: %v", err)
+	}
+}
+
+// A long-poll outlives the server's ReadTimeout (2 minutes in the daemon,
+// while a wait may last 5): it answers when the job ends, not when the
+// connection's read deadline passes. (Go's server does not cut a handler
+// that reads no more of its request; this guards that the daemon's
+// configuration keeps it so.)
+func TestLongPollOutlivesReadTimeout(t *testing.T) {
+	log := quietLogger(t)
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ls.Close() })
+	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, stop := newHTTPServer(newAPI(apiConfig{Coord: coord, Kinds: builtinKinds(), Logger: log}), nil, log)
+	srv.ReadTimeout = 50 * time.Millisecond
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		stop()
+		<-served
+	}()
+	base := "http://" + ln.Addr().String()
+	code, body := postBody(t, base+"/v1/jobs", `{"kind":"echo"}`)
+	var created createResponse
+	if code != http.StatusCreated || json.Unmarshal([]byte(body), &created) != nil {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	id := created.Job.ID
+	polled := make(chan string, 1)
+	go func() {
+		resp, err := http.Get(base + "/v1/jobs/" + id + "?wait=30s")
+		if err != nil {
+			polled <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		var j jobResponse
+		if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+			polled <- err.Error()
+			return
+		}
+		polled <- string(j.Job.State)
+	}()
+	// Well past the read timeout (not a bound on anything: a slow machine
+	// only makes the test weaker), the job ends.
+	time.Sleep(300 * time.Millisecond)
+	if code, body := postBody(t, base+"/v1/jobs/"+id+"/cancel", ""); code != http.StatusOK {
+		t.Fatalf("cancel: %d %s", code, body)
+	}
+	if got := <-polled; got != string(coordinator.StateCancelled) {
+		t.Fatalf("long-poll answered %q, want the job cancelled: it ended at the read timeout, before the job did", got)
 	}
 }
