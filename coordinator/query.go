@@ -39,7 +39,9 @@ type ListParams struct {
 	State State
 	Kind  string
 	Queue string
-	// Limit bounds the page; 0 means 100. At most 10000.
+	// Limit bounds the page; 0 means 100. At most 10000. A page also ends
+	// after about 16 MiB of records, with Next set: large jobs come in
+	// smaller pages.
 	Limit int
 	// After is the Next cursor of the previous page.
 	After string
@@ -54,6 +56,14 @@ type ListPage struct {
 
 // MaxListLimit bounds ListParams.Limit.
 const MaxListLimit = 10000
+
+// A page of List also ends once it holds about listPageBytes of records
+// (with Next set), so that a page of large jobs stays small in memory: it
+// reads one record, then at most listChunk at a time, fewer when they are
+// large.
+var listPageBytes = 16 << 20
+
+const listChunk = 1000
 
 // List returns jobs matching p. Without a state filter jobs come in id order
 // (which is creation order); with one, in the order of that state's index
@@ -99,8 +109,17 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 	}
 	var page ListPage
 	end := kv.PrefixEnd(prefix)
+	size, read := 0, 0 // bytes of records, and records, read so far
 	for len(page.Jobs) < p.Limit {
-		want := p.Limit - len(page.Jobs)
+		if size >= listPageBytes {
+			break // page.Next is the key after the last one read
+		}
+		// One record first, then as many records as large as those read
+		// so far fit in what is left.
+		want := 1
+		if read > 0 {
+			want = min(p.Limit-len(page.Jobs), listChunk, max(1, (listPageBytes-size)/max(1, size/read)))
+		}
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: want, KeysOnly: byIndex})
 		if err != nil {
 			return ListPage{}, fmt.Errorf("coordinator: list jobs: %w", err)
@@ -127,6 +146,8 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			}
 		}
 		for i := range recs {
+			size += len(recs[i].Value)
+			read++
 			j, err := decodeKV(&recs[i])
 			if err != nil {
 				c.log.Error("skipping corrupt job record in listing", slog.Any("err", err))

@@ -1,0 +1,54 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/localstore"
+)
+
+// A page of List holds about listPageBytes of records at most, whatever
+// its limit, and the pages together hold every job.
+func TestListPageBoundedByBytes(t *testing.T) {
+	defer func(old int) { listPageBytes = old }(listPageBytes)
+	listPageBytes = 25 << 10
+	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	c, err := New(s, Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	payload := json.RawMessage(`"` + strings.Repeat("x", 10<<10) + `"`)
+	for range 10 {
+		if _, err := c.Enqueue(ctx, EnqueueParams{Kind: "k", Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, st := range []State{"", StateAvailable} {
+		seen, pages := 0, 0
+		for after := ""; ; pages++ {
+			page, err := c.List(ctx, ListParams{State: st, Limit: 1000, After: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page.Jobs) > 3 {
+				t.Fatalf("state %q: a page of %d jobs of 10 KiB, over the 25 KiB page budget", st, len(page.Jobs))
+			}
+			seen += len(page.Jobs)
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		if seen != 10 {
+			t.Fatalf("state %q: %d jobs over %d pages, want 10", st, seen, pages)
+		}
+	}
+}
