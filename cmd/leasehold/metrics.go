@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
@@ -54,7 +55,16 @@ type metrics struct {
 	renewals      prometheus.Counter
 	renewalTime   prometheus.Histogram
 	storeErrors   *prometheus.CounterVec
+
+	// enqueueQueues are the queue labels leasehold_enqueued_total has used
+	// (at most maxQueueLabels; later queues count as "other"): a client
+	// may enqueue to any queue name, and each would be a series forever.
+	mu            sync.Mutex
+	enqueueQueues map[string]bool
 }
+
+// maxQueueLabels bounds the queue labels of leasehold_enqueued_total.
+const maxQueueLabels = 100
 
 // latencyBuckets suit queue latency and handler durations: 1 ms to ~30 min.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 17)
@@ -106,7 +116,21 @@ func (m *metrics) observeRequest(route string, code int, took time.Duration) {
 
 // onEnqueued counts jobs inserted through the API.
 func (m *metrics) onEnqueued(j *coordinator.Job) {
-	m.enqueued.WithLabelValues(j.Queue, j.Kind).Inc()
+	m.enqueued.WithLabelValues(m.enqueueQueue(j.Queue), j.Kind).Inc()
+}
+
+// enqueueQueue returns q's label for leasehold_enqueued_total.
+func (m *metrics) enqueueQueue(q string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.enqueueQueues == nil {
+		m.enqueueQueues = map[string]bool{}
+	}
+	if !m.enqueueQueues[q] && len(m.enqueueQueues) >= maxQueueLabels {
+		return "other"
+	}
+	m.enqueueQueues[q] = true
+	return q
 }
 
 // workerHooks sets cfg's metric hooks, calling any that were set before.
