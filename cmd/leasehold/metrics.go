@@ -326,24 +326,6 @@ func queueCounts(ctx context.Context, c *coordinator.Coordinator) (map[string]*q
 	return out, nil
 }
 
-// listJobsUpTo lists the jobs p selects, at most limit of them.
-func listJobsUpTo(ctx context.Context, c *coordinator.Coordinator, p coordinator.ListParams, limit int) ([]*coordinator.Job, error) {
-	var out []*coordinator.Job
-	for len(out) < limit {
-		p.Limit = min(coordinator.MaxListLimit, limit-len(out))
-		page, err := c.List(ctx, p)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, page.Jobs...)
-		if page.Next == "" {
-			break
-		}
-		p.After = page.Next
-	}
-	return out, nil
-}
-
 // meteredStore counts a store's failed requests and times lease renewals.
 type meteredStore struct {
 	kv.Store
