@@ -96,32 +96,14 @@ func testReapKeepsLateCancel(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	s := h.session(h.c)
 	h.claimOne(s)
-	gate := kvtest.NewGate(h.store)
-	reaper := h.coordinator(gate, coordinator.Config{})
-	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
-		t.Fatal(err)
-	}
-	gate.Arm()
-	type result struct {
-		n   int
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := reaper.Reap(h.ctx(), nil, nil)
-		done <- result{n, err}
-	}()
 	// The reaper has read the job, its missing owner and no cancel request;
 	// its write is held. A cancel request lands meanwhile.
-	<-gate.Held()
-	got, err := h.c.Cancel(h.ctx(), j.ID)
-	if err != nil || !got.CancelRequested {
-		gate.Open()
+	finish := h.heldReap(s)
+	if got, err := h.c.Cancel(h.ctx(), j.ID); err != nil || !got.CancelRequested {
 		t.Fatalf("Cancel: %+v, %v", got, err)
 	}
-	gate.Open()
-	if r := <-done; r.err != nil || r.n != 1 {
-		t.Fatalf("Reap = %d, %v; want 1", r.n, r.err)
+	if n, err := finish(); err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v; want 1", n, err)
 	}
 	if got := h.get(j.ID); got.State != coordinator.StateCancelled {
 		t.Fatalf("job is %s after the reap, want cancelled: the reaper deleted a cancel request it had not read", got.State)

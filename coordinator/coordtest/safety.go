@@ -60,31 +60,15 @@ func testReapLeavesFinished(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	s := h.session(h.c)
 	h.claimOne(s)
-	gate := kvtest.NewGate(h.store)
-	open := openOnce(t, gate)
-	reaper := h.coordinator(gate, coordinator.Config{})
-	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
-		t.Fatal(err)
-	}
-	gate.Arm()
-	done := make(chan error, 1)
-	go func() {
-		n, err := reaper.Reap(h.ctx(), nil, nil)
-		if err == nil && n != 0 {
-			err = fmt.Errorf("reaped %d jobs that were finished meanwhile", n)
-		}
-		done <- err
-	}()
-	<-gate.Held() // the reaper has read the job and waits to write
+	finish := h.heldReap(s) // the reaper has read the job and waits to write
 	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
 		t.Fatalf("Reap = %d, %v; want 1", n, err)
 	}
 	if err := h.claimOne(h.session(h.c)).Complete(h.ctx(), json.RawMessage(`"ok"`)); err != nil {
 		t.Fatal(err)
 	}
-	open()
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if n, err := finish(); err != nil || n != 0 {
+		t.Fatalf("held Reap = %d, %v; want nothing reaped: the job was finished meanwhile", n, err)
 	}
 	h.wantState(j.ID, coordinator.StateCompleted)
 }
