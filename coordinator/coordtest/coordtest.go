@@ -20,13 +20,16 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
+// suiteTest is one test of the suite, run over each store.
+type suiteTest struct {
+	name string
+	fn   func(t *testing.T, h *harness)
+}
+
 // Run runs the suite. open returns a store for one test; it may return the
 // same store every time.
 func Run(t *testing.T, open func(t *testing.T) kv.Store) {
-	tests := []struct {
-		name string
-		fn   func(t *testing.T, h *harness)
-	}{
+	tests := []suiteTest{
 		{"EnqueueGetList", testEnqueueGetList},
 		{"BadInputWritesNothing", testBadInputWritesNothing},
 		{"ConcurrentClaimsNeverBothWin", testConcurrentClaims},

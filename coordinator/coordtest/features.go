@@ -20,10 +20,7 @@ import (
 
 // Tests of periodic jobs, unique options, queue control and operations on
 // jobs (issue 6). Run adds them to the suite.
-var featureTests = []struct {
-	name string
-	fn   func(t *testing.T, h *harness)
-}{
+var featureTests = []suiteTest{
 	{"PeriodicLeadersInTurnEnqueueEachTickOnce", testPeriodicLeaders},
 	{"PeriodicOverlappingLeadersEnqueueEachTickOnce", testPeriodicOverlap},
 	{"PeriodicCatchUpWindow", testPeriodicCatchUp},

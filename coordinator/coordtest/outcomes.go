@@ -19,10 +19,7 @@ import (
 // Tests of how a run's outcome, the reaper and cancel requests meet, and of
 // enqueues that the store cannot take in one transaction. Run adds them to
 // the suite.
-var outcomeTests = []struct {
-	name string
-	fn   func(t *testing.T, h *harness)
-}{
+var outcomeTests = []suiteTest{
 	{"CancelRequestOutranksRunAgain", testCancelOutranksRunAgain},
 	{"ReapKeepsCancelRequestWrittenMeanwhile", testReapKeepsLateCancel},
 	{"ReaperSeesDeathDuringItsPass", testReaperSeesDeathDuringPass},

@@ -22,10 +22,7 @@ import (
 // Tests of the safety contract (DESIGN.md) that pin down one promise each,
 // written so that breaking that promise fails them (a mutation audit found
 // no other test that did). Run adds them to the suite.
-var safetyTests = []struct {
-	name string
-	fn   func(t *testing.T, h *harness)
-}{
+var safetyTests = []suiteTest{
 	{"ReapLeavesJobFinishedMeanwhile", testReapLeavesFinished},
 	{"LostFinalReplyNotAppliedThenTakenOver", testLostFinalReplyTakenOver},
 	{"SecondOutcomeIsWrongState", testSecondOutcome},
