@@ -235,10 +235,14 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 		t.Else = append(t.Else, kv.Get(k.cancel(j.ID)))
 	}
 	// A record the store cannot take is refused before anything is sent.
-	// One that may run again (a checkpoint, a retry, a snooze, a release)
-	// must also fit twice: once available, its queue's index entry
-	// carries a copy.
-	if size, runsAgain := (unit{txn: t}).bytes(), !j.State.Final(); !r.c.fitsBytes(size) || runsAgain && !r.c.fitsBytes(size+len(rec)) {
+	// One that may run again (a checkpoint, a retry, a snooze) must also
+	// fit twice: once available, its queue's index entry carries a copy
+	// (a write that makes it available, a release, already holds both).
+	size := (unit{txn: t}).bytes()
+	if !j.State.Final() && j.State != StateAvailable {
+		size += len(rec)
+	}
+	if !r.c.fitsBytes(size) {
 		return fmt.Errorf("%w: %s of job %s: its record would be %d bytes, more than the store takes in one request (with the copy in its queue's index when it runs again): keep checkpoints, results and errors smaller", ErrInvalid, op, j.ID, len(rec))
 	}
 	var res *kv.TxnResult

@@ -958,6 +958,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		}
 	}
 	delay := 50 * time.Millisecond
+	discarding := false
 	for {
 		err := op(wctx)
 		out.Err = err
@@ -983,11 +984,21 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 				return r.Fail(ctx, herr, w.failOpts(&j.Job, coordinator.FailOpts{}))
 			}
 			continue
+		case errors.Is(err, coordinator.ErrInvalid) && !discarding && out.Op != "cancel":
+			// The job cannot run again as it is (its record, with this
+			// outcome, would be too large to make available): it ends
+			// discarded, saying why, rather than staying running until
+			// this daemon's session ends.
+			discarding = true
+			cause := fmt.Errorf("%s could not be recorded, so the job was discarded: %v", out.Op, err)
+			herr, out.Op = cause, "fail"
+			op = func(ctx context.Context) error { return r.Fail(ctx, cause, coordinator.FailOpts{Discard: true}) }
+			continue
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
 			w.runLog(r).Warn("outcome unknown: an attempt's reply was lost and the session ended; the job's record says what happened", slog.Any("err", err))
 			return
 		case wctx.Err() != nil || errors.Is(err, coordinator.ErrInvalid) || errors.Is(err, coordinator.ErrWrongState):
-			w.runLog(r).Error("cannot record outcome; the job will be reaped and run again", slog.Any("err", err))
+			w.runLog(r).Error("cannot record outcome; the job stays running until this daemon's session ends, then it is reaped and run again", slog.Any("err", err))
 			return
 		}
 		w.runLog(r).Warn("recording outcome failed; retrying", slog.Any("err", err))

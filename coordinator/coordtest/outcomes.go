@@ -353,6 +353,12 @@ func testDefaultPayloadLimitFits(t *testing.T, h *harness) {
 	if n, err := c.PromoteDue(h.ctx()); err != nil || n != 1 {
 		t.Fatalf("PromoteDue = %d, %v; want the largest job made available", n, err)
 	}
+	if err := claim().Snooze(h.ctx(), 0); err != nil {
+		t.Fatalf("snooze the largest job: %v", err)
+	}
+	if err := claim().Release(h.ctx()); err != nil {
+		t.Fatalf("release the largest job: %v", err)
+	}
 	if err := claim().Complete(h.ctx(), nil); err != nil {
 		t.Fatalf("complete the largest job: %v", err)
 	}
