@@ -2,6 +2,9 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
@@ -100,4 +103,14 @@ func (c *Coordinator) runUnits(ctx context.Context, units []unit) ([]*kv.TxnResu
 		}
 	}
 	return out, rev, nil
+}
+
+// tooLargeToRun makes j, whose record with its queue's index copy takes
+// bytes (more than one transaction of the store takes), discarded: it
+// could never be made available again.
+func (c *Coordinator) tooLargeToRun(j *Job, now time.Time, bytes int) {
+	c.log.Error("job too large to run again: discarded", slog.String("job", j.ID), slog.Int("bytes", bytes), slog.Int("limit", c.limits.MaxBytes-requestOverhead))
+	j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt,
+		Error: fmt.Sprintf("discarded: too large to run again (its record and its queue's copy take %d bytes, the store takes %d in one request)", bytes, c.limits.MaxBytes-requestOverhead)})
+	j.State, j.FinalizedAt = StateDiscarded, &now
 }

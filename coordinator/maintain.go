@@ -15,13 +15,14 @@ const maintainBatch = 1000
 // PromoteDue makes scheduled and retryable jobs whose time has come
 // available. Each move is conditional on the record being unchanged, so it
 // is safe when two maintainers briefly overlap. A job too large to make
-// available in one transaction of the store is logged and left where it is,
-// so that it does not hold up the jobs due after it.
+// available in one transaction of the store (its record grew with errors
+// and a checkpoint) cannot run again: it is discarded, saying why.
 func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 	total := 0
+	start := c.keys.timers() // after the entries a pass left (corrupt or too large)
 	for {
 		now := c.clock.Now().UTC()
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.timers(), End: c.keys.timers() + tsKey(now) + "\xff", Limit: maintainBatch, KeysOnly: true})
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: c.keys.timers() + tsKey(now) + "\xff", Limit: maintainBatch, KeysOnly: true})
 		if err != nil {
 			return total, fmt.Errorf("coordinator: list due jobs: %w", err)
 		}
@@ -51,17 +52,23 @@ func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 			}
 			old := rr.KVs[i].Key
 			j.State = StateAvailable
-			_, puts := c.keys.put(j)
-			u := unit{txn: kv.Txn{
-				If:   []kv.Cmp{kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)},
-				Then: append([]kv.Op{kv.Delete(old)}, puts...),
-			}}
+			build := func() unit {
+				_, puts := c.keys.put(j)
+				then := append([]kv.Op{kv.Delete(old)}, puts...)
+				if j.State.Final() {
+					then = append(then, c.keys.releaseUnique(j)...)
+				}
+				return unit{txn: kv.Txn{If: []kv.Cmp{kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)}, Then: then}}
+			}
+			u := build()
 			if !c.fits(u) {
 				// Its record grew (errors, checkpoint) past what the store
-				// takes with its queue's index entry: it stays, and does
-				// not hold up the jobs due after it.
-				c.log.Error("promote: job too large for one transaction of the store; it is not made available",
-					slog.String("job", j.ID), slog.Int("bytes", u.bytes()), slog.Int("limit", c.limits.MaxBytes-requestOverhead))
+				// takes with its queue's index entry: it cannot run again.
+				c.tooLargeToRun(j, now, u.bytes())
+				u = build()
+			}
+			if !c.fits(u) {
+				c.log.Error("promote: job too large for one transaction of the store, even discarded; it is left", slog.String("job", j.ID), slog.Int("bytes", u.bytes()))
 				continue
 			}
 			units = append(units, u)
@@ -78,6 +85,7 @@ func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 		if !rr.More {
 			return total, nil
 		}
+		start = rr.KVs[len(rr.KVs)-1].Key + "\x00"
 	}
 }
 

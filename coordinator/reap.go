@@ -18,7 +18,8 @@ import (
 // cancel request becomes cancelled, also when the request lands during the
 // pass; one that has lost its run more than MaxRescues times is discarded.
 // Lost runs do not use up attempts. A job too large to re-queue in one
-// transaction of the store is logged and left, not the whole pass.
+// transaction of the store (with its queue's index copy) is discarded,
+// saying why.
 //
 // ids limits the pass to those jobs; nil scans every running job. mine, if
 // not nil, names the jobs the caller is running right now; they are never
@@ -84,7 +85,6 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 		j.Rescues++
 		j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt,
 			Error: fmt.Sprintf("run lost: owner %s (token %d) lost its lease", lostOwner, lostToken)})
-		then := []kv.Op{kv.Delete(c.keys.running(j.ID)), kv.Delete(c.keys.cancel(j.ID))}
 		switch {
 		case cr != nil:
 			j.State, j.FinalizedAt = StateCancelled, &now
@@ -96,21 +96,26 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 			j.Attempt-- // a lost run does not use up an attempt
 			j.Owner, j.Token = "", 0
 		}
-		then = append(then, c.keys.releaseUnique(j)...)
-		_, puts := c.keys.put(j)
-		then = append(then, puts...)
 		cmps := []kv.Cmp{kv.Missing(c.keys.owner(j.ID)), kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)}
 		if cr == nil {
 			// It deletes the cancel key: only if no request came since.
 			cmps = append(cmps, kv.Missing(c.keys.cancel(j.ID)))
 		}
-		u := unit{txn: kv.Txn{If: cmps, Then: then}}
-		if !c.fits(u) {
+		build := func() unit {
+			then := []kv.Op{kv.Delete(c.keys.running(j.ID)), kv.Delete(c.keys.cancel(j.ID))}
+			then = append(then, c.keys.releaseUnique(j)...)
+			_, puts := c.keys.put(j)
+			return unit{txn: kv.Txn{If: cmps, Then: append(then, puts...)}}
+		}
+		u := build()
+		if !c.fits(u) && j.State == StateAvailable {
 			// Its record grew (errors, checkpoint) past what the store
-			// takes with its queue's index entry: it stays, and does not
-			// hold up the other jobs of the pass.
-			c.log.Error("reap: job too large for one transaction of the store; it is not re-queued",
-				slog.String("job", j.ID), slog.Int("bytes", u.bytes()), slog.Int("limit", c.limits.MaxBytes-requestOverhead))
+			// takes with its queue's index entry: it cannot run again.
+			c.tooLargeToRun(j, now, u.bytes())
+			u = build()
+		}
+		if !c.fits(u) {
+			c.log.Error("reap: job too large for one transaction of the store, even finished; it is left", slog.String("job", j.ID), slog.Int("bytes", u.bytes()))
 			continue
 		}
 		units = append(units, u)

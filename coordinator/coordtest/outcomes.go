@@ -31,6 +31,7 @@ var outcomeTests = []suiteTest{
 	{"FailWithoutCause", testFailWithoutCause},
 	{"FailingElectedWorkBacksOff", testFailingElectedWorkBacksOff},
 	{"RunningCountedByQueue", testRunningByQueue},
+	{"PromotionPassesOverUnreadableJobs", testPromotionPassesOverUnreadable},
 }
 
 // testCancelOutranksRunAgain: a cancel request acknowledged while the job
@@ -234,8 +235,8 @@ func testJobOverStoreLimit(t *testing.T, h *harness) {
 
 // testOversizedJobBlocksNoMaintenance: a job whose record grew (errors,
 // checkpoint) past what the store takes when it is made available again
-// (record and queue index entry, in one transaction) cannot be promoted or
-// re-queued; it must not stop the promotion or reaping of other jobs.
+// (record and queue index entry, in one transaction) cannot run again:
+// promotion and reaping discard it, saying why, and go on with the others.
 func testOversizedJobBlocksNoMaintenance(t *testing.T, h *harness) {
 	const limit = 512 << 10
 	ls := &limitStore{Store: h.store, maxBytes: limit}
@@ -274,14 +275,11 @@ func testOversizedJobBlocksNoMaintenance(t *testing.T, h *harness) {
 	}
 	small := enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(2 * time.Minute)})
 	h.clock.Advance(3 * time.Minute)
-	if n, err := c.PromoteDue(h.ctx()); err != nil || n != 1 {
-		t.Fatalf("PromoteDue = %d, %v; want the job that fits promoted", n, err)
+	if n, err := c.PromoteDue(h.ctx()); err != nil || n != 2 {
+		t.Fatalf("PromoteDue = %d, %v; want the job that fits promoted and the other discarded", n, err)
 	}
 	h.wantState(small.ID, coordinator.StateAvailable)
-	h.wantState(big.ID, coordinator.StateRetryable)
-	if _, err := c.Cancel(h.ctx(), big.ID); err != nil {
-		t.Fatal(err)
-	}
+	wantTooLarge(t, h.wantState(big.ID, coordinator.StateDiscarded))
 	if err := claim(small.ID).Complete(h.ctx(), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -304,10 +302,20 @@ func testOversizedJobBlocksNoMaintenance(t *testing.T, h *harness) {
 	if err := h.store.Revoke(h.ctx(), lost.Lease()); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
-		t.Fatalf("Reap = %d, %v; want the job that fits reaped", n, err)
+	if n, err := c.Reap(h.ctx(), nil, nil); err != nil || n != 2 {
+		t.Fatalf("Reap = %d, %v; want the job that fits reaped and the other discarded", n, err)
 	}
 	h.wantState(small.ID, coordinator.StateAvailable)
+	wantTooLarge(t, h.wantState(big.ID, coordinator.StateDiscarded))
+}
+
+// wantTooLarge checks that j's last error says it was too large to run
+// again.
+func wantTooLarge(t *testing.T, j *coordinator.Job) {
+	t.Helper()
+	if len(j.Errors) == 0 || !strings.Contains(j.Errors[len(j.Errors)-1].Error, "too large to run again") {
+		t.Fatalf("job %s is discarded with errors %v; want the last to say it was too large to run again", j.ID, len(j.Errors))
+	}
 }
 
 // testDefaultPayloadLimitFits: on a store with etcd's default request limit
@@ -524,4 +532,30 @@ func testRunningByQueue(t *testing.T, h *harness) {
 	if fmt.Sprint(got) != "map[a:3 b:1]" {
 		t.Fatalf("RunningByQueue = %v, want map[a:3 b:1]", got)
 	}
+}
+
+// testPromotionPassesOverUnreadable: more due entries than one read takes
+// whose records cannot be decoded are passed over, not read again and
+// again: PromoteDue returns, and a job due after them is promoted.
+func testPromotionPassesOverUnreadable(t *testing.T, h *harness) {
+	const bad = 1001 // more than one read of due entries (1000)
+	due := h.clock.Now().Add(-time.Hour).UnixNano()
+	root := "/leasehold/" + h.ns + "/"
+	var ops []kv.Op
+	for i := range bad {
+		id := fmt.Sprintf("01ZZZZZZZZZZZZZZZZZZ%06d", i)
+		ops = append(ops, kv.Put(fmt.Sprintf("%st/%020d/%s", root, due, id), []byte("scheduled"), 0), kv.Put(root+"j/"+id, []byte("not a job"), 0))
+		if len(ops) >= 100 || i == bad-1 {
+			if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: ops}); err != nil {
+				t.Fatal(err)
+			}
+			ops = nil
+		}
+	}
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(time.Minute)})
+	h.clock.Advance(2 * time.Minute)
+	if n, err := h.c.PromoteDue(h.ctx()); err != nil || n != 1 {
+		t.Fatalf("PromoteDue = %d, %v; want the one readable job promoted", n, err)
+	}
+	h.wantState(j.ID, coordinator.StateAvailable)
 }
