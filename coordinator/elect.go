@@ -9,6 +9,9 @@ import (
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
 
+// maxElectBackoff bounds RunElected's pause after fn ended on its own.
+const maxElectBackoff = 30 * time.Second
+
 // RunElected runs fn on at most one daemon at a time per name: the one that
 // holds the name's leader key, which hangs on its session lease (the same
 // scheme as etcd's concurrency.Election, written over the seam so it works
@@ -18,9 +21,9 @@ import (
 // may change after a lease loss. Work done under fn must stay safe if two
 // leaders briefly overlap (a paused leader that has not yet noticed): every
 // maintenance write is conditional. fn that returns while still leader
-// (an error, say) is run again after a pause, 1 s doubling to 30 s, so that
-// a failing fn does not campaign and resign in a tight loop. It returns
-// ctx's error.
+// (an error, say) is run again after a pause, 1 s doubling to 30 s (back to
+// 1 s after a run of 30 s or more), so that a failing fn does not campaign
+// and resign in a tight loop. It returns ctx's error.
 func (c *Coordinator) RunElected(ctx context.Context, name string, session func() *Session, fn func(ctx context.Context) error) error {
 	key := c.keys.root + "e/" + name
 	backoff := time.Duration(0) // after fn ended on its own: do not campaign in a tight loop
@@ -75,19 +78,22 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 			c.waitGone(lctx, sess, key, leaderRev)
 			cancel()
 		}()
+		started := c.clock.Now()
 		err = fn(lctx)
 		ownEnd := lctx.Err() == nil
 		cancel()
 		stop()
 		<-watched
-		switch {
-		case !ownEnd:
+		if !ownEnd {
 			backoff = 0
-		case err != nil:
-			c.log.Warn("elected work failed; campaigning again after a pause", slog.String("election", name), slog.Any("err", err), slog.Duration("pause", max(time.Second, 2*backoff)))
-			fallthrough
-		default:
-			backoff = min(max(time.Second, 2*backoff), 30*time.Second)
+		} else {
+			if c.clock.Now().Sub(started) >= maxElectBackoff {
+				backoff = 0 // it ran well for a while: start the pauses over
+			}
+			backoff = min(max(time.Second, 2*backoff), maxElectBackoff)
+			if err != nil {
+				c.log.Warn("elected work failed; campaigning again after a pause", slog.String("election", name), slog.Any("err", err), slog.Duration("pause", backoff))
+			}
 		}
 		// Resign: delete our key if it is still ours.
 		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)

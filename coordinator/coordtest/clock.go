@@ -63,3 +63,20 @@ func (c *Clock) Pending() int {
 	defer c.mu.Unlock()
 	return len(c.waiters)
 }
+
+// NextTimer returns how far the clock must move for the earliest pending
+// After timer to fire, and false when none is pending.
+func (c *Clock) NextTimer() (time.Duration, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.waiters) == 0 {
+		return 0, false
+	}
+	next := c.waiters[0].at
+	for _, w := range c.waiters[1:] {
+		if w.at.Before(next) {
+			next = w.at
+		}
+	}
+	return next.Sub(c.now), true
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -467,16 +468,28 @@ func testFailWithoutCause(t *testing.T, h *harness) {
 }
 
 // testFailingElectedWorkBacksOff: elected work that fails at once is run
-// again after a pause on the coordinator's clock, not in a tight loop of
-// campaigns and resignations.
+// again after a pause on the coordinator's clock (1 s, then 2 s, ...), not
+// in a tight loop of campaigns and resignations; after a run of 30 s or
+// more the pauses start over at 1 s.
 func testFailingElectedWorkBacksOff(t *testing.T, h *harness) {
+	clk := NewClock(h.clock.Now()) // this coordinator's own: no other timers
+	c, err := coordinator.New(h.store, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	s := h.session(h.c)
 	calls := make(chan struct{}, 16)
+	block := make(chan struct{}, 1) // a run that waits for the test
 	ctx, cancel := context.WithCancel(h.ctx())
 	done := make(chan error, 1)
 	go func() {
-		done <- h.c.RunElected(ctx, "failing", func() *coordinator.Session { return s }, func(context.Context) error {
+		done <- c.RunElected(ctx, "failing", func() *coordinator.Session { return s }, func(ctx context.Context) error {
 			calls <- struct{}{}
+			select {
+			case <-block:
+				<-block
+			default:
+			}
 			return errors.New("boom")
 		})
 	}()
@@ -486,20 +499,42 @@ func testFailingElectedWorkBacksOff(t *testing.T, h *harness) {
 			t.Errorf("RunElected = %v, want context.Canceled", err)
 		}
 	}()
-	<-calls
-	// Wait for the pause (a timer on the fake clock), failing if the work
-	// runs again first.
-	for h.clock.Pending() == 0 {
-		select {
-		case <-calls:
-			t.Fatal("failed elected work ran again at once, without a pause")
-		case <-time.After(time.Millisecond):
+	// pause waits for the pause RunElected takes (its only timer), failing
+	// if the work runs again first, and returns its length.
+	pause := func() time.Duration {
+		t.Helper()
+		for {
+			if d, ok := clk.NextTimer(); ok {
+				if len(calls) != 0 {
+					t.Fatal("failed elected work ran again without a pause")
+				}
+				return d
+			}
+			select {
+			case <-calls:
+				t.Fatal("failed elected work ran again at once, without a pause")
+			case <-time.After(time.Millisecond):
+			}
 		}
 	}
-	if len(calls) != 0 {
-		t.Fatal("failed elected work ran again without a pause")
+	<-calls
+	for _, want := range []time.Duration{time.Second, 2 * time.Second} {
+		if got := pause(); got != want {
+			t.Fatalf("pause after a failed run: %s, want %s", got, want)
+		}
+		if want == 2*time.Second {
+			block <- struct{}{} // the next run waits for the test
+		}
+		clk.Advance(want)
+		<-calls
 	}
-	h.clock.Advance(time.Second)
+	// The third run lasts 30 s of the clock, then fails: the pauses start over.
+	clk.Advance(30 * time.Second)
+	block <- struct{}{}
+	if got := pause(); got != time.Second {
+		t.Fatalf("pause after a failed run of 30 s: %s, want 1s", got)
+	}
+	clk.Advance(time.Second)
 	<-calls // and again once the pause is over
 }
 
