@@ -31,10 +31,21 @@ func TestListPageBoundedByBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Jobs a filter leaves out do not count against a page's budget: 20
+	// of another kind come first, and the page of kind "k" still holds
+	// jobs.
+	for range 20 {
+		if _, err := c.Enqueue(ctx, EnqueueParams{Kind: "other", Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if page, err := c.List(ctx, ListParams{Kind: "other", Limit: 1000}); err != nil || len(page.Jobs) == 0 {
+		t.Fatalf("first page of kind other after 10 jobs of kind k: %d jobs, %v", len(page.Jobs), err)
+	}
 	for _, st := range []State{"", StateAvailable} {
 		seen, pages := 0, 0
 		for after := ""; ; pages++ {
-			page, err := c.List(ctx, ListParams{State: st, Limit: 1000, After: after})
+			page, err := c.List(ctx, ListParams{State: st, Kind: "k", Limit: 1000, After: after})
 			if err != nil {
 				t.Fatal(err)
 			}

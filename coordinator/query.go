@@ -109,7 +109,8 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 	}
 	var page ListPage
 	end := kv.PrefixEnd(prefix)
-	size, read := 0, 0 // bytes of records, and records, read so far
+	size := 0             // bytes of the records on the page
+	scanned, read := 0, 0 // bytes of records, and records, read so far
 	for len(page.Jobs) < p.Limit {
 		if size >= listPageBytes {
 			break // page.Next is the key after the last one read
@@ -118,7 +119,7 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 		// so far fit in what is left.
 		want := 1
 		if read > 0 {
-			want = min(p.Limit-len(page.Jobs), listChunk, max(1, (listPageBytes-size)/max(1, size/read)))
+			want = min(p.Limit-len(page.Jobs), listChunk, max(1, (listPageBytes-size)/max(1, scanned/read)))
 		}
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: want, KeysOnly: byIndex})
 		if err != nil {
@@ -146,7 +147,7 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			}
 		}
 		for i := range recs {
-			size += len(recs[i].Value)
+			scanned += len(recs[i].Value)
 			read++
 			j, err := decodeKV(&recs[i])
 			if err != nil {
@@ -156,6 +157,7 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			if (p.State != "" && j.State != p.State) || (p.Kind != "" && j.Kind != p.Kind) || (p.Queue != "" && j.Queue != p.Queue) {
 				continue
 			}
+			size += len(recs[i].Value)
 			page.Jobs = append(page.Jobs, j)
 		}
 		last := rr.KVs[len(rr.KVs)-1].Key
