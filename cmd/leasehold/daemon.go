@@ -393,7 +393,7 @@ func newHTTPServer(a *api, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, 
 // and would go on beside the runs that replace them. The returned function
 // stops watching for signals.
 func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger) func() {
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -411,6 +411,9 @@ func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger)
 			execGroups.killAll()
 			signal.Reset(sig)
 			_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+			// Still here: the signal is ignored (a daemon started under
+			// nohup, say). Exit as a shell reports death by it.
+			os.Exit(128 + int(sig.(syscall.Signal)))
 		case <-done:
 		}
 	}()
