@@ -24,6 +24,8 @@ type etcdFlags struct {
 	key       string
 	user      string
 	password  string
+	// maxRequest is the servers' --max-request-bytes (0: etcd's default).
+	maxRequest sizeValue
 }
 
 func addEtcdFlags(cmd *cobra.Command, e *etcdFlags, withNamespace bool) {
@@ -37,6 +39,7 @@ func addEtcdFlags(cmd *cobra.Command, e *etcdFlags, withNamespace bool) {
 	f.StringVar(&e.key, "etcd-key", "", "client key (PEM) for etcd")
 	f.StringVar(&e.user, "etcd-user", "", "etcd user name")
 	f.StringVar(&e.password, "etcd-password", "", "etcd password (prefer LEASEHOLD_ETCD_PASSWORD)")
+	f.Var(&e.maxRequest, "etcd-max-request-bytes", "the etcd servers' --max-request-bytes, if raised (default etcd's 1.5MiB); bounds the largest job")
 }
 
 func (e *etcdFlags) shared() bool { return len(e.endpoints) > 0 }
@@ -50,6 +53,9 @@ func (e *etcdFlags) validate() error {
 	}
 	if (e.cert == "") != (e.key == "") {
 		return usagef("--etcd-cert and --etcd-key go together: give both or neither")
+	}
+	if e.maxRequest != 0 && e.maxRequest < 256<<10 {
+		return usagef("--etcd-max-request-bytes %s: want the servers' --max-request-bytes, at least 256KiB", e.maxRequest)
 	}
 	if (e.user == "") != (e.password == "") {
 		return usagef("--etcd-user and --etcd-password go together: give both or neither")
@@ -73,11 +79,13 @@ func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Clien
 	cli, err := etcdkv.Dial(dctx, etcdkv.Config{
 		Endpoints: e.endpoints, CAFile: e.ca, CertFile: e.cert, KeyFile: e.key,
 		Username: e.user, Password: e.password,
+		// Room for a request as large as the servers take.
+		MaxCallSendMsgSize: max(2<<20, int(e.maxRequest)+etcdkv.RequestBytesMargin),
 	})
 	if err != nil {
 		return nil, nil, failf("cannot reach etcd at %s: %s: check --etcd and the TLS/auth flags", strings.Join(e.endpoints, ","), oneLine(err.Error()))
 	}
-	store := etcdkv.New(cli, etcdkv.Options{})
+	store := etcdkv.New(cli, etcdkv.Options{MaxRequestBytes: int(e.maxRequest)})
 	if log != nil {
 		if v, err := store.ServerVersion(dctx); err == nil {
 			for _, warning := range etcdkv.KnownLeaseBugs(v) {
