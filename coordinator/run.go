@@ -88,11 +88,11 @@ type FailOpts struct {
 	MaxAttempts int
 }
 
-// Fail records a failed attempt (cause nil: "attempt failed"). The job becomes retryable at the time the
-// retry policy gives, or discarded once it has used MaxAttempts. With a
-// cancel request pending it becomes cancelled instead (so do Snooze and
-// Release): an acknowledged cancel is never dropped by an outcome that would
-// run the job again.
+// Fail records a failed attempt (cause nil: "attempt failed"). The job
+// becomes retryable at the time the retry policy gives, or discarded once
+// it has used MaxAttempts. With a cancel request pending it becomes
+// cancelled instead (so do Snooze and Release): an acknowledged cancel is
+// never dropped by an outcome that would run the job again.
 func (r *Run) Fail(ctx context.Context, cause error, o FailOpts) error {
 	now := r.c.clock.Now().UTC()
 	if cause == nil {
