@@ -2,7 +2,9 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
@@ -91,34 +93,56 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 	}
 
 	out := make([]EnqueueResult, 0, len(jobs))
-	var existing []string
+	existing := map[int]string{} // job index -> the id holding its unique key
 	for _, rs := range results {
 		for _, r := range rs {
-			j := jobs[len(out)]
+			i := len(out)
 			if r.Succeeded {
-				out = append(out, EnqueueResult{Job: j})
+				out = append(out, EnqueueResult{Job: jobs[i]})
 				continue
 			}
 			out = append(out, EnqueueResult{Existed: true})
-			existing = append(existing, string(r.Results[0].KV.Value))
+			existing[i] = string(r.Results[0].KV.Value)
 		}
-	}
-	if len(existing) == 0 {
-		return out, nil
 	}
 	// Unique hits: return the live job. It can finish (and release its key)
-	// between the insert and this read; then report it as it is now.
-	k := 0
-	for i := range out {
-		if !out[i].Existed {
-			continue
+	// between the insert and this read; then report it as it is now. If it
+	// was deleted meanwhile (retention, an operator), its key is free or
+	// held by a newer job: try the insert again.
+	for attempt := 0; len(existing) > 0; attempt++ {
+		var again []int
+		for i, id := range existing {
+			j, err := c.Get(ctx, id)
+			if errors.Is(err, ErrNotFound) && attempt < 8 {
+				again = append(again, i)
+				continue
+			}
+			if err != nil {
+				return nil, fmt.Errorf("coordinator: read existing job for unique key %q: %w", jobs[i].UniqueKey, err)
+			}
+			out[i].Job = j
 		}
-		j, err := c.Get(ctx, existing[k])
-		k++
+		existing = map[int]string{}
+		if len(again) == 0 {
+			break
+		}
+		sort.Ints(again)
+		retry := make([]unit, len(again))
+		for k, i := range again {
+			retry[k] = units[i]
+		}
+		rs, _, err := c.runUnits(ctx, retry)
 		if err != nil {
-			return nil, fmt.Errorf("coordinator: read existing job for unique key %q: %w", jobs[i].UniqueKey, err)
+			return nil, fmt.Errorf("coordinator: enqueue %d jobs: %w", len(again), err)
 		}
-		out[i].Job = j
+		for k, r := range rs {
+			i := again[k]
+			if r.Succeeded {
+				out[i] = EnqueueResult{Job: jobs[i]}
+				continue
+			}
+			existing[i] = string(r.Results[0].KV.Value)
+		}
 	}
 	return out, nil
 }

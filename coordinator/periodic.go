@@ -54,8 +54,8 @@ type PeriodicState struct {
 	Spec  string `json:"spec"`
 	Kind  string `json:"kind"`
 	Queue string `json:"queue"`
-	// Since is when the schedule was first seen by a leader: ticks start
-	// after it.
+	// Since is when the schedule was first seen by a leader, or when its
+	// spec last changed: ticks start after it.
 	Since time.Time `json:"since"`
 	// LastTick is the last tick enqueued (or skipped), LastJobID its job.
 	LastTick       *time.Time `json:"last_tick,omitempty"`
@@ -106,10 +106,94 @@ func ParseSchedule(spec string) (sched cron.Schedule, err error) {
 			return nil, fmt.Errorf("%w: cron spec %q: @every needs a duration of at least 1s, e.g. \"@every 10m\"", ErrInvalid, spec)
 		}
 	}
+	if ss, ok := sched.(*cron.SpecSchedule); ok && ss.Location != nil && ss.Location != time.UTC {
+		sched = zonedSchedule{ss}
+	}
 	if sched.Next(time.Now()).IsZero() {
 		return nil, fmt.Errorf("%w: cron spec %q never fires", ErrInvalid, spec)
 	}
 	return sched, nil
+}
+
+// zonedSchedule is a spec in a time zone with daylight saving time, run as
+// cron runs it across the changes (robfig/cron does not): a wall-clock time
+// that occurs twice when the clocks go back is one tick, unless the spec
+// runs every hour (then the repeated hour runs again, as real time passes);
+// wall-clock times that do not occur when the clocks go forward, if the
+// spec has any, are one tick at the change.
+type zonedSchedule struct{ s *cron.SpecSchedule }
+
+// maxZoneSteps bounds the zone changes and repeated spans that one Next
+// looks through.
+const maxZoneSteps = 64
+
+func (z zonedSchedule) Next(t time.Time) time.Time {
+	for range maxZoneSteps {
+		n := z.s.Next(t)
+		if n.IsZero() {
+			return n
+		}
+		if tr, ok := z.gapTick(t, n); ok {
+			return tr
+		}
+		if end, ok := z.repeated(n); ok {
+			t = end // the wall-clock times up to end ran before the change
+			continue
+		}
+		return n
+	}
+	return z.s.Next(t)
+}
+
+// everyHour reports whether the spec runs in every hour of the day.
+func (z zonedSchedule) everyHour() bool {
+	const all = 1<<24 - 1
+	return z.s.Hour&all == all
+}
+
+// gapTick returns the first change after t and not after n at which the
+// clocks go forward over wall-clock times that the spec matches.
+func (z zonedSchedule) gapTick(t, n time.Time) (time.Time, bool) {
+	at := t
+	for range maxZoneSteps {
+		_, end := at.In(z.s.Location).ZoneBounds()
+		if end.IsZero() || end.After(n) {
+			return time.Time{}, false
+		}
+		_, before := end.Add(-time.Nanosecond).In(z.s.Location).Zone()
+		_, after := end.In(z.s.Location).Zone()
+		if gap := time.Duration(after-before) * time.Second; gap > 0 {
+			// The skipped wall-clock times are [end, end+gap) read with
+			// the offset before the change.
+			fixed := *z.s
+			fixed.Location = time.FixedZone("", before)
+			if m := fixed.Next(end.Add(-time.Nanosecond)); !m.IsZero() && m.Before(end.Add(gap)) {
+				return end, true
+			}
+		}
+		at = end
+	}
+	return time.Time{}, false
+}
+
+// repeated reports whether n's wall-clock time already occurred before the
+// clocks went back (and the spec does not run every hour), and if so the
+// end of the repeated span.
+func (z zonedSchedule) repeated(n time.Time) (time.Time, bool) {
+	if z.everyHour() {
+		return time.Time{}, false
+	}
+	start, _ := n.In(z.s.Location).ZoneBounds()
+	if start.IsZero() {
+		return time.Time{}, false
+	}
+	_, before := start.Add(-time.Nanosecond).In(z.s.Location).Zone()
+	_, after := start.In(z.s.Location).Zone()
+	back := time.Duration(before-after) * time.Second
+	if back <= 0 || n.Sub(start) >= back {
+		return time.Time{}, false
+	}
+	return start.Add(back - time.Nanosecond), true
 }
 
 // periodicEntry is a validated PeriodicJob.
@@ -251,13 +335,15 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 		}
 		if rev == 0 {
 			st = PeriodicState{Name: e.Name, Since: now}
+		} else if strings.TrimSpace(st.Spec) != strings.TrimSpace(e.Spec) {
+			// A changed spec starts anew, as a new schedule does: its
+			// ticks between the old spec's last tick and now were never
+			// due, and are not back-filled.
+			st.Since = now
 		}
 		before := st
 		st.Spec, st.Kind, st.Queue, st.CatchUpMS = e.Spec, e.Job.Kind, e.Job.Queue, e.CatchUp.Milliseconds()
-		base := st.Since
-		if st.LastTick != nil {
-			base = *st.LastTick
-		}
+		base := periodicBase(st)
 		cutoff := now.Add(-e.CatchUp)
 		perTxn := c.ticksPerTxn(e)
 		var due []time.Time
@@ -350,6 +436,16 @@ func (c *Coordinator) ticksPerTxn(e *periodicEntry) int {
 	return max(n, 1)
 }
 
+// periodicBase is the time after which st's next tick falls: its last
+// tick, or when its spec was first seen (Since) if that is later (the spec
+// changed since its last tick).
+func periodicBase(st PeriodicState) time.Time {
+	if st.LastTick != nil && st.LastTick.After(st.Since) {
+		return *st.LastTick
+	}
+	return st.Since
+}
+
 func sameDefinition(a, b PeriodicState) bool {
 	return a.Spec == b.Spec && a.Kind == b.Kind && a.Queue == b.Queue && a.CatchUpMS == b.CatchUpMS && a.NextAt.Equal(b.NextAt)
 }
@@ -364,11 +460,7 @@ func (c *Coordinator) ListPeriodic(ctx context.Context) ([]PeriodicState, error)
 			return fmt.Errorf("%w: %s: %v", ErrCorrupt, x.Key, err)
 		}
 		if sched, err := ParseSchedule(st.Spec); err == nil {
-			base := st.Since
-			if st.LastTick != nil {
-				base = *st.LastTick
-			}
-			st.NextAt = sched.Next(base).UTC()
+			st.NextAt = sched.Next(periodicBase(st)).UTC()
 		}
 		out = append(out, st)
 		return nil

@@ -65,6 +65,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, featureTests...)
 	tests = append(tests, outcomeTests...)
 	tests = append(tests, safetyTests...)
+	tests = append(tests, periodicReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)

@@ -1,0 +1,328 @@
+package coordtest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+)
+
+// Tests from a review of periodic schedules, unique jobs and queue control.
+// Run adds them to the suite.
+var periodicReviewTests = []suiteTest{
+	{"PeriodicChangedSpecDoesNotBackfill", testPeriodicChangedSpec},
+	{"PeriodicClockBackwardsEnqueuesNoTickTwice", testPeriodicClockBackwards},
+	{"PeriodicDSTFallBackFiresOnce", testPeriodicDSTFallBack},
+	{"PeriodicDSTSpringForwardFires", testPeriodicDSTSpringForward},
+	{"PeriodicDSTWildcardHoursUnchanged", testPeriodicDSTWildcard},
+	{"UniqueHolderDeletedDuringEnqueue", testUniqueHolderDeleted},
+	{"GlobalLimitSlotFreedByEveryOutcome", testSlotFreedByEveryOutcome},
+}
+
+// clockedAt returns a coordinator on h's store and namespace with a clock
+// of its own, at t0.
+func (h *harness) clockedAt(t0 time.Time) (*Clock, *coordinator.Coordinator) {
+	h.t.Helper()
+	clk := NewClock(t0)
+	c, err := coordinator.New(h.store, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		h.t.Fatalf("coordinator.New: %v", err)
+	}
+	return clk, c
+}
+
+// tickTimes returns the ticks of the periodic jobs of kind (from their
+// unique keys), in order.
+func tickTimes(t *testing.T, jobs []*coordinator.Job, name string) []time.Time {
+	t.Helper()
+	var out []time.Time
+	for _, j := range jobs {
+		ts, ok := strings.CutPrefix(j.UniqueKey, "periodic:"+name+":")
+		if !ok {
+			t.Fatalf("periodic job %s has unique key %q", j.ID, j.UniqueKey)
+		}
+		tick, err := time.Parse(time.RFC3339, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tick.UTC())
+	}
+	for i := 1; i < len(out); i++ {
+		for k := i; k > 0 && out[k].Before(out[k-1]); k-- {
+			out[k], out[k-1] = out[k-1], out[k]
+		}
+	}
+	return out
+}
+
+// stepTicks calls EnqueueDueTicks every step until the clock has moved by
+// total.
+func stepTicks(t *testing.T, c *coordinator.Coordinator, clk *Clock, pj coordinator.PeriodicJob, step, total time.Duration) {
+	t.Helper()
+	for d := time.Duration(0); d < total; d += step {
+		clk.Advance(step)
+		if _, err := c.EnqueueDueTicks(context.Background(), pj); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testPeriodicChangedSpec: a schedule whose spec changes (a new config
+// while the store holds the old spec's last tick) starts anew, as a new
+// schedule does: it does not back-fill the new spec's ticks between the
+// old spec's last tick and now.
+func testPeriodicChangedSpec(t *testing.T, h *harness) {
+	pj := coordinator.PeriodicJob{Name: "changed", Spec: "@every 1h", Job: coordinator.EnqueueParams{Kind: "changed"}}
+	if _, err := h.c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(time.Hour)
+	if st, err := h.c.EnqueueDueTicks(h.ctx(), pj); err != nil || st.Enqueued != 1 {
+		t.Fatalf("first hourly tick: %+v, %v", st, err)
+	}
+	h.clock.Advance(59 * time.Minute)
+	pj.Spec = "@every 1m"
+	st, err := h.c.EnqueueDueTicks(h.ctx(), pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.jobsOf("changed")); n != 1 {
+		t.Fatalf("changing the spec from hourly to every minute enqueued %d ticks at once (state %+v); want none until the new spec's first tick", n-1, st)
+	}
+	if st.Spec != "@every 1m" || !st.NextAt.After(h.clock.Now()) {
+		t.Fatalf("state after the change: %+v (now %v)", st, h.clock.Now())
+	}
+	h.clock.Advance(time.Minute)
+	if st, err = h.c.EnqueueDueTicks(h.ctx(), pj); err != nil || st.Enqueued != 2 {
+		t.Fatalf("first tick of the new spec: %+v, %v", st, err)
+	}
+	if l, err := h.c.ListPeriodic(h.ctx()); err != nil || len(l) != 1 || !l[0].NextAt.Equal(st.NextAt) {
+		t.Fatalf("ListPeriodic = %+v, %v; want next %v", l, err, st.NextAt)
+	}
+}
+
+// testPeriodicClockBackwards: a clock that jumps back after a tick was
+// enqueued never enqueues that tick (or an earlier one) again.
+func testPeriodicClockBackwards(t *testing.T, h *harness) {
+	pj := coordinator.PeriodicJob{Name: "backwards", Spec: "@every 10m", Job: coordinator.EnqueueParams{Kind: "backwards"}}
+	if _, err := h.c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(20 * time.Minute)
+	if st, err := h.c.EnqueueDueTicks(h.ctx(), pj); err != nil || st.Enqueued != 2 {
+		t.Fatalf("two ticks: %+v, %v", st, err)
+	}
+	h.clock.Advance(-25 * time.Minute)
+	for range 3 {
+		if st, err := h.c.EnqueueDueTicks(h.ctx(), pj); err != nil || st.Enqueued != 2 {
+			t.Fatalf("after the clock went back: %+v, %v", st, err)
+		}
+		h.clock.Advance(5 * time.Minute)
+	}
+	// Back at 10 minutes after the start: the tick at 30 is next.
+	h.clock.Advance(20 * time.Minute)
+	if st, err := h.c.EnqueueDueTicks(h.ctx(), pj); err != nil || st.Enqueued != 3 {
+		t.Fatalf("next tick: %+v, %v", st, err)
+	}
+	checkTicks(t, h.jobsOf("backwards"), pj.Name, 3, 10*time.Minute)
+}
+
+// testPeriodicDSTFallBack: a daily job at a wall-clock time that occurs
+// twice when the clocks go back (02:30 in Paris on 2026-10-25) runs once
+// that day, as cron does.
+func testPeriodicDSTFallBack(t *testing.T, h *harness) {
+	clk, c := h.clockedAt(time.Date(2026, 10, 24, 12, 0, 0, 0, time.UTC))
+	pj := coordinator.PeriodicJob{Name: "fallback", Spec: "CRON_TZ=Europe/Paris 30 2 * * *", Job: coordinator.EnqueueParams{Kind: "fallback"}}
+	if _, err := c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+		t.Fatal(err)
+	}
+	stepTicks(t, c, clk, pj, 15*time.Minute, 3*24*time.Hour)
+	got := tickTimes(t, h.jobsOf("fallback"), pj.Name)
+	want := []time.Time{
+		time.Date(2026, 10, 25, 0, 30, 0, 0, time.UTC), // 02:30 CEST
+		time.Date(2026, 10, 26, 1, 30, 0, 0, time.UTC), // 02:30 CET
+		time.Date(2026, 10, 27, 1, 30, 0, 0, time.UTC),
+	}
+	if !equalTimes(got, want) {
+		t.Fatalf("ticks %v, want %v (one a day)", got, want)
+	}
+}
+
+// testPeriodicDSTSpringForward: a daily job at a wall-clock time that does
+// not exist when the clocks go forward (02:30 in Paris on 2026-03-29) runs
+// at the change (03:00 CEST), as cron does, instead of not at all.
+func testPeriodicDSTSpringForward(t *testing.T, h *harness) {
+	clk, c := h.clockedAt(time.Date(2026, 3, 28, 12, 0, 0, 0, time.UTC))
+	pj := coordinator.PeriodicJob{Name: "springforward", Spec: "CRON_TZ=Europe/Paris 30 2 * * *", Job: coordinator.EnqueueParams{Kind: "springforward"}}
+	if _, err := c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+		t.Fatal(err)
+	}
+	stepTicks(t, c, clk, pj, 15*time.Minute, 3*24*time.Hour)
+	got := tickTimes(t, h.jobsOf("springforward"), pj.Name)
+	want := []time.Time{
+		time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC), // 03:00 CEST, the change
+		time.Date(2026, 3, 30, 0, 30, 0, 0, time.UTC),
+		time.Date(2026, 3, 31, 0, 30, 0, 0, time.UTC),
+	}
+	if !equalTimes(got, want) {
+		t.Fatalf("ticks %v, want %v (one a day)", got, want)
+	}
+}
+
+// testPeriodicDSTWildcard: specs that run every hour keep running every
+// hour of real time across both changes (the repeated hour runs again, the
+// missing one has no ticks), and ListPeriodic agrees.
+func testPeriodicDSTWildcard(t *testing.T, h *harness) {
+	for _, tc := range []struct {
+		name string
+		from time.Time
+	}{
+		{"wildfall", time.Date(2026, 10, 24, 22, 0, 0, 0, time.UTC)},
+		{"wildspring", time.Date(2026, 3, 28, 22, 0, 0, 0, time.UTC)},
+	} {
+		clk, c := h.clockedAt(tc.from)
+		pj := coordinator.PeriodicJob{Name: tc.name, Spec: "CRON_TZ=Europe/Paris 0 * * * *", Job: coordinator.EnqueueParams{Kind: tc.name}}
+		if _, err := c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+			t.Fatal(err)
+		}
+		stepTicks(t, c, clk, pj, 20*time.Minute, 6*time.Hour)
+		got := tickTimes(t, h.jobsOf(tc.name), pj.Name)
+		if len(got) != 6 {
+			t.Fatalf("%s: ticks %v, want 6, an hour apart", tc.name, got)
+		}
+		for i := 1; i < len(got); i++ {
+			if got[i].Sub(got[i-1]) != time.Hour {
+				t.Fatalf("%s: ticks %v, want an hour apart", tc.name, got)
+			}
+		}
+	}
+}
+
+func equalTimes(a, b []time.Time) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !a[i].Equal(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// testUniqueHolderDeleted: an enqueue whose unique key is held by a job
+// that is finished and deleted before the enqueue reads it inserts its
+// job (the key is free) instead of failing with the holder's ErrNotFound.
+func testUniqueHolderDeleted(t *testing.T, h *harness) {
+	a := h.enqueue(coordinator.EnqueueParams{Kind: "u", UniqueKey: "holder-deleted"})
+	gate := kvtest.NewGate(h.store)
+	jobKey := "/j/" + a.ID
+	gate.Match = func(t kv.Txn) bool {
+		return !kvtest.Writes(t) && len(t.Then) > 0 && strings.HasSuffix(t.Then[0].Key, jobKey)
+	}
+	gated := h.coordinator(gate, coordinator.Config{})
+	gate.Arm()
+	type result struct {
+		r   coordinator.EnqueueResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := gated.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "u", UniqueKey: "holder-deleted"})
+		done <- result{r, err}
+	}()
+	<-gate.Held() // the insert found the key held by a; reading a
+	if _, err := h.c.Cancel(h.ctx(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.Delete(h.ctx(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	gate.Open()
+	res := <-done
+	if res.err != nil {
+		t.Fatalf("enqueue whose unique key's holder was deleted meanwhile: %v", res.err)
+	}
+	if res.r.Existed || res.r.Job == nil || res.r.Job.ID == a.ID {
+		t.Fatalf("enqueue = %+v, want a new job inserted", res.r)
+	}
+	if j := h.get(res.r.Job.ID); j.State != coordinator.StateAvailable || j.UniqueKey != "holder-deleted" {
+		t.Fatalf("inserted job = %+v", j)
+	}
+	// It holds the key: a second enqueue finds it.
+	r, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "u", UniqueKey: "holder-deleted"})
+	if err != nil || !r.Existed || r.Job.ID != res.r.Job.ID {
+		t.Fatalf("second enqueue = %+v, %v", r, err)
+	}
+}
+
+// testSlotFreedByEveryOutcome: with a global limit of 1, every way a run
+// ends (complete, fail to retryable, fail to discarded, snooze, cancel,
+// release, its session's lease ending) frees the slot for the next claim.
+func testSlotFreedByEveryOutcome(t *testing.T, h *harness) {
+	const q = "slotted"
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), q, 1); err != nil {
+		t.Fatal(err)
+	}
+	sess := h.session(h.c)
+	claim := func(s *coordinator.Session) *coordinator.Run {
+		t.Helper()
+		runs, st, err := h.c.Claim(h.ctx(), s, q, 4, false)
+		if err != nil || len(runs) != 1 {
+			t.Fatalf("claim: %d runs, %+v, %v; want 1", len(runs), st, err)
+		}
+		// The slot is taken: nothing more until it is freed.
+		more, st, err := h.c.Claim(h.ctx(), s, q, 4, false)
+		if err != nil || len(more) != 0 || !st.Held {
+			t.Fatalf("claim over the limit: %d runs, %+v, %v", len(more), st, err)
+		}
+		return runs[0]
+	}
+	outcomes := []struct {
+		name string
+		end  func(r *coordinator.Run) error
+	}{
+		{"complete", func(r *coordinator.Run) error { return r.Complete(h.ctx(), nil) }},
+		{"fail", func(r *coordinator.Run) error { return r.Fail(h.ctx(), errors.New("x"), coordinator.FailOpts{}) }},
+		{"discard", func(r *coordinator.Run) error {
+			return r.Fail(h.ctx(), errors.New("x"), coordinator.FailOpts{Discard: true})
+		}},
+		{"snooze", func(r *coordinator.Run) error { return r.Snooze(h.ctx(), time.Hour) }},
+		{"cancel", func(r *coordinator.Run) error { return r.Cancel(h.ctx(), nil) }},
+		{"release", func(r *coordinator.Run) error { return r.Release(h.ctx()) }},
+	}
+	for range len(outcomes) + 2 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "s", Queue: q})
+	}
+	for _, o := range outcomes {
+		if err := o.end(claim(sess)); err != nil {
+			t.Fatalf("%s: %v", o.name, err)
+		}
+	}
+	// The lease ends: the slot goes with it, and the reaper re-queues the
+	// job.
+	lost := claim(sess)
+	if err := h.store.Revoke(h.ctx(), sess.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.Reap(h.ctx(), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	h.wantState(lost.Job().ID, coordinator.StateAvailable)
+	claim(h.session(h.c))
+	qs, err := h.c.Queues(h.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range qs {
+		if x.Name == q && x.Held != 1 {
+			t.Fatalf("queue %s holds %d slots, want 1", q, x.Held)
+		}
+	}
+}
