@@ -41,7 +41,10 @@ func (e *Event) refused() bool {
 }
 
 // readHistories reads every DIR/*.jsonl. A torn last line (a process killed
-// in the middle of an append) is counted, not fatal.
+// in the middle of an append) is counted, not fatal; an unreadable line
+// with more lines after it is an error: the events it held (an accepted
+// final write, say) would be missing from every check, which would then
+// pass for want of evidence.
 func readHistories(dir string) ([]Event, int, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
@@ -56,10 +59,16 @@ func readHistories(dir string) ([]Event, int, error) {
 		}
 		sc := bufio.NewScanner(f)
 		sc.Buffer(make([]byte, 64<<10), 4<<20)
+		line, bad := 0, 0
 		for sc.Scan() {
+			line++
+			if bad != 0 {
+				_ = f.Close()
+				return nil, 0, fmt.Errorf("%s:%d: unreadable history line, not the last one of the file: the history is corrupt", name, bad)
+			}
 			var e Event
 			if err := json.Unmarshal(sc.Bytes(), &e); err != nil || e.Job == "" {
-				torn++
+				bad = line
 				continue
 			}
 			out = append(out, e)
@@ -67,6 +76,9 @@ func readHistories(dir string) ([]Event, int, error) {
 		_ = f.Close()
 		if err := sc.Err(); err != nil {
 			return nil, 0, fmt.Errorf("%s: %w", name, err)
+		}
+		if bad != 0 {
+			torn++
 		}
 	}
 	return out, torn, nil
@@ -103,6 +115,8 @@ type Run struct {
 	Outcome *Event  `json:"outcome,omitempty"`
 	Events  []Event `json:"-"`
 	starts  int
+	// outcomes counts the run's outcome lines: one at most.
+	outcomes int
 }
 
 // Violation is one broken promise.
@@ -219,6 +233,7 @@ func Check(in *CheckInput) *Result {
 		c.checkFinal(id, runs)
 		c.checkTokens(id, runs)
 		c.checkStale(id, runs)
+		c.checkCancels(id, runs)
 		if in.LogOK {
 			c.checkLog(id)
 		}
@@ -287,6 +302,7 @@ func (c *checker) buildRuns() {
 			r.Start = e.At
 		case "outcome":
 			ev := e
+			r.outcomes++
 			r.Outcome = &ev
 			if e.Started != nil && r.starts == 0 {
 				r.Start = *e.Started
@@ -371,11 +387,44 @@ func (c *checker) terminal(e *Event) (coordinator.State, bool) {
 func (c *checker) checkFinal(id string, runs []*Run) {
 	var finals []*Run
 	for _, r := range runs {
+		if r.outcomes > 1 {
+			// The run's earlier outcome lines are hidden from every
+			// other check (only the last is kept): at most one outcome
+			// per run (promise 9).
+			var parts []string
+			for _, e := range r.Events {
+				if e.Ev == "outcome" {
+					parts = append(parts, fmt.Sprintf("%s accepted=%v at %s", e.Op, e.accepted(), e.At.Format(tsFormat)))
+				}
+			}
+			c.violate("two-outcomes", id, "run with token %d on %s recorded %d outcomes: %s", r.Token, r.Worker, r.outcomes, strings.Join(parts, "; "))
+		}
 		if r.Outcome != nil && r.Outcome.accepted() {
 			if _, ok := c.terminal(r.Outcome); ok {
 				finals = append(finals, r)
 			}
 		}
+	}
+	// After an accepted final write no run of the job may follow: a
+	// greater token means the job was claimed again after it finished,
+	// or the final write was accepted after the newer claim. Either is
+	// a violation, and this one needs no store history (embedded mode).
+	if len(finals) > 0 {
+		first := finals[0]
+		for _, r := range runs {
+			if r.Token > first.Token {
+				c.violate("run-after-final", id, "token %d ran on %s (from %s) although token %d's %s on %s was accepted at %s",
+					r.Token, laneName(r.Slot), r.Start.Format(tsFormat), first.Token, first.Outcome.Op, laneName(first.Slot), first.Outcome.At.Format(tsFormat))
+			}
+		}
+	}
+	info := c.in.Jobs[id]
+	cancelAsked := info != nil && len(info.Cancels) > 0
+	if f := c.in.Final[id]; f != nil && f.State == coordinator.StateCancelled && !cancelAsked {
+		// The workload's payloads always decode, so its handler never
+		// cancels a job itself: only a cancel request ends one cancelled
+		// (since ADR 0017 also a fail, snooze or release that found one).
+		c.violate("unrequested-cancel", id, "the job ended cancelled (token %d, owner %q) but no cancel request was ever sent for it", f.Token, f.Owner)
 	}
 	if len(finals) > 1 {
 		var parts []string
@@ -403,21 +452,33 @@ func (c *checker) checkFinal(id string, runs []*Run) {
 	}
 	switch {
 	case f.Token == 0:
-		info := c.in.Jobs[id]
-		if f.State == coordinator.StateCancelled && (info == nil || len(info.Cancels) > 0) {
+		if f.State == coordinator.StateCancelled && cancelAsked {
 			c.res.QueueCancels++
 			return
 		}
 		c.violate("final-mismatch", id, "final state %s with no run's accepted final write and no cancel request", f.State)
 	case strings.HasPrefix(lastErr, "run lost:") && (f.State == coordinator.StateCancelled || f.State == coordinator.StateDiscarded):
-		c.res.ReaperFinals++ // the reaper ended it: a cancel request or too many lost runs
+		// The reaper ended it: a cancel request (checked above) or too
+		// many lost runs.
+		c.res.ReaperFinals++
 	default:
 		for _, r := range runs {
 			if r.Token != int64(f.Token) || r.Worker != f.Owner {
 				continue
 			}
-			if r.Outcome == nil || (!r.Outcome.accepted() && !r.Outcome.refused()) {
-				c.res.Uncertain++ // a final write whose reply, or whose history line, was lost
+			if r.Outcome == nil {
+				c.res.Uncertain++ // a final write whose history line was lost
+				return
+			}
+			if !r.Outcome.accepted() && !r.Outcome.refused() {
+				// A write whose reply was lost: it may have applied, but
+				// only as what that write could produce.
+				if !mayProduce(r.Outcome.Op, f.State) {
+					c.violate("final-mismatch", id, "final record %s by token %d (%s), but that run's only outcome was a %s whose verdict was unknown (err=%q), which cannot produce %s",
+						f.State, f.Token, f.Owner, r.Outcome.Op, r.Outcome.Err, f.State)
+					return
+				}
+				c.res.Uncertain++
 				return
 			}
 			c.violate("final-mismatch", id, "final record %s by token %d (%s), but that run's outcome was %s, accepted=%v, err=%q",
@@ -428,26 +489,48 @@ func (c *checker) checkFinal(id string, runs []*Run) {
 	}
 }
 
+// mayProduce reports whether an outcome write of kind op, if applied,
+// could leave the job in final state st. A fail, snooze or release that
+// finds a cancel request pending writes the job cancelled (ADR 0017).
+func mayProduce(op string, st coordinator.State) bool {
+	switch op {
+	case "complete":
+		return st == coordinator.StateCompleted
+	case "cancel":
+		return st == coordinator.StateCancelled
+	case "fail":
+		return st == coordinator.StateDiscarded || st == coordinator.StateCancelled
+	case "snooze", "release":
+		return st == coordinator.StateCancelled
+	}
+	return true // an op this checker does not know: no claim either way
+}
+
 // checkTokens: a job's tokens strictly increase from start to start, and
 // (with the store log) each is the revision of a claim of that job.
 func (c *checker) checkTokens(id string, runs []*Run) {
 	byStart := append([]*Run(nil), runs...)
 	sort.SliceStable(byStart, func(i, j int) bool { return byStart[i].Start.Before(byStart[j].Start) })
+	// Every earlier start is compared, not only the one before: a start
+	// recorded late (and excused) between two others must not hide that
+	// the later of them went down from the earlier.
+	byToken := map[int64]*Run{}
 	for i, r := range byStart {
 		if r.starts > 1 {
 			c.violate("token-reuse", id, "token %d started %d times on %s", r.Token, r.starts, r.Worker)
 		}
-		if i == 0 {
-			continue
-		}
-		prev := byStart[i-1]
-		switch {
-		case r.Token == prev.Token:
+		if prev := byToken[r.Token]; prev != nil {
 			c.violate("token-reuse", id, "token %d used by two runs: on %s at %s and on %s at %s", r.Token,
 				prev.Worker, prev.Start.Format(tsFormat), r.Worker, r.Start.Format(tsFormat))
-		case r.Token < prev.Token && !c.pausedRecording(r.Slot, prev.Start, r.Start):
-			c.violate("token-order", id, "token went down: %d started on %s at %s after %d started on %s at %s",
-				r.Token, laneName(r.Slot), r.Start.Format(tsFormat), prev.Token, laneName(prev.Slot), prev.Start.Format(tsFormat))
+		} else {
+			byToken[r.Token] = r
+		}
+		for _, prev := range byStart[:i] {
+			if r.Token < prev.Token && !c.pausedRecording(r.Slot, prev.Start, r.Start) {
+				c.violate("token-order", id, "token went down: %d started on %s at %s after %d started on %s at %s",
+					r.Token, laneName(r.Slot), r.Start.Format(tsFormat), prev.Token, laneName(prev.Slot), prev.Start.Format(tsFormat))
+				break
+			}
 		}
 	}
 	if c.in.LogOK {
@@ -599,12 +682,39 @@ func (c *checker) checkStale(id string, runs []*Run) {
 func (c *checker) checkLog(id string) {
 	var prev *coordinator.Job
 	var prevRev, claim int64
-	for _, e := range c.logJob[id] {
+	evs := c.logJob[id]
+	for _, e := range evs {
 		if e.Key != "j" || e.Delete || e.Rec == nil {
 			continue
 		}
 		rec := e.Rec
 		isClaim := rec.State == coordinator.StateRunning && rec.Token == 0
+		if prev != nil && prev.State == coordinator.StateRunning && !isClaim {
+			// A write to a running job is the owner's, fenced on its
+			// ownership key (promise 3), or the reaper's (it counts a
+			// rescue), which needs that key gone (promise 7). Keys
+			// written in the same transaction share its revision, so
+			// only earlier revisions say what the write saw.
+			o := lastBefore(evs, "o", e.Rev)
+			owned := o != nil && !o.Delete && o.CreateRev == claim
+			switch {
+			case rec.Rescues > prev.Rescues && owned:
+				c.violate("reap-while-owned", id, "revision %d reaped the job (now %s) while the ownership key of claim %d was still there", e.Rev, rec.State, claim)
+			case rec.Rescues <= prev.Rescues && !owned:
+				gone := "never written"
+				if o != nil {
+					gone = fmt.Sprintf("gone at revision %d", o.Rev)
+				}
+				c.violate("unfenced-write", id, "revision %d wrote the running job (now %s, token %d) although the ownership key of claim %d was %s", e.Rev, rec.State, rec.Token, claim, gone)
+			}
+		}
+		if prev != nil && runnable(rec.State) {
+			// ADR 0017: an outcome (or a reap) that would run the job
+			// again applies only while no cancel request waits.
+			if cr := lastBefore(evs, "c", e.Rev); cr != nil && !cr.Delete {
+				c.violate("cancel-dropped", id, "revision %d made the job %s again while the cancel request of revision %d was pending", e.Rev, rec.State, cr.Rev)
+			}
+		}
 		if prev != nil && prev.State.Final() {
 			c.violate("write-after-final", id, "revision %d rewrote the record (now %s, token %d) after it was %s at revision %d", e.Rev, rec.State, rec.Token, prev.State, prevRev)
 		}
@@ -660,6 +770,53 @@ func (c *checker) checkLog(id string) {
 		c.violate("index-mismatch", id, "job is %s but its keys are %d finished index entries and %v", f.State, finished, stale)
 	}
 }
+
+// runnable reports whether a job in state st will be claimed again.
+func runnable(st coordinator.State) bool {
+	return st == coordinator.StateAvailable || st == coordinator.StateRetryable || st == coordinator.StateScheduled
+}
+
+// lastBefore returns the last event of key kind key with a revision below
+// rev, or nil.
+func lastBefore(evs []StoreEvent, key string, rev int64) *StoreEvent {
+	var last *StoreEvent
+	for i := range evs {
+		if evs[i].Key == key && evs[i].Rev < rev {
+			last = &evs[i]
+		}
+	}
+	return last
+}
+
+// checkCancels: an acknowledged cancel request of a running job is never
+// dropped by an outcome or a reap that runs the job again (ADR 0017).
+// With a store history checkLog sees each write. Without one (embedded
+// mode), by time: the request found the job running under some claim, and
+// from then on the job may only end (complete, discard, cancel), so no
+// claim may follow; a run that starts well after the answer came back
+// (cancelSlack, unless its daemon was paused or cut off) was claimed
+// after the request landed.
+func (c *checker) checkCancels(id string, runs []*Run) {
+	info := c.in.Jobs[id]
+	if c.in.LogOK || info == nil {
+		return
+	}
+	for _, cr := range info.Cancels {
+		if cr.Result != "cancel-requested" || cr.Acked.IsZero() {
+			continue
+		}
+		for _, r := range runs {
+			if r.Start.Sub(cr.Acked) > cancelSlack && !c.pausedRecording(r.Slot, cr.Acked, r.Start) {
+				c.violate("cancel-dropped", id, "cancel request acknowledged at %s (the job was running), yet token %d started on %s at %s",
+					cr.Acked.Format(tsFormat), r.Token, laneName(r.Slot), r.Start.Format(tsFormat))
+			}
+		}
+	}
+}
+
+// cancelSlack bounds how late a handler's start is recorded after its
+// claim when nothing holds its daemon up.
+const cancelSlack = time.Second
 
 func errorsPrefix(a, b []coordinator.AttemptError) bool {
 	if len(a) > len(b) {

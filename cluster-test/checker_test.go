@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -268,6 +270,7 @@ func TestFinalsByReaperUncertainWriteAndQueueCancelPass(t *testing.T) {
 	// cancel request: the record keeps the lost run's owner and token.
 	w.enqueue(jobA, 0)
 	w.start(jobA, "w1", 10, 1)
+	w.in.Jobs[jobA].Cancels = []CancelReq{{At: at(1.5), Result: "cancel-requested", Acked: at(1.6)}}
 	w.final(jobA, coordinator.StateCancelled, "w1", 10)
 	w.in.Final[jobA].Errors = []coordinator.AttemptError{{At: at(5), Attempt: 1, Error: "run lost: owner w1 (token 10) lost its lease"}}
 	// A final write that timed out but was applied.
@@ -305,7 +308,7 @@ func storeWorld() *world {
 	w.cleanRun(jobA, "w2", 20, 4)
 	w.final(jobA, coordinator.StateCompleted, "w2", 20)
 	rec := func(st coordinator.State, owner string, token int64, nerr int, cp string) *coordinator.Job {
-		j := &coordinator.Job{ID: jobA, Kind: "history", Queue: "default", State: st, Owner: owner, Token: fence.Token(token), MaxAttempts: 25}
+		j := &coordinator.Job{ID: jobA, Kind: "history", Queue: "default", State: st, Owner: owner, Token: fence.Token(token), MaxAttempts: 25, Rescues: nerr}
 		for i := range nerr {
 			j.Errors = append(j.Errors, coordinator.AttemptError{At: at(float64(2 + i)), Attempt: 1, Error: "run lost: owner w1 (token 10) lost its lease"})
 		}
@@ -449,5 +452,281 @@ func TestOrphanedClaimWarns(t *testing.T) {
 	res := Check(w.in)
 	if len(res.Warnings) != 1 || res.Warnings[0].Kind != "orphaned-claim" {
 		t.Fatalf("warnings %+v; want one orphaned-claim", res.Warnings)
+	}
+}
+
+// --- Review of the checker against DESIGN.md: each test below feeds a
+// history with one violation that an earlier checker let pass.
+
+// last returns the last event added.
+func (w *world) last() *Event { return &w.in.Events[len(w.in.Events)-1] }
+
+func TestRunAfterAcceptedFinalReported(t *testing.T) {
+	// Embedded mode (no store history): token 10's complete was accepted,
+	// then the job was claimed again (token 11) and ran; the second run's
+	// outcome was a retry, so there are not two accepted finals, and the
+	// final record is token 10's.
+	w := newWorld()
+	w.in.Mode = "embedded"
+	w.enqueue(jobA, 0)
+	w.cleanRun(jobA, "w1", 10, 1)
+	w.start(jobA, "w1", 11, 5)
+	w.outcome(jobA, "w1", 11, 6, "fail", true, "")
+	w.final(jobA, coordinator.StateCompleted, "w1", 10)
+	wantKind(t, Check(w.in), "run-after-final")
+	// A refused or abandoned later run is no excuse: it was claimed.
+	w = newWorld()
+	w.in.Mode = "embedded"
+	w.enqueue(jobA, 0)
+	w.cleanRun(jobA, "w1", 10, 1)
+	w.start(jobA, "w2", 20, 5)
+	w.outcome(jobA, "w2", 20, 6, "abandon", false, "fence: lease lost: session ended")
+	w.final(jobA, coordinator.StateCompleted, "w1", 10)
+	wantKind(t, Check(w.in), "run-after-final")
+}
+
+func TestTokenOrderComparesEveryEarlierStart(t *testing.T) {
+	// w1's start of token 10 is recorded late (paused) and excused; w2's
+	// later start of token 15 went down from its own earlier token 20,
+	// which comparing neighbours only (15 > 10) missed.
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.in.Faults = append(w.in.Faults, &Fault{Group: 1, Kind: fPauseDaemon, Slot: 0, Start: at(0.5), End: at(6)})
+	w.start(jobA, "w2", 20, 1)
+	w.outcome(jobA, "w2", 20, 2, "abandon", false, "fence: lease lost: session ended")
+	w.start(jobA, "w1", 10, 6.01)
+	w.outcome(jobA, "w1", 10, 6.02, "abandon", false, "fence: lease lost: session ended")
+	w.cleanRun(jobA, "w2", 15, 8)
+	w.final(jobA, coordinator.StateCompleted, "w2", 15)
+	wantKind(t, Check(w.in), "token-order")
+}
+
+func TestTokenReuseByNonAdjacentRunsReported(t *testing.T) {
+	// Token 10 used by w1 and (recorded late, excused for order) by w2,
+	// with token 20 between them in start order.
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.in.Faults = append(w.in.Faults, &Fault{Group: 1, Kind: fPartitionReply, Slot: 1, Start: at(2), End: at(6)})
+	w.start(jobA, "w1", 10, 1)
+	w.outcome(jobA, "w1", 10, 2, "abandon", false, "fence: lease lost: session ended")
+	w.start(jobA, "w2", 20, 3)
+	w.outcome(jobA, "w2", 20, 4, "abandon", false, "fence: lease lost: session ended")
+	w.start(jobA, "w2", 10, 6.01)
+	w.outcome(jobA, "w2", 10, 6.02, "abandon", false, "fence: lease lost: session ended")
+	w.cleanRun(jobA, "w1", 30, 8)
+	w.final(jobA, coordinator.StateCompleted, "w1", 30)
+	wantKind(t, Check(w.in), "token-reuse")
+}
+
+func TestTwoOutcomesOfOneRunReported(t *testing.T) {
+	// One run recorded an accepted cancel, then an accepted complete: the
+	// checker kept only the last outcome, so the first was invisible.
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 10, 1)
+	w.outcome(jobA, "w1", 10, 2, "cancel", true, "")
+	w.outcome(jobA, "w1", 10, 2.5, "complete", true, "")
+	w.final(jobA, coordinator.StateCompleted, "w1", 10)
+	wantKind(t, Check(w.in), "two-outcomes")
+}
+
+func TestUncertainWriteMustExplainTheFinalState(t *testing.T) {
+	// A retry (attempt 1 of 25) whose reply was lost cannot have written
+	// the job completed; nor can a snooze.
+	for _, op := range []string{"fail", "snooze", "release"} {
+		w := newWorld()
+		w.enqueue(jobA, 0)
+		w.start(jobA, "w1", 10, 1)
+		w.outcome(jobA, "w1", 10, 2, op, false, "coordinator: "+op+" job: context deadline exceeded")
+		w.final(jobA, coordinator.StateCompleted, "w1", 10)
+		res := Check(w.in)
+		wantKind(t, res, "final-mismatch")
+		if res.Uncertain != 0 {
+			t.Fatalf("%s: counted as a final by an uncertain write", op)
+		}
+	}
+	// A complete whose reply was lost cannot have cancelled the job.
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.in.Jobs[jobA].Cancels = []CancelReq{{At: at(1.5), Result: "cancel-requested", Acked: at(1.6)}}
+	w.start(jobA, "w1", 10, 1)
+	w.outcome(jobA, "w1", 10, 2, "complete", false, "coordinator: complete job: context deadline exceeded")
+	w.final(jobA, coordinator.StateCancelled, "w1", 10)
+	wantKind(t, Check(w.in), "final-mismatch")
+}
+
+func TestCancelledWithoutARequestReported(t *testing.T) {
+	// By the reaper ("run lost" error): cancels only for a request.
+	w := newWorld()
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 10, 1)
+	w.final(jobA, coordinator.StateCancelled, "w1", 10)
+	w.in.Final[jobA].Errors = []coordinator.AttemptError{{At: at(5), Attempt: 1, Error: "run lost: owner w1 (token 10) lost its lease"}}
+	res := Check(w.in)
+	wantKind(t, res, "unrequested-cancel")
+	// While queued, a job found in the store but never acknowledged (so
+	// never the target of a cancel request).
+	w = newWorld()
+	w.in.Final[jobB] = &coordinator.Job{ID: jobB, Kind: "history", State: coordinator.StateCancelled, MaxAttempts: 25}
+	wantKind(t, Check(w.in), "unrequested-cancel")
+	// By a run that reported a cancel no one asked for.
+	w = newWorld()
+	w.enqueue(jobA, 0)
+	w.start(jobA, "w1", 10, 1)
+	w.outcome(jobA, "w1", 10, 2, "cancel", true, "")
+	w.final(jobA, coordinator.StateCancelled, "w1", 10)
+	wantKind(t, Check(w.in), "unrequested-cancel")
+}
+
+// cancelWorld (ADR 0017): jobA is running under token 10 on w1 when a
+// cancel request lands (revision 12); its attempt fails, the store finds
+// the request and writes the job cancelled (revision 15), keeping the
+// attempt and its error, and the worker reports the outcome as "cancel".
+func cancelWorld() *world {
+	w := newWorld()
+	w.in.LogOK = true
+	w.enqueue(jobA, 0)
+	w.in.Jobs[jobA].Spec.FailTimes = 1
+	w.in.Jobs[jobA].Cancels = []CancelReq{{At: at(1.5), Result: "cancel-requested", Acked: at(1.6)}}
+	w.start(jobA, "w1", 10, 1)
+	w.checkpoint(jobA, "w1", 10, 1.2, true)
+	w.outcome(jobA, "w1", 10, 2, "cancel", true, "")
+	w.final(jobA, coordinator.StateCancelled, "w1", 10)
+	failErr := []coordinator.AttemptError{{At: at(2), Attempt: 1, Error: "planned failure 1 of 1"}}
+	w.in.Final[jobA].Attempt, w.in.Final[jobA].Errors = 1, failErr
+	rec := func(st coordinator.State, owner string, token int64, errs []coordinator.AttemptError, cp string) *coordinator.Job {
+		j := &coordinator.Job{ID: jobA, Kind: "history", Queue: "default", State: st, Owner: owner, Token: fence.Token(token), Attempt: 1, MaxAttempts: 25, Errors: errs}
+		if cp != "" {
+			j.Checkpoint = json.RawMessage(cp)
+		}
+		if st.Final() {
+			f := at(2)
+			j.FinalizedAt = &f
+		}
+		return j
+	}
+	w.in.Log = []StoreEvent{
+		{Rev: 5, Key: "j", Job: jobA, Rec: rec(coordinator.StateAvailable, "", 0, nil, "")},
+		{Rev: 10, Key: "j", Job: jobA, Rec: rec(coordinator.StateRunning, "w1", 0, nil, "")},
+		{Rev: 10, Key: "o", Job: jobA, CreateRev: 10},
+		{Rev: 11, Key: "j", Job: jobA, Rec: rec(coordinator.StateRunning, "w1", 10, nil, `{"half":true,"token":10}`)},
+		{Rev: 12, Key: "c", Job: jobA, CreateRev: 12},
+		{Rev: 15, Key: "r", Job: jobA, Delete: true},
+		{Rev: 15, Key: "c", Job: jobA, Delete: true},
+		{Rev: 15, Key: "f", Job: jobA, Index: "f/00000000000000000002/" + jobA},
+		{Rev: 15, Key: "o", Job: jobA, Delete: true},
+		{Rev: 15, Key: "j", Job: jobA, Rec: rec(coordinator.StateCancelled, "w1", 10, failErr, `{"half":true,"token":10}`)},
+	}
+	return w
+}
+
+func TestFailThatFindsACancelRequestPasses(t *testing.T) {
+	w := cancelWorld()
+	wantClean(t, Check(w.in))
+	// The same without the store history (embedded mode).
+	w.in.LogOK, w.in.Log = false, nil
+	wantClean(t, Check(w.in))
+	// A fail whose reply was lost, applied as that cancel: uncertain.
+	w = cancelWorld()
+	*w.last() = Event{Ev: "outcome", Job: jobA, Attempt: 1, Token: 10, Worker: "w1", At: at(2), Op: "fail", Accepted: no(), Err: "coordinator: fail job: context deadline exceeded"}
+	res := Check(w.in)
+	wantClean(t, res)
+	if res.Uncertain != 1 {
+		t.Fatalf("uncertain %d; want 1", res.Uncertain)
+	}
+}
+
+func TestLogRetryOverPendingCancelReported(t *testing.T) {
+	// The store history of the old behaviour: the failed attempt made the
+	// job retryable although the cancel request of revision 12 waited
+	// (and deleted it); it then ran again and completed.
+	w := cancelWorld()
+	failErr := w.in.Final[jobA].Errors
+	w.in.Events = w.in.Events[:len(w.in.Events)-1]
+	w.outcome(jobA, "w1", 10, 2, "fail", true, "planned failure 1 of 1")
+	w.cleanRun(jobA, "w2", 20, 4)
+	w.final(jobA, coordinator.StateCompleted, "w2", 20)
+	w.in.Final[jobA].Errors = failErr
+	retry := *w.in.Log[len(w.in.Log)-1].Rec
+	retry.State, retry.Owner, retry.Token, retry.FinalizedAt = coordinator.StateRetryable, "", 0, nil
+	due := retry
+	due.State = coordinator.StateAvailable
+	claim := retry
+	claim.State, claim.Owner, claim.Attempt = coordinator.StateRunning, "w2", 2
+	cp := claim
+	cp.Token, cp.Checkpoint = 20, json.RawMessage(`{"half":true,"token":20}`)
+	done := cp
+	done.State = coordinator.StateCompleted
+	fin := at(5)
+	done.FinalizedAt = &fin
+	w.in.Log = append(w.in.Log[:5:5],
+		StoreEvent{Rev: 15, Key: "r", Job: jobA, Delete: true},
+		StoreEvent{Rev: 15, Key: "c", Job: jobA, Delete: true},
+		StoreEvent{Rev: 15, Key: "t", Job: jobA, Index: "t/x/" + jobA},
+		StoreEvent{Rev: 15, Key: "o", Job: jobA, Delete: true},
+		StoreEvent{Rev: 15, Key: "j", Job: jobA, Rec: &retry},
+		StoreEvent{Rev: 18, Key: "t", Job: jobA, Index: "t/x/" + jobA, Delete: true},
+		StoreEvent{Rev: 18, Key: "q", Job: jobA, Index: "q/x/" + jobA},
+		StoreEvent{Rev: 18, Key: "j", Job: jobA, Rec: &due},
+		StoreEvent{Rev: 20, Key: "q", Job: jobA, Index: "q/x/" + jobA, Delete: true},
+		StoreEvent{Rev: 20, Key: "j", Job: jobA, Rec: &claim},
+		StoreEvent{Rev: 20, Key: "o", Job: jobA, CreateRev: 20},
+		StoreEvent{Rev: 21, Key: "j", Job: jobA, Rec: &cp},
+		StoreEvent{Rev: 24, Key: "o", Job: jobA, Delete: true},
+		StoreEvent{Rev: 24, Key: "f", Job: jobA, Index: "f/x/" + jobA},
+		StoreEvent{Rev: 24, Key: "j", Job: jobA, Rec: &done},
+	)
+	res := Check(w.in)
+	wantKind(t, res, "cancel-dropped")
+	if len(res.Violations) != 1 {
+		t.Fatalf("want only cancel-dropped; got %+v", res.Violations)
+	}
+	// Without the store history, by time: token 20 started 2.4 s after
+	// the request was acknowledged.
+	w.in.LogOK, w.in.Log = false, nil
+	wantKind(t, Check(w.in), "cancel-dropped")
+}
+
+func TestLogUnfencedWriteReported(t *testing.T) {
+	// w1's checkpoint under token 10 applied at revision 13, after its
+	// ownership key expired (revision 12) but before the reaper moved the
+	// job: the record's token is still the current claim's, so only the
+	// ownership key tells that the write was not fenced (promise 3).
+	w := storeWorld()
+	cp := *w.in.Log[1].Rec
+	cp.Token, cp.Checkpoint = 10, json.RawMessage(`{"half":true,"token":10}`)
+	w.in.Log[3].Rev = 12
+	w.in.Log = append(w.in.Log[:4:4], append([]StoreEvent{{Rev: 13, Key: "j", Job: jobA, Rec: &cp}}, w.in.Log[4:]...)...)
+	w.checkpoint(jobA, "w1", 10, 2.5, true)
+	res := Check(w.in)
+	wantKind(t, res, "unfenced-write")
+}
+
+func TestLogReapWhileOwnedReported(t *testing.T) {
+	// The reaper re-queued the job (revision 14) while w1's ownership key
+	// was still there; it expired only at revision 16 (promise 7).
+	w := storeWorld()
+	w.in.Log[3].Rev = 16
+	w.in.Log[3], w.in.Log[4] = w.in.Log[4], w.in.Log[3]
+	wantKind(t, Check(w.in), "reap-while-owned")
+}
+
+func TestHistoryCorruptInTheMiddleIsAnError(t *testing.T) {
+	dir := t.TempDir()
+	good := `{"ev":"start","job":"` + jobA + `","attempt":1,"token":10,"worker":"w1","at":"2026-01-02T03:04:05Z"}`
+	// A torn last line is counted...
+	if err := os.WriteFile(filepath.Join(dir, "w1.jsonl"), []byte(good+"\n"+`{"ev":"outc`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	evs, torn, err := readHistories(dir)
+	if err != nil || torn != 1 || len(evs) != 1 {
+		t.Fatalf("torn last line: %d events, %d torn, %v; want 1, 1, nil", len(evs), torn, err)
+	}
+	// ...an unreadable line with more after it hides what it held.
+	if err := os.WriteFile(filepath.Join(dir, "w1.jsonl"), []byte(good+"\n"+`{"ev":"outc`+"\n"+good+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := readHistories(dir); err == nil || !strings.Contains(err.Error(), "w1.jsonl:2") {
+		t.Fatalf("corrupt middle line: err %v; want an error naming w1.jsonl:2", err)
 	}
 }

@@ -45,6 +45,9 @@ type JobInfo struct {
 type CancelReq struct {
 	At     time.Time `json:"at"`
 	Result string    `json:"result"` // the state returned, or the error
+	// Acked is when the answer came back (zero in runs saved before it
+	// was recorded).
+	Acked time.Time `json:"acked,omitzero"`
 }
 
 // target is where the workload sends its requests.
@@ -339,13 +342,14 @@ func (w *workload) cancelLoop(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 8*time.Second)
 		at := time.Now()
 		res, err := w.t.cancel(cctx, id)
+		acked := time.Now()
 		cancel()
 		if err != nil {
 			res = "error: " + err.Error()
 		}
 		w.cancels.Add(1)
 		w.mu.Lock()
-		w.jobs[id].Cancels = append(w.jobs[id].Cancels, CancelReq{At: at, Result: res})
+		w.jobs[id].Cancels = append(w.jobs[id].Cancels, CancelReq{At: at, Result: res, Acked: acked})
 		w.mu.Unlock()
 	}
 }
