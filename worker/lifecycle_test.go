@@ -240,3 +240,44 @@ func TestClaimFailureRetriedSoon(t *testing.T) {
 		t.Fatalf("%d claim failures left to inject: the test did not exercise them", n+1)
 	}
 }
+
+// A nil middleware, one that returns a nil handler and one that panics
+// while wrapping are errors of Start, before any session is opened — not a
+// panic with a live session, nor jobs of the kind failing as unknown.
+func TestStartRefusesBrokenMiddleware(t *testing.T) {
+	ok := func(ctx context.Context, j *worker.Job) error { return nil }
+	for name, mw := range map[string]worker.Middleware{
+		"nil":       nil,
+		"nil-maker": func(worker.Handler) worker.Handler { return nil },
+		"panicking": func(worker.Handler) worker.Handler { panic("boom") },
+	} {
+		for _, perKind := range []bool{false, true} {
+			e := newEnv(t, nil)
+			cfg := worker.Config{}
+			if !perKind {
+				cfg.Middleware = []worker.Middleware{mw}
+			}
+			w, err := worker.New(e.c, cfg)
+			if errors.Is(err, coordinator.ErrInvalid) && !perKind && mw == nil {
+				continue // New refuses a nil one in Config already
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if perKind {
+				w.HandleWith("k", ok, worker.KindOptions{Middleware: []worker.Middleware{mw}})
+			} else {
+				w.Handle("k", ok)
+			}
+			if err := w.Start(context.Background()); !errors.Is(err, coordinator.ErrInvalid) {
+				t.Errorf("%s middleware (per kind %v): Start = %v, want ErrInvalid", name, perKind, err)
+			}
+			if err := w.Stop(context.Background()); err != nil {
+				t.Errorf("%s middleware: Stop after the refused Start: %v", name, err)
+			}
+			if ws, err := e.c.Workers(context.Background()); err != nil || len(ws) != 0 {
+				t.Errorf("%s middleware: %d workers registered after the refused Start (%v), want none", name, len(ws), err)
+			}
+		}
+	}
+}

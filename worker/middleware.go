@@ -59,20 +59,38 @@ func HandleArgs[T interface{ Kind() string }](w *Worker, fn func(ctx context.Con
 
 // chain wraps h in mws, the first outermost.
 func chain(h Handler, mws []Middleware) Handler {
-	for i := len(mws) - 1; i >= 0; i-- {
+	for i := len(mws) - 1; i >= 0 && h != nil; i-- {
+		if mws[i] == nil {
+			return nil
+		}
 		h = mws[i](h)
 	}
 	return h
 }
 
 // wrapHandlers builds every kind's handler with its middleware, once, at
-// Start.
-func (w *Worker) wrapHandlers() {
-	w.wrapped = make(map[string]Handler, len(w.handlers))
+// Start, before it opens a session. A nil middleware, one that returns a
+// nil handler or one that panics while wrapping is an error naming the
+// kind.
+func (w *Worker) wrapHandlers() (err error) {
+	var kind string
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: middleware of kind %s panicked while wrapping its handler: %v", coordinator.ErrInvalid, kind, p)
+		}
+	}()
+	wrapped := make(map[string]Handler, len(w.handlers))
 	for k, h := range w.handlers {
-		h = chain(h, w.kindOpts[k].Middleware)
-		w.wrapped[k] = chain(h, w.cfg.Middleware)
+		kind = k
+		for _, mws := range [][]Middleware{w.kindOpts[k].Middleware, w.cfg.Middleware} {
+			if h = chain(h, mws); h == nil {
+				return fmt.Errorf("%w: a middleware of kind %s is nil or returned a nil handler", coordinator.ErrInvalid, k)
+			}
+		}
+		wrapped[k] = h
 	}
+	w.wrapped = wrapped
+	return nil
 }
 
 // handler returns the handler of kind with its middleware, or nil.

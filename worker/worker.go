@@ -292,6 +292,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if w.started.Load() {
 		return fmt.Errorf("worker: Start called twice")
 	}
+	if err := w.wrapHandlers(); err != nil {
+		return fmt.Errorf("worker: start: %w", err)
+	}
 	// ctx bounds the start only: the session must outlive it.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopBound := context.AfterFunc(ctx, scancel)
@@ -314,7 +317,6 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
 	w.cancelCtx, w.cancelStop = context.WithCancel(context.Background())
 
-	w.wrapHandlers()
 	w.started.Store(true)
 	w.goLoop(w.claimLoop)
 	w.goLoop(func() {
