@@ -105,12 +105,24 @@ func (c *Coordinator) runUnits(ctx context.Context, units []unit) ([]*kv.TxnResu
 	return out, rev, nil
 }
 
-// tooLargeToRun makes j, whose record with its queue's index copy takes
-// bytes (more than one transaction of the store takes), discarded: it
-// could never be made available again.
-func (c *Coordinator) tooLargeToRun(j *Job, now time.Time, bytes int) {
-	c.log.Error("job too large to run again: discarded", slog.String("job", j.ID), slog.Int("bytes", bytes), slog.Int("limit", c.limits.MaxBytes-requestOverhead))
-	j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt,
-		Error: fmt.Sprintf("discarded: too large to run again (its record and its queue's copy take %d bytes, the store takes %d in one request)", bytes, c.limits.MaxBytes-requestOverhead)})
-	j.State, j.FinalizedAt = StateDiscarded, &now
+// movable returns the unit build makes of j's move (by maintenance step
+// what), which fits in one transaction of the store. A job that would
+// become available but no longer fits with its queue's index copy (its
+// record grew with errors and a checkpoint) could never run again: it is
+// discarded instead, saying why. ok is false, and the job left and
+// logged, when even that does not fit.
+func (c *Coordinator) movable(what string, j *Job, now time.Time, build func() unit) (u unit, ok bool) {
+	limit := c.limits.MaxBytes - requestOverhead
+	if u = build(); !c.fits(u) && j.State == StateAvailable {
+		c.log.Error(what+": job too large to run again: discarded", slog.String("job", j.ID), slog.Int("bytes", u.bytes()), slog.Int("limit", limit))
+		j.Errors = append(j.Errors, AttemptError{At: now, Attempt: j.Attempt,
+			Error: fmt.Sprintf("discarded: too large to run again (its record and its queue's copy take %d bytes, the store takes %d in one request)", u.bytes(), limit)})
+		j.State, j.FinalizedAt = StateDiscarded, &now
+		u = build()
+	}
+	if !c.fits(u) {
+		c.log.Error(what+": job too large for one transaction of the store, even finished; it is left", slog.String("job", j.ID), slog.Int("bytes", u.bytes()))
+		return u, false
+	}
+	return u, true
 }

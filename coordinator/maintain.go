@@ -60,18 +60,9 @@ func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 				}
 				return unit{txn: kv.Txn{If: []kv.Cmp{kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)}, Then: then}}
 			}
-			u := build()
-			if !c.fits(u) {
-				// Its record grew (errors, checkpoint) past what the store
-				// takes with its queue's index entry: it cannot run again.
-				c.tooLargeToRun(j, now, u.bytes())
-				u = build()
+			if u, ok := c.movable("promote", j, now, build); ok {
+				units = append(units, u)
 			}
-			if !c.fits(u) {
-				c.log.Error("promote: job too large for one transaction of the store, even discarded; it is left", slog.String("job", j.ID), slog.Int("bytes", u.bytes()))
-				continue
-			}
-			units = append(units, u)
 		}
 		res, _, err := c.runUnits(ctx, units)
 		if err != nil {

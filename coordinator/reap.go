@@ -107,15 +107,8 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 			_, puts := c.keys.put(j)
 			return unit{txn: kv.Txn{If: cmps, Then: append(then, puts...)}}
 		}
-		u := build()
-		if !c.fits(u) && j.State == StateAvailable {
-			// Its record grew (errors, checkpoint) past what the store
-			// takes with its queue's index entry: it cannot run again.
-			c.tooLargeToRun(j, now, u.bytes())
-			u = build()
-		}
-		if !c.fits(u) {
-			c.log.Error("reap: job too large for one transaction of the store, even finished; it is left", slog.String("job", j.ID), slog.Int("bytes", u.bytes()))
+		u, ok := c.movable("reap", j, now, build)
+		if !ok {
 			continue
 		}
 		units = append(units, u)
