@@ -9,37 +9,14 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
 	"github.com/leasehold/leasehold/worker"
 )
-
-// smallStore reports a request limit of max bytes (as an etcd member does)
-// and refuses larger transactions.
-type smallStore struct {
-	kv.Store
-	max int
-}
-
-func (s smallStore) Limits() kv.Limits {
-	l := s.Store.Limits()
-	l.MaxBytes = s.max
-	return l
-}
-
-func (s smallStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	n := 0
-	for _, op := range t.Then {
-		n += len(op.Key) + len(op.Value)
-	}
-	if n > s.max {
-		return kv.TxnResult{}, kv.ErrTxnTooLarge
-	}
-	return s.Store.Txn(ctx, t)
-}
 
 // A result the store cannot take fails the attempt, saying why; the job
 // is not left running to be reaped and run again, and again.
 func TestResultTooLargeFailsTheAttempt(t *testing.T) {
-	e := newEnv(t, func(s kv.Store) kv.Store { return smallStore{Store: s, max: 256 << 10} })
+	e := newEnv(t, func(s kv.Store) kv.Store { return &kvtest.Limit{Store: s, MaxBytes: 256 << 10} })
 	e.worker(worker.Config{}, map[string]worker.Handler{
 		"big": func(ctx context.Context, j *worker.Job) error {
 			return j.SetResult(strings.Repeat("r", 300<<10))
@@ -56,7 +33,7 @@ func TestResultTooLargeFailsTheAttempt(t *testing.T) {
 // again ends the job discarded, saying why, instead of leaving it running
 // under a live session that nothing reaps.
 func TestOutcomeTooLargeToRunAgainDiscards(t *testing.T) {
-	e := newEnv(t, func(s kv.Store) kv.Store { return smallStore{Store: s, max: 256 << 10} })
+	e := newEnv(t, func(s kv.Store) kv.Store { return &kvtest.Limit{Store: s, MaxBytes: 256 << 10} })
 	e.worker(worker.Config{}, map[string]worker.Handler{
 		"big": func(ctx context.Context, j *worker.Job) error {
 			if err := j.Checkpoint(ctx, strings.Repeat("c", 60<<10)); err != nil {

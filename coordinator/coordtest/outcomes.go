@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -163,49 +162,13 @@ func testReaperSeesDeathDuringPass(t *testing.T, h *harness) {
 	}
 }
 
-// limitStore has a smaller request limit than its store: it reports it,
-// and refuses larger transactions as etcd does.
-type limitStore struct {
-	kv.Store
-	maxBytes int
-}
-
-func (s *limitStore) Limits() kv.Limits {
-	l := s.Store.Limits()
-	l.MaxBytes = s.maxBytes
-	return l
-}
-
-func (s *limitStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	if n := txnBytes(t); n > s.maxBytes {
-		return kv.TxnResult{}, fmt.Errorf("%w: %d bytes, the limit is %d", kv.ErrTxnTooLarge, n, s.maxBytes)
-	}
-	return s.Store.Txn(ctx, t)
-}
-
-func txnBytes(t kv.Txn) int {
-	n := 0
-	for _, c := range t.If {
-		n += len(c.Key) + len(c.Bytes)
-	}
-	for _, ops := range [][]kv.Op{t.Then, t.Else} {
-		for _, op := range ops {
-			n += len(op.Key) + len(op.Value)
-			if op.Txn != nil {
-				n += txnBytes(*op.Txn)
-			}
-		}
-	}
-	return n
-}
-
 // testJobOverStoreLimit: a job within the payload limit that the store
 // still cannot take in one transaction (an available job is written twice,
 // as its record and in its queue's index; JSON escaping can grow a payload)
 // is refused as bad input, and nothing is written.
 func testJobOverStoreLimit(t *testing.T, h *harness) {
 	const limit = 256 << 10
-	c := h.coordinator(&limitStore{Store: h.store, maxBytes: limit}, coordinator.Config{})
+	c := h.coordinator(&kvtest.Limit{Store: h.store, MaxBytes: limit}, coordinator.Config{})
 	if got := c.MaxPayloadBytes(); got != 56<<10 {
 		t.Fatalf("default payload limit on a %d-byte store: %d, want 56 KiB", limit, got)
 	}
@@ -240,11 +203,11 @@ func testJobOverStoreLimit(t *testing.T, h *harness) {
 // promotion and reaping discard it, saying why, and go on with the others.
 func testOversizedJobBlocksNoMaintenance(t *testing.T, h *harness) {
 	const limit = 512 << 10
-	ls := &limitStore{Store: h.store, maxBytes: limit}
+	ls := &kvtest.Limit{Store: h.store, MaxBytes: limit}
 	c := h.coordinator(ls, coordinator.Config{})
 	// The records grow under a coordinator with a larger limit (as if the
 	// store's limit were lowered since): c refuses such writes itself.
-	grower := h.coordinator(&limitStore{Store: h.store, maxBytes: 1 << 20}, coordinator.Config{})
+	grower := h.coordinator(&kvtest.Limit{Store: h.store, MaxBytes: 1 << 20}, coordinator.Config{})
 	payload := json.RawMessage(`"` + strings.Repeat("x", 100<<10) + `"`)
 	grow := json.RawMessage(`"` + strings.Repeat("c", 160<<10) + `"`)
 	enqueue := func(p coordinator.EnqueueParams) *coordinator.Job {
@@ -324,17 +287,17 @@ func wantTooLarge(t *testing.T, j *coordinator.Job) {
 // payload, metadata and unique key is enqueued, claimed, retried, made
 // available again and completed. A larger limit is refused up front.
 func testDefaultPayloadLimitFits(t *testing.T, h *harness) {
-	ls := &limitStore{Store: h.store, maxBytes: 3<<19 - 64<<10} // etcdkv's MaxBytes on a default member
-	if lim := h.store.Limits().MaxBytes; lim > 0 && lim < ls.maxBytes {
-		ls.maxBytes = lim
+	ls := &kvtest.Limit{Store: h.store, MaxBytes: 3<<19 - 64<<10} // etcdkv's MaxBytes on a default member
+	if lim := h.store.Limits().MaxBytes; lim > 0 && lim < ls.MaxBytes {
+		ls.MaxBytes = lim
 	}
 	c := h.coordinator(ls, coordinator.Config{})
 	limit := c.MaxPayloadBytes()
 	if limit < 512<<10 || limit > 1<<20 {
-		t.Fatalf("default payload limit on a %d-byte store: %d", ls.maxBytes, limit)
+		t.Fatalf("default payload limit on a %d-byte store: %d", ls.MaxBytes, limit)
 	}
 	if _, err := coordinator.New(ls, coordinator.Config{Namespace: h.ns, MaxPayloadBytes: 1 << 20}); !errors.Is(err, coordinator.ErrInvalid) {
-		t.Fatalf("New with a 1 MiB payload limit on a %d-byte store: %v, want ErrInvalid", ls.maxBytes, err)
+		t.Fatalf("New with a 1 MiB payload limit on a %d-byte store: %v, want ErrInvalid", ls.MaxBytes, err)
 	}
 	p := coordinator.EnqueueParams{
 		Kind:      "k",
@@ -379,7 +342,7 @@ func testDefaultPayloadLimitFits(t *testing.T, h *harness) {
 // ErrInvalid before anything is written, and the run goes on: a checkpoint
 // must leave room for the copy in the queue's index that a retry makes.
 func testRecordOverStoreLimit(t *testing.T, h *harness) {
-	ls := &limitStore{Store: h.store, maxBytes: 512 << 10}
+	ls := &kvtest.Limit{Store: h.store, MaxBytes: 512 << 10}
 	c := h.coordinator(ls, coordinator.Config{})
 	j, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", Payload: json.RawMessage(`"` + strings.Repeat("x", 100<<10) + `"`)})
 	if err != nil {
@@ -411,28 +374,13 @@ func testRecordOverStoreLimit(t *testing.T, h *harness) {
 	h.wantState(j.Job.ID, coordinator.StateCompleted)
 }
 
-// failingStore fails the next transaction once fail is set.
-type failingStore struct {
-	kv.Store
-	fail atomic.Bool
-}
-
-var errStoreDown = errors.New("store down")
-
-func (s *failingStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	if s.fail.CompareAndSwap(true, false) {
-		return kv.TxnResult{}, errStoreDown
-	}
-	return s.Store.Txn(ctx, t)
-}
-
 // testCancelManyReportsStoreErrors: a job that changed while CancelMany
 // cancelled its page is cancelled on its own; a store error then is
 // returned, not dropped with the job uncounted.
 func testCancelManyReportsStoreErrors(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	gate := kvtest.NewGate(h.store)
-	fs := &failingStore{Store: gate}
+	fs := &flakyStore{Store: gate}
 	c := h.coordinator(fs, coordinator.Config{})
 	gate.Arm()
 	type result struct {
@@ -449,9 +397,9 @@ func testCancelManyReportsStoreErrors(t *testing.T, h *harness) {
 		gate.Open()
 		t.Fatalf("claimed %s, want %s", r.Job().ID, j.ID)
 	}
-	fs.fail.Store(true)
+	fs.drop.Store(1) // its write for the changed job fails
 	gate.Open()
-	if r := <-done; !errors.Is(r.err, errStoreDown) {
+	if r := <-done; !errors.Is(r.err, errReplyLost) {
 		t.Fatalf("CancelMany with the store failing = %+v, %v; want the store's error", r.res, r.err)
 	}
 }
