@@ -45,14 +45,6 @@ type (
 	}
 )
 
-// One batch request carries at most batchChunk jobs and, encoded, at most
-// batchBytes: half of the daemon's least body limit of a batch (32 MiB), as
-// the CLI's enqueue does. A single job larger than that goes alone.
-const (
-	batchChunk = 1000
-	batchBytes = 16 << 20
-)
-
 // waitPoll is the long-poll of one wait request.
 const waitPoll = 30 * time.Second
 
@@ -170,11 +162,7 @@ func (b *httpBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams
 	}
 	out := make([]InsertResult, 0, len(ps))
 	for len(encs) > 0 {
-		n, size := 0, 0
-		for n < min(batchChunk, len(encs)) && (n == 0 || size+len(encs[n])+1 <= batchBytes) {
-			size += len(encs[n]) + 1
-			n++
-		}
+		n := apicall.BatchLen(len(encs), func(i int) int { return len(encs[i]) })
 		req := struct {
 			Jobs []json.RawMessage `json:"jobs"`
 		}{Jobs: encs[:n]}

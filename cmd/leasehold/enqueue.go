@@ -10,24 +10,21 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apicall"
 	"github.com/spf13/cobra"
 )
 
-// A batch request carries at most enqueueChunk jobs and, encoded, at most
-// enqueueBatchBytes: well under the daemon's least body limit of a batch.
-const (
-	enqueueChunk      = 1000
-	enqueueBatchBytes = minBatchBody / 2
-)
+// The batches clients send stay within what the daemon takes.
+const _ = uint(minBatchBody - 2*apicall.BatchBytes)
 
-// batchSize returns how many copies of req one batch request carries:
-// as many as fit in enqueueBatchBytes, from 1 to enqueueChunk.
+// batchSize returns how many copies of req one batch request carries
+// (apicall.BatchLen).
 func batchSize(req createRequest) (int, error) {
 	b, err := json.Marshal(req) // as the request encodes it
 	if err != nil {
 		return 0, failf("encode the job: %v", err)
 	}
-	return max(1, min(enqueueChunk, enqueueBatchBytes/(len(b)+1))), nil
+	return apicall.BatchLen(apicall.BatchJobs, func(int) int { return len(b) }), nil
 }
 
 type enqueueOpts struct {

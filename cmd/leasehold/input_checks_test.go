@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apicall"
 )
 
 // TestEnqueueCountSplitsBatchesBySize: 1000 jobs of 40 KB are over the
@@ -36,8 +37,8 @@ func TestEnqueueCountSplitsBatchesBySize(t *testing.T) {
 		t.Errorf("%d jobs stored, want 1000", n)
 	}
 	// Small jobs still go 1000 to a batch.
-	if n, err := batchSize(createRequest{Kind: "echo"}); err != nil || n != enqueueChunk {
-		t.Errorf("batchSize of a small job = %d, %v; want %d", n, err, enqueueChunk)
+	if n, err := batchSize(createRequest{Kind: "echo"}); err != nil || n != apicall.BatchJobs {
+		t.Errorf("batchSize of a small job = %d, %v; want %d", n, err, apicall.BatchJobs)
 	}
 }
 

@@ -28,6 +28,27 @@ var maxAnswer int64 = 256 << 20
 // ErrAnswerTooLarge is returned for an answer over 256 MiB.
 var ErrAnswerTooLarge = errors.New("apicall: answer too large")
 
+// A batch request carries at most BatchJobs jobs and, encoded, at most
+// BatchBytes of them (one job larger than that goes alone): half of the
+// daemon's least body limit of a batch (32 MiB), so that the daemon never
+// refuses a batch of valid jobs for its size.
+const (
+	BatchJobs  = 1000
+	BatchBytes = 16 << 20
+)
+
+// BatchLen returns how many of n encoded jobs, from the first, one batch
+// request carries; size(i) is job i's encoded size. It is at least one
+// when n is.
+func BatchLen(n int, size func(i int) int) int {
+	k, total := 0, 0
+	for k < min(BatchJobs, n) && (k == 0 || total+size(k)+1 <= BatchBytes) {
+		total += size(k) + 1
+		k++
+	}
+	return k
+}
+
 // Request is one call: Method Base+Path?Query, with Body (if not nil) sent
 // as JSON and Token (if set) as a bearer token.
 type Request struct {
