@@ -13,12 +13,12 @@ import (
 )
 
 // countingStore counts a daemon's requests to etcd by kind, and signals
-// each lease renewal.
+// each lease renewal with the number of renewals so far.
 type countingStore struct {
 	kv.Store
 	mu       sync.Mutex
 	n        map[string]int
-	renewals chan struct{}
+	renewals chan int // buffered for every renewal of a test: none is dropped
 }
 
 func (s *countingStore) count(kind string) {
@@ -58,12 +58,14 @@ func (s *countingStore) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseI
 }
 
 func (s *countingStore) KeepAliveOnce(ctx context.Context, id kv.LeaseID) (time.Duration, error) {
-	s.count("keepalive")
 	ttl, err := s.Store.KeepAliveOnce(ctx, id)
-	select {
-	case s.renewals <- struct{}{}:
-	default:
-	}
+	// Counted and signalled together, so that a window measured from one
+	// signal to another holds exactly the renewals between them.
+	s.mu.Lock()
+	s.n["keepalive"]++
+	n := s.n["keepalive"]
+	s.mu.Unlock()
+	s.renewals <- n
 	return ttl, err
 }
 
@@ -88,7 +90,7 @@ func TestSharedHeartbeatTrafficFlat(t *testing.T) {
 	)
 	measure := func(running int) map[string]int {
 		e := newSharedEnv(t)
-		cs := &countingStore{n: map[string]int{}, renewals: make(chan struct{}, 1)}
+		cs := &countingStore{n: map[string]int{}, renewals: make(chan int, 1024)}
 		c := e.coordinator(e.srv.Endpoint(), func(s kv.Store) kv.Store { cs.Store = s; return cs })
 		release := make(chan struct{})
 		started := make(chan struct{}, running)
@@ -123,18 +125,24 @@ func TestSharedHeartbeatTrafficFlat(t *testing.T) {
 				t.Fatalf("only %d of %d jobs started", w.Running(), running)
 			}
 		}
-		// From one renewal to the window-th after it.
-		next := func() {
+		// From one renewal to the window-th after it, from now on.
+		next := func() int {
 			select {
-			case <-cs.renewals:
+			case n := <-cs.renewals:
+				return n
 			case <-ctx.Done():
 				t.Fatal("no lease renewal")
+				return 0
 			}
 		}
-		next()
+		for len(cs.renewals) > 0 {
+			<-cs.renewals
+		}
+		first := next()
 		before := cs.snapshot()
+		last := first
 		for range window {
-			next()
+			last = next()
 		}
 		after := cs.snapshot()
 		if got := w.Running(); got != running {
@@ -146,6 +154,7 @@ func TestSharedHeartbeatTrafficFlat(t *testing.T) {
 				diff[k] = d
 			}
 		}
+		diff["keepalive"] = last - first // exact, whatever the snapshots caught in flight
 		return diff
 	}
 	one, lots := measure(1), measure(many)
