@@ -6,7 +6,8 @@
 // where the daemon owns the data directory), or to the store directly
 // (Dial: shared mode, straight to etcd; New: over any coordinator). Both
 // behave the same, down to the errors: test them with errors.Is against
-// coordinator.ErrInvalid, ErrNotFound and ErrWrongState.
+// coordinator.ErrInvalid, ErrNotFound, ErrWrongState and ErrConflict (a
+// change that kept losing races: safe to retry).
 //
 // Job arguments are typed, as in River: a type with a Kind method is a
 // job's arguments, its JSON encoding the job's payload, and it may give its
@@ -114,7 +115,7 @@ type Options struct {
 	// InsertMiddleware wraps every insert, the first outermost.
 	InsertMiddleware []InsertMiddleware
 	// Token is sent as a bearer token to a daemon that requires one
-	// (HTTP only).
+	// (HTTP only); white space around it is ignored.
 	Token string
 	// HTTPTimeout bounds one HTTP request that is not a wait. Default
 	// 30s.
@@ -248,6 +249,10 @@ func (c *Client) Insert(ctx context.Context, args Args, opts *InsertOpts) (*Inse
 	rs, err := c.InsertMany(ctx, []InsertParams{{Args: args, Opts: opts}})
 	if err != nil {
 		return nil, err
+	}
+	if len(rs) != 1 {
+		// An insert middleware passed on no job, or several.
+		return nil, fmt.Errorf("client: insert of one job returned %d results: check the insert middleware", len(rs))
 	}
 	return &rs[0], nil
 }

@@ -87,3 +87,51 @@ func TestNewHTTPBadServer(t *testing.T) {
 		}
 	}
 }
+
+// The suite leaves its jobs behind (finished, until retention), so a second
+// run on the same daemon, as on a developer's long-lived one, must not
+// count the first run's.
+func TestSuiteRunsTwiceOnOneDaemon(t *testing.T) {
+	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	runEcho(t, store, "")
+	newClient := func(t *testing.T, o *client.Options) *client.Client {
+		coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := client.New(coord, o)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	t.Run("first", func(t *testing.T) { clienttest.Run(t, newClient) })
+	t.Run("second", func(t *testing.T) { clienttest.Run(t, newClient) })
+}
+
+// Insert of one job whose middleware passed on none returns an error
+// instead of panicking on the missing result.
+func TestInsertMiddlewareThatDropsTheJob(t *testing.T) {
+	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drop := func(next client.InsertFunc) client.InsertFunc {
+		return func(ctx context.Context, ps []coordinator.EnqueueParams) ([]client.InsertResult, error) {
+			return next(ctx, nil)
+		}
+	}
+	c := client.New(coord, &client.Options{InsertMiddleware: []client.InsertMiddleware{drop}})
+	t.Cleanup(func() { _ = c.Close() })
+	res, err := c.Insert(context.Background(), clienttest.Echo{Msg: "dropped"}, nil)
+	if err == nil {
+		t.Fatalf("Insert = %+v, want an error", res)
+	}
+}

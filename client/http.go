@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apicall"
@@ -67,7 +68,12 @@ func NewHTTP(server string, o *Options) (*Client, error) {
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	b := &httpBackend{server: server, base: u, hc: &http.Client{}, timeout: 30 * time.Second}
 	if o != nil {
-		b.token = o.Token
+		// As the daemon and the CLI do: a token read from a file ends
+		// with a line break.
+		b.token = strings.TrimSpace(o.Token)
+		if strings.ContainsFunc(b.token, unicode.IsControl) {
+			return nil, fmt.Errorf("%w: the API token holds a control character (a line break?): pass the token alone, on one line", coordinator.ErrInvalid)
+		}
 		if o.HTTPTimeout > 0 {
 			b.timeout = o.HTTPTimeout
 		}
@@ -81,8 +87,16 @@ func (b *httpBackend) close() error {
 }
 
 // call sends one request and decodes the answer into out. The API's
-// errors come back wrapping the coordinator's sentinels.
+// errors come back wrapping the coordinator's sentinels (ErrInvalid,
+// ErrNotFound, ErrWrongState, ErrConflict) as the coordinator returns
+// them; an answer that is not the API's wraps none.
 func (b *httpBackend) call(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration) error {
+	return b.callBatch(ctx, method, path, q, body, out, timeout, 0)
+}
+
+// callBatch is call for a batch request whose first job is job first of
+// the caller's: the daemon's "job N: ..." errors are renumbered to match.
+func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration, first int) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, data, err := apicall.Do(ctx, b.hc, apicall.Request{Method: method, Base: b.base, Path: path, Query: q, Body: body, Token: b.token})
@@ -96,14 +110,28 @@ func (b *httpBackend) call(ctx context.Context, method, path string, q url.Value
 	if resp.StatusCode >= 300 {
 		msg, ok := apicall.ErrorMessage(data)
 		if !ok {
-			msg = strings.TrimSpace(string(data))
+			// Not the API's answer (a proxy, another server, a TLS
+			// mismatch): no sentinel, so that a caller does not drop a
+			// job as invalid or forget one as not found.
+			return fmt.Errorf("leasehold daemon at %s answered %s, not with leasehold's JSON (is it a leasehold daemon, or a proxy in front of one?): %s", b.server, resp.Status, firstLine(data, 200))
 		}
-		switch resp.StatusCode {
-		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		if rest, ok := strings.CutPrefix(msg, "job "); ok && first > 0 {
+			num, tail, ok := strings.Cut(rest, ": ")
+			if i, err := strconv.Atoi(num); ok && err == nil {
+				msg = fmt.Sprintf("job %d: %s", first+i, tail)
+			}
+		}
+		switch {
+		case resp.StatusCode == http.StatusBadRequest, resp.StatusCode == http.StatusRequestEntityTooLarge:
 			return fmt.Errorf("%w: %s", coordinator.ErrInvalid, msg)
-		case http.StatusNotFound:
+		case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(msg, noEndpoint):
+			// The daemon serves no such path: the URL is wrong, not the id.
+			return fmt.Errorf("leasehold daemon at %s answered %s: %s: check the server URL", b.server, resp.Status, msg)
+		case resp.StatusCode == http.StatusNotFound:
 			return fmt.Errorf("%w: %s", coordinator.ErrNotFound, msg)
-		case http.StatusConflict:
+		case resp.StatusCode == http.StatusConflict && strings.Contains(msg, conflictMsg):
+			return fmt.Errorf("%w: %s", coordinator.ErrConflict, msg)
+		case resp.StatusCode == http.StatusConflict:
 			return fmt.Errorf("%w: %s", coordinator.ErrWrongState, msg)
 		}
 		return fmt.Errorf("leasehold daemon at %s answered %s: %s", b.server, resp.Status, msg)
@@ -117,6 +145,25 @@ func (b *httpBackend) call(ctx context.Context, method, path string, q url.Value
 	return nil
 }
 
+// What the daemon's error messages say (cmd/leasehold/api.go): its 404 for
+// a path it does not serve, and the text of coordinator.ErrConflict, which
+// it answers with 409 as it does ErrWrongState.
+const noEndpoint = "no endpoint "
+
+var conflictMsg = strings.TrimPrefix(coordinator.ErrConflict.Error(), "coordinator: ")
+
+// firstLine returns the first line of b, at most n bytes of it.
+func firstLine(b []byte, n int) string {
+	s, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+	if s == "" {
+		return "(an empty body)"
+	}
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
+}
+
 func toWire(p coordinator.EnqueueParams) wireCreate {
 	w := wireCreate{
 		Kind: p.Kind, Payload: p.Payload, Queue: p.Queue, Priority: p.Priority, MaxAttempts: p.MaxAttempts,
@@ -125,12 +172,14 @@ func toWire(p coordinator.EnqueueParams) wireCreate {
 	if !p.ScheduledAt.IsZero() {
 		w.ScheduledAt = p.ScheduledAt.UTC().Format(time.RFC3339Nano)
 	}
-	if p.Timeout > 0 {
+	// A negative timeout or period is sent too, for the daemon to refuse
+	// as the coordinator does.
+	if p.Timeout != 0 {
 		w.Timeout = p.Timeout.String()
 	}
 	if u := p.Unique; u != nil {
 		w.Unique = &wireUnique{ByArgs: u.ByArgs, ByQueue: u.ByQueue}
-		if u.ByPeriod > 0 {
+		if u.ByPeriod != 0 {
 			w.Unique.ByPeriod = u.ByPeriod.String()
 		}
 		for _, st := range u.ByState {
@@ -167,7 +216,7 @@ func (b *httpBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams
 			Jobs []json.RawMessage `json:"jobs"`
 		}{Jobs: encs[:n]}
 		var res wireBatch
-		if err := b.call(ctx, http.MethodPost, "/v1/jobs/batch", nil, req, &res, b.timeout); err != nil {
+		if err := b.callBatch(ctx, http.MethodPost, "/v1/jobs/batch", nil, req, &res, b.timeout, len(out)); err != nil {
 			if len(out) > 0 {
 				return out, fmt.Errorf("inserted %d jobs (returned), then: %w", len(out), err)
 			}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,6 +35,11 @@ func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.C
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := newClient(t, nil)
+	// The jobs of a run stay (finished) until retention deletes them: a
+	// queue and unique payload of this run's own keep a later run on the
+	// same daemon from counting them.
+	run := strconv.FormatInt(time.Now().UnixNano(), 36)
+	later := "later-" + run
 
 	t.Run("InsertWaitTypedArgs", func(t *testing.T) {
 		res, err := c.Insert(ctx, Echo{Msg: "hi"}, &client.InsertOpts{MaxAttempts: 3})
@@ -53,9 +59,9 @@ func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.C
 	t.Run("InsertManyGetList", func(t *testing.T) {
 		at := time.Now().Add(time.Hour)
 		ps := []client.InsertParams{
-			{Args: Echo{Msg: "1"}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: "later"}},
-			{Args: Echo{Msg: "2"}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: "later"}},
-			{Args: client.RawArgs{KindName: "echo", Payload: json.RawMessage(`{"msg":"3"}`)}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: "later", Priority: 4}},
+			{Args: Echo{Msg: "1"}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: later}},
+			{Args: Echo{Msg: "2"}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: later}},
+			{Args: client.RawArgs{KindName: "echo", Payload: json.RawMessage(`{"msg":"3"}`)}, Opts: &client.InsertOpts{ScheduledAt: at, Queue: later, Priority: 4}},
 		}
 		rs, err := c.InsertMany(ctx, ps)
 		if err != nil || len(rs) != 3 {
@@ -63,18 +69,18 @@ func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.C
 		}
 		for _, r := range rs {
 			j, err := c.Get(ctx, r.Job.ID)
-			if err != nil || j.State != coordinator.StateScheduled || j.Queue != "later" {
+			if err != nil || j.State != coordinator.StateScheduled || j.Queue != later {
 				t.Fatalf("Get = %+v, %v", j, err)
 			}
 		}
 		if rs[2].Job.Priority != 4 || string(rs[2].Job.Payload) != `{"msg":"3"}` {
 			t.Fatalf("raw args job: %+v", rs[2].Job)
 		}
-		page, err := c.List(ctx, client.ListParams{Queue: "later", Kind: "echo", Limit: 10})
+		page, err := c.List(ctx, client.ListParams{Queue: later, Kind: "echo", Limit: 10})
 		if err != nil || len(page.Jobs) != 3 {
 			t.Fatalf("List = %d jobs, %v", len(page.Jobs), err)
 		}
-		res, err := c.CancelMany(ctx, client.CancelFilter{Queue: "later"})
+		res, err := c.CancelMany(ctx, client.CancelFilter{Queue: later})
 		if err != nil || res.Cancelled != 3 {
 			t.Fatalf("CancelMany = %+v, %v", res, err)
 		}
@@ -82,11 +88,11 @@ func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.C
 
 	t.Run("UniqueByArgs", func(t *testing.T) {
 		opts := &client.InsertOpts{ScheduledAt: time.Now().Add(time.Hour), Unique: &coordinator.UniqueOpts{ByArgs: true}}
-		first, err := c.Insert(ctx, Echo{Msg: "once"}, opts)
+		first, err := c.Insert(ctx, Echo{Msg: "once-" + run}, opts)
 		if err != nil || first.Existed {
 			t.Fatalf("first = %+v, %v", first, err)
 		}
-		again, err := c.Insert(ctx, Echo{Msg: "once"}, opts)
+		again, err := c.Insert(ctx, Echo{Msg: "once-" + run}, opts)
 		if err != nil || !again.Existed || again.Job.ID != first.Job.ID {
 			t.Fatalf("again = %+v, %v", again, err)
 		}
@@ -141,6 +147,12 @@ func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.C
 		}
 		if _, err := c.Insert(ctx, Echo{}, &client.InsertOpts{Priority: 9}); !errors.Is(err, coordinator.ErrInvalid) {
 			t.Errorf("bad priority: %v", err)
+		}
+		if _, err := c.Insert(ctx, Echo{}, &client.InsertOpts{Timeout: -time.Second}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("negative timeout: %v", err)
+		}
+		if _, err := c.Insert(ctx, Echo{}, &client.InsertOpts{Unique: &coordinator.UniqueOpts{ByPeriod: -time.Hour}}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("negative unique period: %v", err)
 		}
 		if _, err := c.Get(ctx, "nope"); !errors.Is(err, coordinator.ErrInvalid) {
 			t.Errorf("bad id: %v", err)
