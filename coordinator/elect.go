@@ -124,7 +124,8 @@ func (c *Coordinator) waitGone(ctx context.Context, sess *Session, key string, r
 			return // let the caller campaign again, which re-reads
 		}
 		for _, ev := range resp.Events {
-			if ev.Type == kv.EventDelete {
+			// The watch is by prefix: election "a" sees the key of "ab".
+			if ev.Type == kv.EventDelete && ev.KV.Key == key {
 				return
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/fence"
 	"github.com/oklog/ulid/v2"
@@ -239,6 +240,11 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	}
 	if len(p.UniqueKey) > maxUniqueKeyLen {
 		return fmt.Errorf("%w: unique key is %d bytes, over the %d-byte limit", ErrInvalid, len(p.UniqueKey), maxUniqueKeyLen)
+	}
+	if !utf8.ValidString(p.UniqueKey) {
+		// The record is JSON, which would store the key changed: the job
+		// could never free it.
+		return fmt.Errorf("%w: unique key is not valid UTF-8: encode a binary key (hex or base64, say)", ErrInvalid)
 	}
 	if len(p.Metadata) > 0 && !json.Valid(p.Metadata) {
 		return fmt.Errorf("%w: metadata is not valid JSON", ErrInvalid)

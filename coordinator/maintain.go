@@ -47,10 +47,12 @@ func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 				c.log.Error("promote: skipping corrupt job record", slog.Any("err", err))
 				continue
 			}
-			if j.State != StateScheduled && j.State != StateRetryable {
+			old := rr.KVs[i].Key
+			if (j.State != StateScheduled && j.State != StateRetryable) || c.keys.index(j) != old {
+				// Moved since the entry was read (it ran and failed
+				// again, say): its current entry is due in its own time.
 				continue
 			}
-			old := rr.KVs[i].Key
 			j.State = StateAvailable
 			build := func() unit {
 				_, puts := c.keys.put(j)
@@ -143,6 +145,7 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 		if watch == nil {
 			watch = c.store.Watch(wctx, c.keys.timers(), 0)
 		}
+		passStart := c.clock.Now()
 		if n, err := c.PromoteDue(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("promoting due jobs failed", slog.Any("err", err))
 		} else if n > 0 {
@@ -157,7 +160,11 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 			}
 		}
 		wait := cfg.MaxWait
-		if next, err := c.NextDue(ctx); err == nil && !next.IsZero() {
+		// Entries due by the pass's start that are still there were left
+		// by it (unreadable, too large to move): waking for them would run
+		// pass after pass at once. A job due later, or written due
+		// meanwhile (the watch), wakes the loop.
+		if next, err := c.nextDueAfter(ctx, passStart); err == nil && !next.IsZero() {
 			wait = min(wait, max(next.Sub(c.clock.Now()), time.Millisecond))
 		}
 		timer := c.clock.After(wait)

@@ -375,7 +375,17 @@ func (c *Coordinator) Workers(ctx context.Context) ([]WorkerInfo, error) {
 // NextDue returns the due time of the earliest scheduled or retryable job,
 // or the zero time if there is none.
 func (c *Coordinator) NextDue(ctx context.Context) (time.Time, error) {
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.timers(), End: kv.PrefixEnd(c.keys.timers()), Limit: 1, KeysOnly: true})
+	return c.nextDueAfter(ctx, time.Time{})
+}
+
+// nextDueAfter is NextDue of the jobs due after t (all of them for the
+// zero t).
+func (c *Coordinator) nextDueAfter(ctx context.Context, t time.Time) (time.Time, error) {
+	start := c.keys.timers()
+	if !t.IsZero() {
+		start += tsKey(t) + "\xff"
+	}
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: kv.PrefixEnd(c.keys.timers()), Limit: 1, KeysOnly: true})
 	if err != nil {
 		return time.Time{}, err
 	}

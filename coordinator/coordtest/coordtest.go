@@ -66,6 +66,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, outcomeTests...)
 	tests = append(tests, safetyTests...)
 	tests = append(tests, periodicReviewTests...)
+	tests = append(tests, maintenanceTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)

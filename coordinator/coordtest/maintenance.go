@@ -1,0 +1,251 @@
+package coordtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+)
+
+// maintenanceTests: unique keys, promotion and the maintenance loop, and
+// elections side by side.
+var maintenanceTests = []suiteTest{
+	{"UniqueKeyNotUTF8", testUniqueKeyNotUTF8},
+	{"MaintenanceWaitsPastEntriesItLeaves", testMaintenanceWaitsPastLeftEntries},
+	{"ElectionIgnoresOtherElectionsKeys", testElectionIgnoresOtherKeys},
+	{"PromotionSkipsJobRescheduledMeanwhile", testPromotionSkipsRescheduled},
+}
+
+// testUniqueKeyNotUTF8: a unique key that is not valid UTF-8 (a binary
+// digest, say) cannot be stored in a job's JSON record as it is: it would
+// never be freed when the job ends. It is refused.
+func testUniqueKeyNotUTF8(t *testing.T, h *harness) {
+	key := "digest-\xff\xfe"
+	r, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "u", UniqueKey: key})
+	if err == nil {
+		// Before: accepted, and the key was never freed. Show it.
+		if _, err := h.c.Cancel(h.ctx(), r.Job.ID); err != nil {
+			t.Fatal(err)
+		}
+		r2, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "u", UniqueKey: key})
+		t.Fatalf("unique key that is not UTF-8 accepted; after its job was cancelled, a second enqueue = existed %v, %v", r2.Existed, err)
+	}
+	if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "UTF-8") {
+		t.Fatalf("Enqueue = %v, want ErrInvalid saying the key is not UTF-8", err)
+	}
+	if n := h.counts(); n[coordinator.StateAvailable] != 0 {
+		t.Fatalf("counts = %v: something was written", n)
+	}
+	// A valid key with every other awkward character works as before.
+	key = "a/b\x00c é"
+	a := h.enqueue(coordinator.EnqueueParams{Kind: "u", UniqueKey: key})
+	if _, err := h.c.Cancel(h.ctx(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "u", UniqueKey: key}); err != nil || r.Existed {
+		t.Fatalf("after the holder was cancelled: %+v, %v", r, err)
+	}
+}
+
+// testMaintenanceWaitsPastLeftEntries: a due timer entry that promotion
+// leaves (its record unreadable, or too large to move) is no reason to
+// run the next pass at once: RunMaintenance sleeps until the next job
+// that is due after the pass, not 1 ms again and again (each pass
+// re-reading and re-logging what it left).
+func testMaintenanceWaitsPastLeftEntries(t *testing.T, h *harness) {
+	clk, c := h.clockedAt(h.clock.Now()) // its own clock: no other timers
+	root := "/leasehold/" + h.ns + "/"
+	id := "01ZZZZZZZZZZZZZZZZZZZZZZZZ"
+	due := clk.Now().Add(-time.Hour).UnixNano()
+	if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{
+		kv.Put(fmt.Sprintf("%st/%020d/%s", root, due, id), []byte("scheduled"), 0),
+		kv.Put(root+"j/"+id, []byte("not a job"), 0),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: clk.Now().Add(10 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan error, 1)
+	go func() { done <- c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: time.Minute}) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	sleep := func() time.Duration { // the pause after a pass
+		t.Helper()
+		for {
+			if d, ok := clk.NextTimer(); ok {
+				return d
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("RunMaintenance returned %v", err)
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	if d := sleep(); d != 10*time.Second {
+		t.Fatalf("after a pass that left an unreadable entry, maintenance sleeps %s; want 10s, until the scheduled job is due", d)
+	}
+	clk.Advance(10 * time.Second)
+	if d := sleep(); d != time.Minute {
+		t.Fatalf("after promoting the job, maintenance sleeps %s; want MaxWait (1m)", d)
+	}
+	h.wantState(r.Job.ID, coordinator.StateAvailable)
+}
+
+// testPromotionSkipsRescheduled: promotion reads the due timer entries,
+// then the jobs' records. A job that ran and failed again between the two
+// reads (its old entry gone, a new one due later) is not promoted by the
+// stale entry: it would run before its retry time, and its new timer
+// entry would be left behind (counted as retryable for ever).
+func testPromotionSkipsRescheduled(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(time.Minute)})
+	h.clock.Advance(2 * time.Minute)
+	gate := kvtest.NewGate(h.store)
+	gate.Match = func(t kv.Txn) bool {
+		return !kvtest.Writes(t) && len(t.Then) > 0 && strings.HasSuffix(t.Then[0].Key, "/j/"+j.ID)
+	}
+	maintainer := h.coordinator(gate, coordinator.Config{})
+	gate.Arm()
+	type result struct {
+		n   int
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := maintainer.PromoteDue(h.ctx())
+		done <- result{n, err}
+	}()
+	<-gate.Held() // the pass read the due entry; it reads the record next
+	// Meanwhile the job runs (an operator's retry, another maintainer)
+	// and fails, to be retried in an hour.
+	if _, err := h.c.Retry(h.ctx(), j.ID); err != nil {
+		t.Fatal(err)
+	}
+	retryAt := h.clock.Now().Add(time.Hour)
+	if err := h.claimOne(h.session(h.c)).Fail(h.ctx(), errors.New("boom"), coordinator.FailOpts{RetryAt: retryAt}); err != nil {
+		t.Fatal(err)
+	}
+	gate.Open()
+	if r := <-done; r.err != nil || r.n != 0 {
+		t.Fatalf("PromoteDue = %d, %v; want nothing promoted", r.n, r.err)
+	}
+	if got := h.get(j.ID); got.State != coordinator.StateRetryable || !got.ScheduledAt.Equal(retryAt) {
+		t.Fatalf("job is %s, scheduled at %s; want retryable at %s", got.State, got.ScheduledAt, retryAt)
+	}
+	if n := h.counts(); n[coordinator.StateRetryable] != 1 || n[coordinator.StateAvailable] != 0 {
+		t.Fatalf("counts = %v; want the job once, retryable", n)
+	}
+	// In an hour it is promoted, once.
+	h.clock.Advance(time.Hour)
+	if n, err := h.c.PromoteDue(h.ctx()); err != nil || n != 1 {
+		t.Fatalf("PromoteDue an hour later = %d, %v; want 1", n, err)
+	}
+	if n := h.counts(); n[coordinator.StateRetryable] != 0 || n[coordinator.StateAvailable] != 1 {
+		t.Fatalf("counts = %v; want the job once, available", n)
+	}
+}
+
+// relayStore hands the watches of one prefix to the test, which passes
+// their responses on one at a time: once it has handed over a response,
+// the watcher is done with the one before.
+type relayStore struct {
+	kv.Store
+	prefix  string
+	watches chan relayWatch
+}
+
+type relayWatch struct {
+	ctx context.Context
+	in  <-chan kv.WatchResponse
+	out chan kv.WatchResponse
+}
+
+func (s *relayStore) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	if prefix != s.prefix {
+		return s.Store.Watch(ctx, prefix, fromRev)
+	}
+	w := relayWatch{ctx: ctx, in: s.Store.Watch(ctx, prefix, fromRev), out: make(chan kv.WatchResponse)}
+	s.watches <- w
+	return w.out
+}
+
+// passRest passes w's remaining responses on until its watch ends.
+func (w relayWatch) passRest() {
+	defer close(w.out)
+	for r := range w.in {
+		select {
+		case w.out <- r:
+		case <-w.ctx.Done():
+		}
+	}
+}
+
+// testElectionIgnoresOtherElectionsKeys: the leader of election "maint"
+// keeps its leadership when the leader key of another election whose name
+// it prefixes ("maint-eu") is deleted: the store's watches are by prefix.
+func testElectionIgnoresOtherKeys(t *testing.T, h *harness) {
+	root := "/leasehold/" + h.ns + "/"
+	relay := &relayStore{Store: h.store, prefix: root + "e/maint", watches: make(chan relayWatch, 16)}
+	c := h.coordinator(relay, coordinator.Config{})
+	s := h.session(c)
+	started, ended := make(chan struct{}, 4), make(chan struct{}, 4)
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan error, 1)
+	go func() {
+		done <- c.RunElected(ctx, "maint", func() *coordinator.Session { return s }, func(ctx context.Context) error {
+			started <- struct{}{}
+			<-ctx.Done()
+			ended <- struct{}{}
+			return nil
+		})
+	}()
+	<-started
+	w := <-relay.watches // the leader's watch on its key
+	defer func() {
+		go w.passRest()
+		cancel()
+		<-done
+	}()
+	// Another election's leader key comes and goes, then comes again.
+	for _, op := range []kv.Op{kv.Put(root+"e/maint-eu", []byte("x"), 0), kv.Delete(root + "e/maint-eu"), kv.Put(root+"e/maint-eu", []byte("y"), 0)} {
+		if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{op}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	puts := 0
+	for puts < 2 {
+		r, ok := <-w.in
+		if !ok || r.Err != nil {
+			t.Fatalf("the leader's watch ended: %+v", r)
+		}
+		for _, ev := range r.Events {
+			if ev.Type == kv.EventPut {
+				puts++
+			}
+		}
+		w.out <- r
+	}
+	// The leader took the last response: it is done with the delete.
+	if w.ctx.Err() != nil {
+		t.Fatal("the leader of maint stopped watching its key when the key of election maint-eu was deleted")
+	}
+	select {
+	case <-ended:
+		t.Fatal("the leader of maint lost its leadership when the key of election maint-eu was deleted")
+	default:
+	}
+	if leader, err := c.Leader(h.ctx(), "maint"); err != nil || leader != s.WorkerID() {
+		t.Fatalf("Leader(maint) = %q, %v; want %s", leader, err, s.WorkerID())
+	}
+}
