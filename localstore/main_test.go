@@ -68,6 +68,16 @@ func helperMain(mode, dir string) int {
 		}
 		_ = s.Close()
 		return 0
+	case "fatal":
+		// Call Pebble's fatal hook under a recover, as net/http does for
+		// every request and the worker for a handler, and say whether the
+		// process lived on.
+		func() {
+			defer func() { _ = recover() }()
+			pebbleLogger{opts.Logger}.Fatalf("injected fatal error %d", 7)
+		}()
+		fmt.Println("survived")
+		return 0
 	case "write":
 		// Write keys w/0, w/1, ... (some with a lease) and acknowledge each
 		// on stdout once Txn has returned, until killed.

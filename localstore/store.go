@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -531,11 +533,17 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 }
 
 // Fatalf is called by Pebble on errors it cannot continue from (a failed
-// WAL write, for one). It must not return.
+// WAL write, corruption found by a read, for two). It must not return, and
+// it ends the process, as Pebble's default logger does: a panic would not
+// do, since some of these calls are made in the goroutine of a store call,
+// whose caller may recover it (net/http recovers every request's panic, the
+// worker a handler's), and the process would live on with the store's
+// mutex and Pebble's locks held, renewing its lease. A restart recovers
+// from what is on disk.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	p.l.Error(msg, "component", "pebble", "fatal", true)
-	panic("pebble: " + msg)
+	p.l.Error(msg, "component", "pebble", "fatal", true, "stack", string(debug.Stack()))
+	os.Exit(1)
 }
 
 var _ io.Closer = (*Store)(nil)

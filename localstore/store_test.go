@@ -411,3 +411,23 @@ func TestKeepAliveOnceDoesNotWaitForWrites(t *testing.T) {
 		t.Fatalf("renewal after revoke: %v, want ErrLeaseNotFound", err)
 	}
 }
+
+// TestPebbleFatalEndsProcess: Pebble calls Fatalf on errors it cannot go on
+// from, some in the goroutine of a store call (corruption found by a read, a
+// broken commit pipeline, the latter under the store's mutex). A panic there
+// can be recovered by a caller (net/http recovers every request's, the
+// worker a handler's), leaving the process alive with the store's mutex and
+// Pebble's locks held and its lease still renewed. The process must end.
+func TestPebbleFatalEndsProcess(t *testing.T) {
+	cmd := helper(t, "fatal", t.TempDir())
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || strings.Contains(string(out), "survived") {
+		t.Fatalf("after Pebble's fatal error the process lived on (%v; stdout %q)", err, out)
+	}
+	if !strings.Contains(stderr.String(), "injected fatal error 7") {
+		t.Fatalf("the fatal error was not logged: %q", stderr.String())
+	}
+}
