@@ -60,3 +60,98 @@ func TestDialAuthAndServerVersion(t *testing.T) {
 		t.Fatalf("ServerVersion after Close: %v", err)
 	}
 }
+
+// With etcd auth on, a lease renewal is one request: clientv3
+// authenticates again (a raft round and a password hash on the server)
+// for every stream it opens, so renewals must not open one each.
+func TestAuthRenewalsDoNotAuthenticate(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.BcryptCost = uint(bcrypt.MinCost) }))
+	admin := srv.Client(t)
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := admin.UserAdd(ctx, "root", "secret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s := etcdkv.New(cli, etcdkv.Options{})
+	t.Cleanup(func() { _ = s.Close() })
+	id, err := s.Grant(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftIndex := func() uint64 {
+		st, err := cli.Status(ctx, srv.Endpoint())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.RaftIndex
+	}
+	before := raftIndex()
+	const n = 20
+	for range n {
+		if ttl, err := s.KeepAliveOnce(ctx, id); err != nil || ttl != time.Minute {
+			t.Fatalf("KeepAliveOnce: %v, %v", ttl, err)
+		}
+	}
+	// Renewals do not go through raft; an authentication does.
+	if d := raftIndex() - before; d >= n/2 {
+		t.Fatalf("%d renewals advanced the raft index by %d: each authenticated again", n, d)
+	}
+	// A revoked lease is still reported as gone.
+	if err := s.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.KeepAliveOnce(ctx, id); !errors.Is(err, kv.ErrLeaseNotFound) {
+		t.Fatalf("KeepAliveOnce after Revoke: %v, want kv.ErrLeaseNotFound", err)
+	}
+}
+
+// A renewal on the kept stream whose auth token is no longer valid (here:
+// auth was turned off and on again, which drops every token) is made again
+// on a new stream, which authenticates again, instead of failing.
+func TestAuthRenewalAfterTokensDropped(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.BcryptCost = uint(bcrypt.MinCost) }))
+	admin := srv.Client(t)
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := admin.UserAdd(ctx, "root", "secret"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.UserGrantRole(ctx, "root", "root"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s := etcdkv.New(cli, etcdkv.Options{})
+	t.Cleanup(func() { _ = s.Close() })
+	id, err := s.Grant(ctx, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.KeepAliveOnce(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.AuthDisable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.AuthEnable(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := s.KeepAliveOnce(ctx, id); err != nil || ttl != time.Minute {
+		t.Fatalf("renewal after the server dropped its auth tokens: %v, %v", ttl, err)
+	}
+}

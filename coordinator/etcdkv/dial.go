@@ -10,8 +10,12 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Config says how to reach an etcd cluster.
@@ -98,7 +102,7 @@ func firstStatus(ctx context.Context, cli *clientv3.Client, eps []string) (*clie
 	results := make(chan result, len(eps))
 	for _, ep := range eps {
 		go func() {
-			resp, err := cli.Status(ctx, ep)
+			resp, err := endpointStatus(ctx, cli, ep)
 			if err != nil {
 				err = fmt.Errorf("%s: %w", ep, err)
 			}
@@ -120,6 +124,38 @@ func firstStatus(ctx context.Context, cli *clientv3.Client, eps []string) (*clie
 		errs = append(errs, r.err)
 	}
 	return nil, errors.Join(errs...)
+}
+
+// endpointStatus asks one endpoint for its status, as cli.Status does, but
+// keeps what gRPC knew of a connection that never became ready (refused,
+// TLS handshake failed, ...) when ctx ends: clientv3 replaces that with the
+// bare context error, which does not tell a user what to fix.
+func endpointStatus(ctx context.Context, cli *clientv3.Client, ep string) (*clientv3.StatusResponse, error) {
+	conn, err := cli.Dial(ep)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	resp, err := clientv3.RetryMaintenanceClient(cli, conn).Status(ctx, &etcdserverpb.StatusRequest{}, callOptions(cli)...)
+	if err != nil {
+		return nil, statusError(ctx, err)
+	}
+	return (*clientv3.StatusResponse)(resp), nil
+}
+
+// statusError converts err as clientv3 does (etcd's errors become
+// rpctypes errors, a deadline or cancellation becomes ctx's error), but
+// adds gRPC's reason to a context error when it gave one.
+func statusError(ctx context.Context, err error) error {
+	err = rpctypes.Error(err)
+	st, ok := status.FromError(err)
+	if !ok || ctx.Err() == nil || (st.Code() != codes.DeadlineExceeded && st.Code() != codes.Canceled) {
+		return err
+	}
+	if msg := st.Message(); msg != "" && msg != ctx.Err().Error() {
+		return fmt.Errorf("%w (%s)", ctx.Err(), msg)
+	}
+	return ctx.Err()
 }
 
 // clientConfig turns cfg into a clientv3.Config, loading the TLS files.

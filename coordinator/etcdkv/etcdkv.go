@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,15 @@ type Store struct {
 	callOpts []grpc.CallOption
 	limits   kv.Limits
 
+	// lc renews leases on a stream kept open between renewals (see
+	// KeepAliveOnce); nil when the client's Lease is wrapped, which then
+	// renews them. renewing is held by the renewal using the stream, which
+	// is ka (nil: open one) and ends with kaCancel.
+	lc       etcdserverpb.LeaseClient
+	renewing chan struct{}
+	ka       etcdserverpb.Lease_LeaseKeepAliveClient
+	kaCancel context.CancelFunc
+
 	// ctx ends with Close; it stops watches.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -83,8 +93,14 @@ func New(cli *clientv3.Client, opts Options) *Store {
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	if cli != nil && ownKV(cli) {
-		s.kvc, s.callOpts = clientv3.RetryKVClient(cli), callOptions(cli)
+	if cli != nil {
+		s.callOpts = callOptions(cli)
+		if ownKV(cli) {
+			s.kvc = clientv3.RetryKVClient(cli)
+		}
+		if ownLease(cli) {
+			s.lc, s.renewing = clientv3.RetryLeaseClient(cli), make(chan struct{}, 1)
+		}
 	}
 	return s
 }
@@ -314,18 +330,128 @@ func ttlSeconds(ttl time.Duration) int64 {
 	return max(secs, 1)
 }
 
-// KeepAliveOnce renews the lease once, within ctx (give it a deadline:
-// clientv3 retries while the cluster is unavailable), and returns the TTL
-// granted; kv.ErrLeaseNotFound when the lease is gone.
+// KeepAliveOnce renews the lease once, within ctx (give it a deadline: it
+// retries while the cluster is unavailable), and returns the TTL granted;
+// kv.ErrLeaseNotFound when the lease is gone.
+//
+// Renewals go over one LeaseKeepAlive stream that the store keeps open
+// between them. clientv3's KeepAliveOnce opens a stream per renewal, and
+// a client with a username and password authenticates again for every
+// stream it opens (a password hash on the server and a raft round): a
+// renewal would be two requests, one of them costly. A renewal made while
+// another holds the stream uses a stream of its own, as clientv3 does.
 func (s *Store) KeepAliveOnce(ctx context.Context, id kv.LeaseID) (time.Duration, error) {
 	if s.isClosed() {
 		return 0, kv.ErrClosed
+	}
+	if s.lc != nil {
+		select {
+		case s.renewing <- struct{}{}:
+			defer func() { <-s.renewing }()
+			ttl, err := s.renew(ctx, id)
+			if err != nil {
+				return 0, mapErr("keepalive", err)
+			}
+			return ttl, nil
+		default:
+		}
 	}
 	resp, err := s.cli.KeepAliveOnce(ctx, clientv3.LeaseID(id))
 	if err != nil {
 		return 0, mapErr("keepalive", err)
 	}
 	return time.Duration(resp.TTL) * time.Second, nil
+}
+
+// renew renews id on the kept stream, opening a new one after a failure,
+// while ctx lasts and the failure is one clientv3's KeepAliveOnce retries
+// (the connection failed; the kept stream may have broken since its last
+// use) or one a new stream cures (an auth token that expired or is stale:
+// opening a stream authenticates again). The caller holds s.renewing.
+func (s *Store) renew(ctx context.Context, id kv.LeaseID) (time.Duration, error) {
+	authRetried := false
+	for {
+		resp, err := s.renewOnce(ctx, id)
+		if err == nil {
+			if resp.TTL <= 0 {
+				return 0, rpctypes.ErrLeaseNotFound
+			}
+			return time.Duration(resp.TTL) * time.Second, nil
+		}
+		s.kaCancel()
+		s.ka, s.kaCancel = nil, nil
+		conv := clientv3.ContextError(ctx, err)
+		retry, auth := retryRenewal(err, conv)
+		if ctx.Err() != nil || !retry || auth && authRetried {
+			return 0, conv
+		}
+		authRetried = authRetried || auth
+	}
+}
+
+// renewOnce sends one renewal on the kept stream, opening it first if
+// there is none. The stream outlives ctx unless ctx ends while it is in
+// use: then it is cancelled, as clientv3 cancels its per-renewal stream.
+// On an error the caller drops the stream.
+func (s *Store) renewOnce(ctx context.Context, id kv.LeaseID) (*etcdserverpb.LeaseKeepAliveResponse, error) {
+	if s.ka == nil {
+		sctx, cancel := context.WithCancel(s.ctx)
+		s.kaCancel = cancel
+		stop := context.AfterFunc(ctx, cancel) // opening waits for a connection
+		ka, err := s.lc.LeaseKeepAlive(sctx, s.callOpts...)
+		if !stop() && err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.ka = ka
+	}
+	stop := context.AfterFunc(ctx, s.kaCancel)
+	resp, err := keepAliveExchange(s.ka, id)
+	if !stop() && err == nil {
+		// Answered, but ctx ended meanwhile and cancelled the stream:
+		// the renewal stands; the next one opens a new stream.
+		s.kaCancel()
+		s.ka = nil
+	}
+	return resp, err
+}
+
+// keepAliveExchange sends one renewal and reads its answer: the server
+// answers a stream's renewals one at a time, in order.
+func keepAliveExchange(ka etcdserverpb.Lease_LeaseKeepAliveClient, id kv.LeaseID) (*etcdserverpb.LeaseKeepAliveResponse, error) {
+	if err := ka.Send(&etcdserverpb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
+		if !errors.Is(err, io.EOF) {
+			return nil, err
+		}
+		// The stream had ended: Recv says why.
+	}
+	resp, err := ka.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if resp.ID != int64(id) {
+		return nil, fmt.Errorf("lease keepalive stream answered for lease %x, not %x", resp.ID, int64(id))
+	}
+	return resp, nil
+}
+
+// retryRenewal reports whether a renewal that failed with err (conv: as
+// clientv3 converts it) is tried again on a new stream: after the
+// transport failures clientv3's KeepAliveOnce retries, and (once: auth
+// says so) after an auth token error, which a new stream's authentication
+// cures.
+func retryRenewal(err, conv error) (retry, auth bool) {
+	if errors.Is(conv, rpctypes.ErrInvalidAuthToken) || errors.Is(conv, rpctypes.ErrAuthOldRevision) || errors.Is(conv, rpctypes.ErrUserEmpty) {
+		return true, true
+	}
+	var etcdErr rpctypes.EtcdError
+	if errors.As(conv, &etcdErr) {
+		return false, false
+	}
+	code := status.Code(err)
+	return code == codes.Unavailable || code == codes.Internal, false
 }
 
 // Revoke ends the lease and deletes its keys.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,5 +260,62 @@ func TestClusterFirstEndpointKilled(t *testing.T) {
 	rr, err := s.Range(ctx, kv.RangeRequest{Start: "first/", End: kv.PrefixEnd("first/")})
 	if err != nil || len(rr.KVs) != 2 {
 		t.Fatalf("read with the first endpoint's member dead: %v, %v", rr.KVs, err)
+	}
+}
+
+// A Dial that fails says why the endpoint did not answer (refused, TLS
+// handshake failed), not only that the time ran out.
+func TestDialSaysWhyEndpointFailed(t *testing.T) {
+	srv := etcdtest.Start(t)
+	plain := srv.Endpoint() // no TLS: a TLS handshake with it fails
+	tlsEP := "https://" + strings.TrimPrefix(plain, "http://")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	_ = ln.Close()
+	for _, tc := range []struct{ ep, want string }{
+		{tlsEP, "handshake"},
+		{closed, "connection refused"},
+	} {
+		cli, err := etcdkv.Dial(context.Background(), etcdkv.Config{Endpoints: []string{tc.ep}, DialTimeout: time.Second})
+		if err == nil {
+			_ = cli.Close()
+			t.Fatalf("Dial %s succeeded", tc.ep)
+		}
+		if !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), tc.ep) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Dial %s: %q; want it to name the endpoint, say %q and be a deadline", tc.ep, err, tc.want)
+		}
+	}
+}
+
+// Renewals share a stream kept open between them: one that broke since
+// its last use (here: every connection reset) is replaced within the same
+// call, and a renewal cut short by its deadline does not spoil the next.
+func TestKeepAliveOnceAfterReset(t *testing.T) {
+	srv := etcdtest.Start(t)
+	p := etcdtest.NewProxy(t, srv.Endpoint())
+	s := dialStore(t, p.URL())
+	id, err := s.Grant(ctxT(t, 10*time.Second), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if ttl, err := s.KeepAliveOnce(ctxT(t, 10*time.Second), id); err != nil || ttl != 30*time.Second {
+			t.Fatalf("renewal %d: %v, %v", i, ttl, err)
+		}
+		p.DropConnections()
+	}
+	p.Blackhole()
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	_, err = s.KeepAliveOnce(ctx, id)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("renewal through a blackhole: %v, want context.DeadlineExceeded", err)
+	}
+	p.Heal()
+	if ttl, err := s.KeepAliveOnce(ctxT(t, 10*time.Second), id); err != nil || ttl != 30*time.Second {
+		t.Fatalf("renewal after Heal: %v, %v", ttl, err)
 	}
 }

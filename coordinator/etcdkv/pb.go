@@ -103,6 +103,12 @@ func ownKV(cli *clientv3.Client) bool {
 	return reflect.TypeOf(cli.KV) == reflect.TypeOf(clientv3.NewKV(cli))
 }
 
+// ownLease reports whether cli's Lease is the one clientv3 made for it:
+// only then may renewals bypass it (see Store.KeepAliveOnce).
+func ownLease(cli *clientv3.Client) bool {
+	return fmt.Sprintf("%T", cli.Lease) == "*clientv3.lessor"
+}
+
 // clientTxn turns a request built by txnRequest into the client library's
 // form, for a client whose KV is wrapped.
 func clientTxn(req *etcdserverpb.TxnRequest) clientv3.Op {

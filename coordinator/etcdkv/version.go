@@ -29,7 +29,7 @@ func (s *Store) ServerVersion(ctx context.Context) (string, error) {
 	var wg sync.WaitGroup
 	for i, ep := range eps {
 		wg.Go(func() {
-			st, err := s.cli.Status(ctx, ep)
+			st, err := endpointStatus(ctx, s.cli, ep)
 			if err != nil {
 				results[i].err = fmt.Errorf("%s: %w", ep, err)
 				return

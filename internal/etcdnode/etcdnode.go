@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -87,8 +88,9 @@ func (c Config) withDefaults() (Config, error) {
 
 // Node is a running member.
 type Node struct {
-	e   *embed.Etcd
-	cfg Config
+	e         *embed.Etcd
+	cfg       Config
+	closeOnce sync.Once
 }
 
 // Start starts the member and waits until it serves or ctx ends. A member
@@ -126,6 +128,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("etcdnode: member %s: %w", cfg.Name, err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return nil, fmt.Errorf("etcdnode: member %s stopped before it was ready: %s", cfg.Name, stoppedWhy(cfg))
 	case <-ctx.Done():
 		e.Server.Stop()
 		e.Close()
@@ -136,12 +141,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 // ClientURL returns the member's client URL.
 func (n *Node) ClientURL() string { return n.cfg.ClientURL }
 
-// Wait blocks until ctx ends or the member fails, then stops it.
+// Wait blocks until ctx ends or the member fails or stops of its own accord
+// (as a member removed from its cluster does), then stops it.
 func (n *Node) Wait(ctx context.Context) error {
 	defer n.Close()
 	select {
 	case <-ctx.Done():
 		return nil
+	case <-n.e.Server.StopNotify():
+		return fmt.Errorf("etcdnode: member %s stopped: %s", n.cfg.Name, stoppedWhy(n.cfg))
 	case err := <-n.e.Err():
 		if err == nil {
 			return errors.New("etcdnode: member stopped")
@@ -150,5 +158,10 @@ func (n *Node) Wait(ctx context.Context) error {
 	}
 }
 
-// Close stops the member.
-func (n *Node) Close() { n.e.Close() }
+// stoppedWhy explains a member that stopped of its own accord.
+func stoppedWhy(cfg Config) string {
+	return fmt.Sprintf("it was removed from its cluster (delete its data directory %s before it joins again) or failed (etcd logs why at level warn)", cfg.Dir)
+}
+
+// Close stops the member. Later calls do nothing.
+func (n *Node) Close() { n.closeOnce.Do(n.e.Close) }

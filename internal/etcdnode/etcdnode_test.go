@@ -55,3 +55,41 @@ func TestBadConfig(t *testing.T) {
 		t.Fatal("a URL without a scheme was accepted")
 	}
 }
+
+// A member that stops of its own accord (as one removed from its cluster
+// does) stops serving: Wait reports it, as etcd itself exits, instead of
+// leaving a process that answers nothing.
+func TestWaitEndsWhenMemberStops(t *testing.T) {
+	cu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	pu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Start(ctx, Config{Dir: t.TempDir(), ClientURL: cu, PeerURL: pu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	n.e.Server.Stop() // what a removal from the cluster ends in
+	if err := n.Wait(ctx); err == nil || ctx.Err() != nil {
+		t.Fatalf("Wait on a stopped member: %v (context: %v); want an error as soon as it stops", err, ctx.Err())
+	}
+}
+
+// Close may be called again, after Wait stopped the member or Close did.
+func TestCloseTwice(t *testing.T) {
+	cu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	pu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, err := Start(ctx, Config{Dir: t.TempDir(), ClientURL: cu, PeerURL: pu})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithCancel(context.Background())
+	wcancel()
+	if err := n.Wait(wctx); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	n.Close()
+}
