@@ -411,8 +411,12 @@ func jsonTypeName(goType string) string {
 	switch {
 	case goType == "string":
 		return "a string"
-	case strings.HasPrefix(goType, "int"):
+	case goType == "bool":
+		return "true or false"
+	case strings.HasPrefix(goType, "int"), strings.HasPrefix(goType, "uint"):
 		return "an integer"
+	case strings.HasPrefix(goType, "float"):
+		return "a number"
 	case strings.HasPrefix(goType, "[]"):
 		return "an array"
 	}
@@ -497,6 +501,10 @@ func truncateString(s string, n int) string {
 }
 
 func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	var req createRequest
 	if err := decodeBody(w, r, a.createBody(), &req); err != nil {
 		a.fail(w, r, err)
@@ -526,6 +534,10 @@ func (a *api) batchLimit() int64 {
 }
 
 func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	var req batchRequest
 	if err := decodeBody(w, r, a.batchBody(), &req); err != nil {
 		a.fail(w, r, err)
@@ -695,6 +707,10 @@ func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) listWorkers(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	ws, err := a.cfg.Coord.Workers(r.Context())
 	if err != nil {
 		a.fail(w, r, err)
@@ -704,6 +720,10 @@ func (a *api) listWorkers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	counts, err := a.cfg.Coord.Counts(r.Context())
 	if err != nil {
 		a.fail(w, r, err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,6 +90,7 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 
 func (c *client) transportError(ctx context.Context, err error) error {
 	var oe *net.OpError
+	var cve *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return &cliError{code: exitFailure, bare: true,
@@ -97,6 +99,12 @@ func (c *client) transportError(ctx context.Context, err error) error {
 		return failf("the daemon at %s did not answer in time: check that it is healthy (its log, %s/healthz) and retry", c.server, strings.TrimSuffix(c.server, "/"))
 	case ctx.Err() != nil:
 		return failf("interrupted")
+	case errors.As(err, &cve):
+		return failf("the daemon at %s has a TLS certificate this client does not trust (%s): pass --server-ca with the CA that signed its --tls-cert", c.server, oneLine(cve.Err.Error()))
+	case c.base.Scheme == "https" && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
+		plain := *c.base
+		plain.Scheme = "http"
+		return failf("the daemon at %s serves plain HTTP: use %s (or start it with --tls-cert and --tls-key)", c.server, plain.String())
 	}
 	return failf("request to the daemon at %s failed: %v: check that it is running and retry", c.server, err)
 }
@@ -110,6 +118,10 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 		return usagef("%s", msg)
+	case http.StatusNotFound:
+		if ok && strings.HasPrefix(msg, "job not found") {
+			msg += ": check the id with 'leasehold jobs list' (finished jobs are deleted after the daemon's --retention)"
+		}
 	}
 	return failf("%s", msg)
 }

@@ -45,7 +45,7 @@ const maxConfigBytes = 1 << 20
 // a store reads from the config file.
 var connectionKeys = []string{
 	"server", "server-ca", "api-token", "api-token-file",
-	"etcd", "etcd-ca", "etcd-cert", "etcd-key", "etcd-user", "etcd-password", "namespace",
+	"etcd", "etcd-ca", "etcd-cert", "etcd-key", "etcd-user", "etcd-password", "etcd-max-request-bytes", "namespace",
 	"log-format", "log-level",
 }
 

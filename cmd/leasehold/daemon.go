@@ -54,6 +54,9 @@ type daemonOpts struct {
 	apiTokenFile    string
 	tlsCert         string
 	tlsKey          string
+	// token is the API token of --api-token or --api-token-file, read
+	// once by validate: the file may be a pipe.
+	token string
 	// --periodic and --queue-concurrency (periodic.go)
 	periodic         []string
 	periodicJobs     []coordinator.PeriodicJob
@@ -172,9 +175,11 @@ func (o *daemonOpts) validate() error {
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return usagef("--tls-cert and --tls-key go together: give both or neither")
 	}
-	if _, err := readToken(o.apiToken, o.apiTokenFile, "--"); err != nil {
+	token, err := readToken(o.apiToken, o.apiTokenFile, "--")
+	if err != nil {
 		return err
 	}
+	o.token = token
 	return o.validateFeatures()
 }
 
@@ -186,10 +191,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	if err != nil {
 		return err
 	}
-	token, err := readToken(o.apiToken, o.apiTokenFile, "--")
-	if err != nil {
-		return err
-	}
+	token := o.token
 	var tlsCfg *tls.Config
 	if o.tlsCert != "" {
 		if tlsCfg, err = loadKeyPair(o.tlsCert, o.tlsKey); err != nil {

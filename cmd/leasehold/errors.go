@@ -67,8 +67,13 @@ func reportError(w io.Writer, err error) {
 	msg := err.Error()
 	var ce *cliError
 	if !errors.As(err, &ce) {
-		// A cobra error: unknown command or flag, wrong arguments.
-		msg += ": run 'leasehold --help' for usage"
+		// A cobra error: unknown command or flag, wrong arguments. Its
+		// suggestions come as a list on lines of their own.
+		if cmd, sugg, ok := strings.Cut(msg, "\n\nDid you mean this?\n"); ok {
+			msg = cmd + ": did you mean " + strings.Join(strings.Fields(sugg), " or ") + "? run 'leasehold --help' for usage"
+		} else {
+			msg += ": run 'leasehold --help' for usage"
+		}
 	}
 	fmt.Fprintln(w, "leasehold: "+oneLine(msg))
 }

@@ -285,6 +285,9 @@ type waitOpts struct {
 	all     bool
 	timeout time.Duration
 	json    bool
+	// timeoutFlag names the timeout as the user set it: --timeout, or
+	// LEASEHOLD_TIMEOUT (which may have been meant for enqueue).
+	timeoutFlag string
 }
 
 // Long-poll and polling intervals of jobs wait.
@@ -315,11 +318,13 @@ waited for is final, whatever the final states; 1 if --timeout passes first.`,
 func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
 	switch {
 	case o.all && len(ids) > 0:
-		return usagef("pass job ids or --all, not both")
+		return usagef("pass job ids or %s, not both", flagLabel(cmd, "all"))
 	case !o.all && len(ids) == 0:
 		return usagef("nothing to wait for: pass job ids or --all")
-	case o.timeout < 0:
-		return usagef("--timeout %s is negative: want a duration such as 5m, or 0 to wait forever", o.timeout)
+	}
+	o.timeoutFlag = flagLabel(cmd, "timeout")
+	if o.timeout < 0 {
+		return usagef("%s %s is negative: want a duration such as 5m, or 0 to wait forever", o.timeoutFlag, o.timeout)
 	}
 	for _, id := range ids {
 		if err := jobIDArg(id); err != nil {
@@ -359,7 +364,7 @@ func waitIDs(ctx context.Context, c *client, o *waitOpts, ids []string, out io.W
 			cancel()
 			if ctx.Err() != nil {
 				p.clear()
-				return failf("timed out after %s: %d of %d jobs are not final yet (%s first): raise --timeout or wait again", o.timeout, len(ids)-i, len(ids), id)
+				return failf("timed out after %s: %d of %d jobs are not final yet (%s first): raise %s or wait again", o.timeout, len(ids)-i, len(ids), id, o.timeoutFlag)
 			}
 			if err != nil {
 				return err
@@ -393,7 +398,7 @@ func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *mete
 			if last != nil {
 				pending = ": " + pendingCounts(last.Counts)
 			}
-			return failf("timed out after %s with jobs not final yet%s: raise --timeout or wait again", o.timeout, pending)
+			return failf("timed out after %s with jobs not final yet%s: raise %s or wait again", o.timeout, pending, o.timeoutFlag)
 		}
 		if err != nil {
 			return err

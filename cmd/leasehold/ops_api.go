@@ -147,6 +147,10 @@ func (a *api) jobOp(op func(context.Context, string) (*coordinator.Job, error)) 
 }
 
 func (a *api) cancelMany(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
 	var req cancelManyRequest
 	if err := decodeBody(w, r, cancelManyBody, &req); err != nil {
 		a.fail(w, r, err)
