@@ -139,7 +139,8 @@ type EnqueueParams struct {
 	ScheduledAt time.Time
 	// MaxAttempts defaults to DefaultMaxAttempts.
 	MaxAttempts int
-	// Timeout bounds each attempt; 0 means the worker's default.
+	// Timeout bounds each attempt; 0 means the worker's default. It is
+	// stored in whole milliseconds: at least 1ms.
 	Timeout time.Duration
 	// UniqueKey, if set, returns the live job with that key instead of
 	// inserting a second one.
@@ -225,6 +226,10 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	}
 	if p.Timeout < 0 {
 		return fmt.Errorf("%w: timeout %s is negative", ErrInvalid, p.Timeout)
+	}
+	if p.Timeout > 0 && p.Timeout < time.Millisecond {
+		// Stored in whole milliseconds: it would become "no timeout".
+		return fmt.Errorf("%w: timeout %s is not a duration of at least 1ms: use e.g. 30s, or 0 for the worker's default", ErrInvalid, p.Timeout)
 	}
 	if err := checkScheduledAt(p.ScheduledAt); err != nil {
 		return err

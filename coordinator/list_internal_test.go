@@ -63,3 +63,56 @@ func TestListPageBoundedByBytes(t *testing.T) {
 		}
 	}
 }
+
+// A page ends once what it holds reaches the budget, whatever the sizes of
+// the records read before: small jobs followed by large ones do not make
+// the next read take as many large ones as it would small ones.
+func TestListPageBoundedByBytesAfterSmallJobs(t *testing.T) {
+	defer func(old int) { listPageBytes = old }(listPageBytes)
+	listPageBytes = 25 << 10
+	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	c, err := New(s, Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Enqueue(ctx, EnqueueParams{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	payload := json.RawMessage(`"` + strings.Repeat("x", 10<<10) + `"`)
+	for range 20 {
+		if _, err := c.Enqueue(ctx, EnqueueParams{Kind: "k", Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, st := range []State{"", StateAvailable} {
+		seen, pages := 0, 0
+		for after := ""; ; pages++ {
+			page, err := c.List(ctx, ListParams{State: st, Limit: 1000, After: after})
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := 0 // bytes of the page's jobs before its last one
+			for i, j := range page.Jobs {
+				if i < len(page.Jobs)-1 {
+					size += len(encodeJob(j))
+				}
+			}
+			if size >= listPageBytes {
+				t.Fatalf("state %q: page %d holds %d jobs, %d bytes before its last one, over the %d-byte page budget", st, pages, len(page.Jobs), size, listPageBytes)
+			}
+			seen += len(page.Jobs)
+			if page.Next == "" {
+				break
+			}
+			after = page.Next
+		}
+		if seen != 21 {
+			t.Fatalf("state %q: %d jobs over %d pages, want 21", st, seen, pages)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -43,7 +44,8 @@ type ListParams struct {
 	// after about 16 MiB of records, with Next set: large jobs come in
 	// smaller pages.
 	Limit int
-	// After is the Next cursor of the previous page.
+	// After is the Next cursor of the previous page (of a listing with
+	// the same State and Queue); anything else is ErrInvalid.
 	After string
 }
 
@@ -102,8 +104,8 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 	}
 	start := prefix
 	if p.After != "" {
-		if strings.ContainsAny(p.After, "\x00") {
-			return ListPage{}, fmt.Errorf("%w: bad cursor", ErrInvalid)
+		if !validCursor(p.State, p.Queue != "", p.After) {
+			return ListPage{}, fmt.Errorf("%w: bad cursor %q: pass the next value of the previous page, with the same state and queue filters", ErrInvalid, truncate(p.After, 80))
 		}
 		start = prefix + p.After + "\x00"
 	}
@@ -130,6 +132,10 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			break
 		}
 		recs := rr.KVs
+		at := make([]string, len(rr.KVs)) // the key read for each of recs
+		for i, x := range rr.KVs {
+			at[i] = x.Key
+		}
 		if byIndex {
 			jkeys := make([]string, len(rr.KVs))
 			for i, x := range rr.KVs {
@@ -139,13 +145,15 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			if err != nil {
 				return ListPage{}, fmt.Errorf("coordinator: list jobs: %w", err)
 			}
-			recs = recs[:0:0]
-			for _, g := range got {
+			recs, at = recs[:0:0], at[:0]
+			for i, g := range got {
 				if g != nil { // finished and purged between the reads
 					recs = append(recs, *g)
+					at = append(at, rr.KVs[i].Key)
 				}
 			}
 		}
+		last, more := rr.KVs[len(rr.KVs)-1].Key, rr.More
 		for i := range recs {
 			scanned += len(recs[i].Value)
 			read++
@@ -159,11 +167,17 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			}
 			size += len(recs[i].Value)
 			page.Jobs = append(page.Jobs, j)
+			if size >= listPageBytes && i < len(recs)-1 {
+				// The page is full: the records read after this
+				// one (sized by those before, which may have been
+				// much smaller) come on the next page.
+				last, more = at[i], true
+				break
+			}
 		}
-		last := rr.KVs[len(rr.KVs)-1].Key
 		page.Next = strings.TrimPrefix(last, prefix)
 		start = last + "\x00"
-		if !rr.More {
+		if !more {
 			page.Next = ""
 			break
 		}
@@ -172,6 +186,41 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 		page.Jobs = []*Job{}
 	}
 	return page, nil
+}
+
+// validCursor reports whether after has the shape of a Next cursor of a
+// listing by state st (queue set when byQueue): the rest of an index key
+// after the listing's prefix. That is a job id, preceded by the time for
+// timer and finished entries, and by the priority and time (and the queue,
+// across queues) for available ones. Whether the job still exists does
+// not matter.
+func validCursor(st State, byQueue bool, after string) bool {
+	parts := strings.Split(after, "/")
+	n := 1 // id
+	switch st {
+	case StateAvailable:
+		n = 3 // prio/time/id
+		if !byQueue {
+			n = 4 // queue/prio/time/id
+		}
+	case StateScheduled, StateRetryable, StateCompleted, StateDiscarded, StateCancelled:
+		n = 2 // time/id
+	}
+	if len(parts) != n || ValidateID(parts[n-1]) != nil {
+		return false
+	}
+	if n >= 2 {
+		ts := parts[n-2]
+		if _, err := strconv.ParseInt(ts, 10, 64); err != nil || len(ts) != len(nanosKey(0)) {
+			return false
+		}
+	}
+	if n >= 3 {
+		if prio := parts[n-3]; len(prio) != 1 || prio[0] < '1' || prio[0] > '9' {
+			return false
+		}
+	}
+	return n < 4 || ValidateQueue(parts[0]) == nil
 }
 
 // Counts returns the number of jobs in each state, read from the state

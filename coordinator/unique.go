@@ -35,8 +35,9 @@ type UniqueOpts struct {
 	// counts as a duplicate (completed, discarded, cancelled): then its
 	// key is held until retention deletes it (or an operator does).
 	// Unfinished jobs (scheduled, available, running, retryable) always
-	// count, so a job never loses its key while it may still run. Default:
-	// none, the key is free once the job is final.
+	// count, so a job never loses its key while it may still run: naming
+	// one is ErrInvalid. Default: none, the key is free once the job is
+	// final.
 	ByState []State
 }
 
@@ -48,8 +49,10 @@ func (u *UniqueOpts) validate() error {
 		return fmt.Errorf("%w: unique period %s is negative", ErrInvalid, u.ByPeriod)
 	}
 	for _, st := range u.ByState {
-		if _, err := ParseState(string(st)); err != nil {
-			return fmt.Errorf("unique states: %w", err)
+		// Unfinished states always hold the key: naming one would be
+		// silently ignored.
+		if _, err := ParseState(string(st)); err != nil || !st.Final() {
+			return fmt.Errorf("%w: unique state %q: want completed, discarded or cancelled (unfinished jobs always count as duplicates)", ErrInvalid, truncate(string(st), 40))
 		}
 	}
 	return nil

@@ -20,6 +20,126 @@ var maintenanceTests = []suiteTest{
 	{"MaintenanceWaitsPastEntriesItLeaves", testMaintenanceWaitsPastLeftEntries},
 	{"ElectionIgnoresOtherElectionsKeys", testElectionIgnoresOtherKeys},
 	{"PromotionSkipsJobRescheduledMeanwhile", testPromotionSkipsRescheduled},
+	{"UniqueByStateOnlyFinalStates", testUniqueByStateFinalOnly},
+	{"TimeoutUnderOneMillisecondRefused", testTimeoutUnderOneMillisecond},
+	{"ListRefusesMalformedCursor", testListMalformedCursor},
+}
+
+// testUniqueByStateFinalOnly: UniqueOpts.ByState takes the final states
+// (completed, discarded, cancelled); unfinished jobs always count. An
+// unfinished or unknown state is refused, saying what is allowed, as the
+// HTTP API refuses it, rather than silently dropped.
+func testUniqueByStateFinalOnly(t *testing.T, h *harness) {
+	for _, st := range []coordinator.State{coordinator.StateScheduled, coordinator.StateAvailable, coordinator.StateRunning, coordinator.StateRetryable, "done"} {
+		_, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "u", Unique: &coordinator.UniqueOpts{ByState: []coordinator.State{coordinator.StateCompleted, st}}})
+		if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "completed, discarded or cancelled") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("unique state %s: Enqueue = %v; want ErrInvalid saying completed, discarded or cancelled", st, err)
+		}
+	}
+	if n := h.counts(); n[coordinator.StateAvailable] != 0 {
+		t.Fatalf("counts = %v: something was written", n)
+	}
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "u", Unique: &coordinator.UniqueOpts{ByState: []coordinator.State{coordinator.StateCancelled, coordinator.StateCompleted, coordinator.StateDiscarded}}})
+	if fmt.Sprint(j.UniqueStates) != "[completed discarded cancelled]" {
+		t.Fatalf("unique states = %v", j.UniqueStates)
+	}
+}
+
+// testTimeoutUnderOneMillisecond: timeouts are stored in whole
+// milliseconds; a positive timeout under 1ms would be stored as 0, "the
+// worker's default". It is refused, as the HTTP API refuses it.
+func testTimeoutUnderOneMillisecond(t *testing.T, h *harness) {
+	for _, d := range []time.Duration{time.Nanosecond, 999 * time.Microsecond} {
+		r, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "t", Timeout: d})
+		if err == nil {
+			t.Fatalf("timeout %s accepted, stored as timeout_ms %d", d, r.Job.TimeoutMS)
+		}
+		if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "at least 1ms") {
+			t.Fatalf("timeout %s: Enqueue = %v; want ErrInvalid saying at least 1ms", d, err)
+		}
+	}
+	if n := h.counts(); n[coordinator.StateAvailable] != 0 {
+		t.Fatalf("counts = %v: something was written", n)
+	}
+	if j := h.enqueue(coordinator.EnqueueParams{Kind: "t", Timeout: time.Millisecond}); j.Timeout() != time.Millisecond {
+		t.Fatalf("timeout 1ms stored as %s", j.Timeout())
+	}
+	if j := h.enqueue(coordinator.EnqueueParams{Kind: "t"}); j.TimeoutMS != 0 {
+		t.Fatalf("no timeout stored as %d ms", j.TimeoutMS)
+	}
+}
+
+// testListMalformedCursor: a cursor List never returned is refused with
+// ErrInvalid, not answered with an empty last page; every cursor List
+// returns is taken, also once the job it names is deleted.
+func testListMalformedCursor(t *testing.T, h *harness) {
+	for range 2 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "avail"})
+		h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "later", ScheduledAt: h.clock.Now().Add(time.Hour)})
+		h.enqueue(coordinator.EnqueueParams{Kind: "k"}) // claimed below
+		j := h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "gone"})
+		if _, err := h.c.Cancel(h.ctx(), j.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if runs, _, err := h.c.Claim(h.ctx(), h.session(h.c), coordinator.DefaultQueue, 2, false); err != nil || len(runs) != 2 {
+		t.Fatalf("Claim = %d runs, %v", len(runs), err)
+	}
+	filters := []coordinator.ListParams{
+		{},
+		{State: coordinator.StateAvailable},
+		{State: coordinator.StateAvailable, Queue: "avail"},
+		{State: coordinator.StateScheduled},
+		{State: coordinator.StateRunning},
+		{State: coordinator.StateCancelled},
+	}
+	cursors := make([]string, len(filters))
+	for i, f := range filters {
+		f.Limit = 1
+		first, err := h.c.List(h.ctx(), f)
+		if err != nil || len(first.Jobs) != 1 || first.Next == "" {
+			t.Fatalf("%+v: first page %d jobs, next %q, %v", f, len(first.Jobs), first.Next, err)
+		}
+		cursors[i] = first.Next
+		f.After = first.Next
+		second, err := h.c.List(h.ctx(), f)
+		if err != nil || len(second.Jobs) != 1 || second.Jobs[0].ID == first.Jobs[0].ID {
+			t.Fatalf("%+v: second page %+v, %v", f, second, err)
+		}
+	}
+	// The cursor of a job deleted since is still a cursor.
+	cancelled := coordinator.ListParams{State: coordinator.StateCancelled, Limit: 1}
+	first, err := h.c.List(h.ctx(), cancelled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.c.Delete(h.ctx(), first.Jobs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	id := first.Jobs[0].ID
+	for _, f := range []coordinator.ListParams{cancelled, {Limit: 1, After: id}, {Limit: 1, After: id[:10] + strings.Repeat("0", 16)}} {
+		if f.State != "" {
+			f.After = first.Next
+		}
+		if page, err := h.c.List(h.ctx(), f); err != nil || len(page.Jobs) != 1 {
+			t.Fatalf("%+v, after a deleted job: %d jobs, %v", f, len(page.Jobs), err)
+		}
+	}
+	for i, f := range filters {
+		bad := []string{"garbage", "0", strings.ToLower(cursors[i]), cursors[i] + "/x", "x/" + cursors[i], cursors[i] + "\x00"}
+		for _, c := range cursors {
+			if strings.Count(c, "/") != strings.Count(cursors[i], "/") {
+				bad = append(bad, c) // another listing's cursor, of another shape
+			}
+		}
+		for _, after := range bad {
+			f.After = after
+			page, err := h.c.List(h.ctx(), f)
+			if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "cursor") {
+				t.Fatalf("%+v: List = %d jobs, %v; want ErrInvalid for a malformed cursor", f, len(page.Jobs), err)
+			}
+		}
+	}
 }
 
 // testUniqueKeyNotUTF8: a unique key that is not valid UTF-8 (a binary
