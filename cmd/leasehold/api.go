@@ -75,8 +75,10 @@ import (
 
 // Limits of the API.
 const (
-	// bodyOverhead is allowed on top of the payload limit for the other
-	// fields of a create request.
+	// jobMetadataLimit is the coordinator's limit on a job's metadata.
+	jobMetadataLimit = 64 << 10
+	// bodyOverhead is allowed on top of the payload and metadata limits
+	// for the other fields of a create request.
 	bodyOverhead = 64 << 10
 	// minBatchBody is the least body size a batch may have.
 	minBatchBody = 32 << 20
@@ -144,7 +146,10 @@ type apiConfig struct {
 	Shared bool
 	// MaxPayload is the coordinator's payload limit, in bytes.
 	MaxPayload int
-	Logger     *slog.Logger
+	// CLI: the in-process API of a shared-mode CLI command, with no
+	// daemon behind it: its errors say what to do on the command line.
+	CLI    bool
+	Logger *slog.Logger
 	// WorkerID names the daemon's own worker on the dashboard.
 	WorkerID string
 	// Worker is the daemon's worker, for /readyz and its metrics; nil
@@ -168,6 +173,8 @@ type api struct {
 	// long-polls then answer at once.
 	waits     context.Context
 	stopWaits context.CancelFunc
+	// probe reads the store for /readyz (health.go).
+	probe *storeProbe
 }
 
 func newAPI(cfg apiConfig) *api {
@@ -182,6 +189,7 @@ func newAPI(cfg apiConfig) *api {
 	}
 	a := &api{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, m: cfg.Metrics}
 	a.waits, a.stopWaits = context.WithCancel(context.Background())
+	a.probe = newStoreProbe(cfg.Coord.Store(), readyTimeout)
 	a.kindNames = sortedKeys(cfg.Kinds)
 	a.m.reg.MustRegister(&jobsCollector{c: cfg.Coord, log: cfg.Logger})
 
@@ -294,13 +302,31 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusNotFound, cleanCoordError(err))
 	case errors.Is(err, coordinator.ErrWrongState), errors.Is(err, coordinator.ErrConflict):
 		writeError(w, http.StatusConflict, cleanCoordError(err))
+	case a.cfg.CLI && errors.Is(r.Context().Err(), context.DeadlineExceeded):
+		writeError(w, http.StatusServiceUnavailable, "etcd did not answer in time: "+checkEtcd)
+	case a.cfg.CLI && r.Context().Err() != nil:
+		writeError(w, http.StatusServiceUnavailable, "interrupted")
 	case r.Context().Err() != nil:
 		// The client went away or the daemon is stopping.
 		writeError(w, http.StatusServiceUnavailable, "request cancelled: the client disconnected or the daemon is stopping")
+	case a.cfg.CLI:
+		writeError(w, http.StatusInternalServerError, cleanCoordError(err)+": "+checkEtcd)
 	default:
 		a.log.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
 		writeError(w, http.StatusInternalServerError, cleanCoordError(err)+": see the daemon's log")
 	}
+}
+
+// checkEtcd is what to do about a store failure of a shared-mode CLI
+// command.
+const checkEtcd = "check the etcd endpoints (--etcd) and that the cluster is healthy, then retry"
+
+// payloadHint is what to do about a payload over the limit.
+func (a *api) payloadHint() string {
+	if a.cfg.CLI {
+		return "send a smaller payload (or, if the etcd servers run with a larger --max-request-bytes, pass it as --etcd-max-request-bytes)"
+	}
+	return "send a smaller payload (or raise the daemon's --max-payload)"
 }
 
 func writeError(w http.ResponseWriter, status int, msg string) {
@@ -341,13 +367,19 @@ func jsonFields(v any) string {
 	return strings.Join(names, ", ")
 }
 
+// jobLimit bounds the JSON of one create request: room for the largest
+// payload and metadata the coordinator takes, and the other fields.
+func (a *api) jobLimit() int64 {
+	return int64(a.cfg.MaxPayload) + jobMetadataLimit + bodyOverhead
+}
+
 // createBody is the body of POST /v1/jobs.
 func (a *api) createBody() bodySpec {
 	return bodySpec{
-		limit:   int64(a.cfg.MaxPayload) + bodyOverhead,
+		limit:   a.jobLimit(),
 		fields:  "the fields are " + jsonFields(createRequest{}),
 		example: `{"kind":"echo","payload":{}}`,
-		tooBig:  fmt.Sprintf("a job's payload may be at most %d bytes: send a smaller payload (or raise the daemon's --max-payload)", a.cfg.MaxPayload),
+		tooBig:  fmt.Sprintf("a job's payload may be at most %d bytes: %s", a.cfg.MaxPayload, a.payloadHint()),
 	}
 }
 
@@ -459,7 +491,7 @@ func (a *api) params(req createRequest, now time.Time, live func() ([]string, er
 		p.Payload = nil
 	}
 	if len(p.Payload) > a.cfg.MaxPayload {
-		return coordinator.EnqueueParams{}, badRequest("payload is %d bytes, over the %d-byte limit: send a smaller payload (or raise the daemon's --max-payload)", len(p.Payload), a.cfg.MaxPayload)
+		return coordinator.EnqueueParams{}, badRequest("payload is %d bytes, over the %d-byte limit: %s", len(p.Payload), a.cfg.MaxPayload, a.payloadHint())
 	}
 	if spec.validate != nil {
 		if err := spec.validate(p.Payload); err != nil {
@@ -530,7 +562,7 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *api) batchLimit() int64 {
-	return max(int64(minBatchBody), 2*int64(a.cfg.MaxPayload)+bodyOverhead)
+	return max(int64(minBatchBody), 2*a.jobLimit())
 }
 
 func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {

@@ -367,7 +367,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 
 // newHTTPServer returns the daemon's HTTP server of a, and the function
 // that stops it: it takes no more requests, wakes long-polls, and gives the
-// requests in flight httpShutdownTimeout to finish.
+// requests in flight, and the store read of a /readyz that outlived its
+// request, httpShutdownTimeout to finish.
 func newHTTPServer(a *api, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, func()) {
 	srv := &http.Server{
 		Handler:           a,
@@ -384,6 +385,10 @@ func newHTTPServer(a *api, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, 
 		if err := srv.Shutdown(hctx); err != nil {
 			log.Warn("HTTP server did not stop cleanly", slog.Any("err", err))
 			_ = srv.Close()
+		}
+		// A /readyz read of a stalled store may outlive its request.
+		if err := a.probe.stop(hctx); err != nil {
+			log.Warn("HTTP server stopped with a store read still in flight", slog.Any("err", err))
 		}
 	}
 }

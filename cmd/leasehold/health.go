@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
@@ -41,12 +43,9 @@ func readyMargin(ttl time.Duration) time.Duration { return ttl / 4 }
 func (a *api) ready(w http.ResponseWriter, r *http.Request) {
 	resp := readyResponse{Status: "ready", Store: "ok"}
 	var problems []string
-	ctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
-	defer cancel()
-	// A one-key read: linearizable on etcd, so it needs a quorum.
-	if _, err := a.cfg.Coord.Store().Range(ctx, kv.RangeRequest{Start: "/leasehold-readyz"}); err != nil {
+	if err := a.probe.check(r.Context()); err != nil {
 		resp.Store = "unreachable: " + oneLine(err.Error())
-		problems = append(problems, "the store did not answer a read within "+readyTimeout.String())
+		problems = append(problems, "the store did not answer a read within "+a.probe.timeout.String())
 	}
 	if wk := a.cfg.Worker; wk != nil {
 		resp.Worker, resp.SessionsLost, resp.RunningJobs = wk.ID(), wk.SessionsLost(), wk.Running()
@@ -77,4 +76,95 @@ func (a *api) ready(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, status, resp)
+}
+
+// errProbeStopped answers the probes that come after the API's stop.
+var errProbeStopped = errors.New("the daemon is stopping")
+
+// storeProbe runs the store read of /readyz. The read runs in a goroutine
+// of its own and a probe waits for it at most timeout, so that a store
+// that does not watch its context (a local store's read waits for its lock
+// while a write stall holds it) cannot hang /readyz: the probe answers
+// 503 instead. At most one read is in flight: a probe that finds one
+// awaits its answer rather than starting another. stop awaits the read
+// left in flight.
+type storeProbe struct {
+	store   kv.Store
+	timeout time.Duration
+	// ctx is the parent of the reads, cancelled by stop.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	cur     *probeRead // in flight; nil if none
+	stopped bool
+}
+
+// probeRead is one read of the store; done is closed once err is set.
+type probeRead struct {
+	done chan struct{}
+	err  error
+}
+
+func newStoreProbe(store kv.Store, timeout time.Duration) *storeProbe {
+	p := &storeProbe{store: store, timeout: timeout}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p
+}
+
+// check reads the store, or awaits the read in flight, for at most
+// p.timeout or until ctx is done.
+func (p *storeProbe) check(ctx context.Context) error {
+	p.mu.Lock()
+	if p.stopped {
+		p.mu.Unlock()
+		return errProbeStopped
+	}
+	rd := p.cur
+	if rd == nil {
+		rd = &probeRead{done: make(chan struct{})}
+		p.cur = rd
+		go p.read(rd)
+	}
+	p.mu.Unlock()
+	t := time.NewTimer(p.timeout)
+	defer t.Stop()
+	select {
+	case <-rd.done:
+		return rd.err
+	case <-t.C:
+		return fmt.Errorf("no answer within %s", p.timeout)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+func (p *storeProbe) read(rd *probeRead) {
+	defer close(rd.done)
+	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
+	defer cancel()
+	// A one-key read: linearizable on etcd, so it needs a quorum.
+	_, rd.err = p.store.Range(ctx, kv.RangeRequest{Start: "/leasehold-readyz"})
+	p.mu.Lock()
+	p.cur = nil
+	p.mu.Unlock()
+}
+
+// stop cancels the read in flight, starts no other, and waits for it to
+// return until ctx is done.
+func (p *storeProbe) stop(ctx context.Context) error {
+	p.mu.Lock()
+	p.stopped = true
+	rd := p.cur
+	p.mu.Unlock()
+	p.cancel()
+	if rd == nil {
+		return nil
+	}
+	select {
+	case <-rd.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the store's read of /readyz has not returned: %w", context.Cause(ctx))
+	}
 }

@@ -139,12 +139,18 @@ func (t *target) client(ctx context.Context) (*client, error) {
 		return nil, err
 	}
 	c.server = "etcd at " + strings.Join(t.etcd.endpoints, ",")
-	c.hc = &http.Client{Transport: handlerTransport{newAPI(apiConfig{Coord: coord, Shared: true})}}
+	c.hc = &http.Client{Transport: handlerTransport{newCLIAPI(coord)}}
 	c.onClose = func() {
 		_ = store.Close()
 		_ = cli.Close()
 	}
 	return c, nil
+}
+
+// newCLIAPI returns the in-process API of a shared-mode CLI command. It
+// logs nowhere: the command prints its error on one line.
+func newCLIAPI(coord *coordinator.Coordinator) *api {
+	return newAPI(apiConfig{Coord: coord, Shared: true, CLI: true, MaxPayload: coord.MaxPayloadBytes(), Logger: slog.New(slog.DiscardHandler)})
 }
 
 // handlerTransport serves requests with an in-process handler.
