@@ -274,7 +274,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"daemon listen unknown service", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:nosuchservice"}, `bad port "nosuchservice"`},
 		{"unique by args with count", nil, []string{"enqueue", "echo", "--unique-by-args", "--count", "2"}, "--unique-by-args with --count 2"},
 		{"unique period from env with count", []string{"LEASEHOLD_UNIQUE_PERIOD=1h"}, []string{"enqueue", "echo", "--count", "2"}, "LEASEHOLD_UNIQUE_PERIOD with --count 2"},
-		{"unique states unfinished", nil, []string{"enqueue", "echo", "--unique-states", "completed,running"}, "--unique-states running: want completed, discarded or cancelled"},
+		{"unique states unfinished", nil, []string{"enqueue", "echo", "--unique-states", "completed,running"}, `--unique-states "running": want completed, discarded or cancelled`},
 		{"client token with line break", nil, []string{"jobs", "list", "--api-token", "a\nb"}, "--api-token holds a control character"},
 		{"client token from env with line break", []string{"LEASEHOLD_API_TOKEN=a\nb"}, []string{"workers", "list"}, "--api-token holds a control character"},
 		{"daemon token with control character", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:0", "--api-token", "a\x01b"}, "--api-token holds a control character"},

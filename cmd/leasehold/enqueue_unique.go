@@ -48,11 +48,8 @@ func (u *uniqueFlags) apply(req *createRequest) error {
 	}
 	for _, s := range u.states {
 		st, err := coordinator.ParseState(s)
-		if err != nil {
-			return usagef("--unique-states: %s", cleanCoordError(err))
-		}
-		if !st.Final() {
-			return usagef("--unique-states %s: want %s (unfinished jobs always count as duplicates)", st, uniqueStates)
+		if err != nil || !st.Final() {
+			return usagef("--unique-states %q: want %s (unfinished jobs always count as duplicates)", truncateString(s, 40), uniqueStates)
 		}
 		ur.ByState = append(ur.ByState, string(st))
 	}

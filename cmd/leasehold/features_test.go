@@ -231,7 +231,7 @@ func TestCLIFeaturesAsNewUser(t *testing.T) {
 		{[]string{"jobs", "cancel", "--state", "completed"}, exitUsage, "finished jobs cannot be cancelled"},
 		{[]string{"jobs", "retry", "nope"}, exitUsage, "bad job id"},
 		{[]string{"jobs", "delete"}, exitUsage, "missing arguments"},
-		{[]string{"enqueue", "echo", "--unique-states", "done"}, exitUsage, `unknown state "done"`},
+		{[]string{"enqueue", "echo", "--unique-states", "done"}, exitUsage, `--unique-states "done": want completed, discarded or cancelled`},
 	} {
 		r := runCLI(t, nil, "", append(c.args, "--server", srv)...)
 		checkOneLineError(t, strings.Join(c.args, " "), r, c.code, c.want)

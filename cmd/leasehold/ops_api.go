@@ -52,11 +52,8 @@ func (u *uniqueRequest) apply(p *coordinator.EnqueueParams) error {
 	}
 	for _, s := range u.ByState {
 		st, err := coordinator.ParseState(s)
-		if err != nil {
-			return badRequest("unique.by_state: %s", cleanCoordError(err))
-		}
-		if !st.Final() {
-			return badRequest("unique.by_state %s: want %s (unfinished jobs always count as duplicates)", st, uniqueStates)
+		if err != nil || !st.Final() {
+			return badRequest("unique.by_state %q: want %s (unfinished jobs always count as duplicates)", truncateString(s, 40), uniqueStates)
 		}
 		o.ByState = append(o.ByState, st)
 	}
