@@ -154,7 +154,7 @@ func maxPayloadFor(lim kv.Limits) int {
 	if lim.MaxBytes <= 0 {
 		return math.MaxInt
 	}
-	return max(0, (lim.MaxBytes-requestOverhead)/2-maxMetadataBytes-4<<10)
+	return max(0, (lim.MaxBytes-requestOverhead)/2-MaxMetadataBytes-4<<10)
 }
 
 // Namespace returns the namespace of the coordinator.

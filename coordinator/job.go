@@ -122,9 +122,10 @@ const (
 	DefaultMaxAttempts = 25
 	// DefaultMaxPayloadBytes is the default limit on a job's payload.
 	DefaultMaxPayloadBytes = 1 << 20
-	maxNameLen             = 128
-	maxUniqueKeyLen        = 256
-	maxMetadataBytes       = 64 << 10
+	// MaxMetadataBytes is the limit on a job's metadata.
+	MaxMetadataBytes = 64 << 10
+	maxNameLen       = 128
+	maxUniqueKeyLen  = 256
 )
 
 // EnqueueParams describe one job to insert.
@@ -254,8 +255,8 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	if len(p.Metadata) > 0 && !json.Valid(p.Metadata) {
 		return fmt.Errorf("%w: metadata is not valid JSON", ErrInvalid)
 	}
-	if len(p.Metadata) > maxMetadataBytes {
-		return fmt.Errorf("%w: metadata is %d bytes, over the %d-byte limit", ErrInvalid, len(p.Metadata), maxMetadataBytes)
+	if len(p.Metadata) > MaxMetadataBytes {
+		return fmt.Errorf("%w: metadata is %d bytes, over the %d-byte limit", ErrInvalid, len(p.Metadata), MaxMetadataBytes)
 	}
 	return p.Unique.validate()
 }

@@ -75,8 +75,6 @@ import (
 
 // Limits of the API.
 const (
-	// jobMetadataLimit is the coordinator's limit on a job's metadata.
-	jobMetadataLimit = 64 << 10
 	// bodyOverhead is allowed on top of the payload and metadata limits
 	// for the other fields of a create request.
 	bodyOverhead = 64 << 10
@@ -370,7 +368,7 @@ func jsonFields(v any) string {
 // jobLimit bounds the JSON of one create request: room for the largest
 // payload and metadata the coordinator takes, and the other fields.
 func (a *api) jobLimit() int64 {
-	return int64(a.cfg.MaxPayload) + jobMetadataLimit + bodyOverhead
+	return int64(a.cfg.MaxPayload) + coordinator.MaxMetadataBytes + bodyOverhead
 }
 
 // createBody is the body of POST /v1/jobs.

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -24,21 +22,7 @@ func largestJob(maxPayload int) createRequest {
 		Timeout:   "30s",
 		UniqueKey: strings.Repeat("\u00e9", 128), // 256 bytes, escaped or not
 		Unique:    &uniqueRequest{ByQueue: true, ByPeriod: "1h", ByState: []string{"completed", "discarded", "cancelled"}},
-		Metadata:  json.RawMessage(`{"m":"` + strings.Repeat("m", jobMetadataLimit-8) + `"}`),
-	}
-}
-
-// The coordinator's metadata limit is what the API allows for; if it
-// changes, the API's body limits must follow.
-func TestJobMetadataLimitIsTheCoordinators(t *testing.T) {
-	e := newAPIEnv(t, envOpts{noWorker: true})
-	ctx := context.Background()
-	meta := func(n int) json.RawMessage { return json.RawMessage(`"` + strings.Repeat("m", n-2) + `"`) }
-	if _, err := e.coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "echo", Metadata: meta(jobMetadataLimit)}); err != nil {
-		t.Errorf("metadata of %d bytes: %v", jobMetadataLimit, err)
-	}
-	if _, err := e.coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "echo", Metadata: meta(jobMetadataLimit + 1)}); !errors.Is(err, coordinator.ErrInvalid) {
-		t.Errorf("metadata of %d bytes: %v, want refused", jobMetadataLimit+1, err)
+		Metadata:  json.RawMessage(`{"m":"` + strings.Repeat("m", coordinator.MaxMetadataBytes-8) + `"}`),
 	}
 }
 
@@ -46,7 +30,7 @@ func TestJobMetadataLimitIsTheCoordinators(t *testing.T) {
 func TestAPICreateTakesTheLargestJob(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
 	req := largestJob(coordinator.DefaultMaxPayloadBytes)
-	if len(req.Payload) != coordinator.DefaultMaxPayloadBytes || len(req.Metadata) != jobMetadataLimit {
+	if len(req.Payload) != coordinator.DefaultMaxPayloadBytes || len(req.Metadata) != coordinator.MaxMetadataBytes {
 		t.Fatalf("payload %d, metadata %d bytes: not at the limits", len(req.Payload), len(req.Metadata))
 	}
 	b, err := json.Marshal(req)
