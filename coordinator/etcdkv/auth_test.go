@@ -1,6 +1,7 @@
 package etcdkv_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/api/v3/version"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"golang.org/x/crypto/bcrypt"
 
@@ -16,11 +18,13 @@ import (
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
 
-func TestDialAuthAndServerVersion(t *testing.T) {
-	// The cheapest bcrypt cost keeps this test fast under -race.
+// startAuth starts a member with auth on and a user root (password
+// secret), and returns it and a client of it that logged in before auth
+// was on. The cheapest bcrypt cost keeps these tests fast under -race.
+func startAuth(ctx context.Context, t *testing.T) (*etcdtest.Server, *clientv3.Client) {
+	t.Helper()
 	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.BcryptCost = uint(bcrypt.MinCost) }))
 	admin := srv.Client(t)
-	ctx := ctxT(t, 20*time.Second)
 	if _, err := admin.UserAdd(ctx, "root", "secret"); err != nil {
 		t.Fatal(err)
 	}
@@ -30,6 +34,12 @@ func TestDialAuthAndServerVersion(t *testing.T) {
 	if _, err := admin.AuthEnable(ctx); err != nil {
 		t.Fatal(err)
 	}
+	return srv, admin
+}
+
+func TestDialAuthAndServerVersion(t *testing.T) {
+	ctx := ctxT(t, 20*time.Second)
+	srv, _ := startAuth(ctx, t)
 
 	_, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "wrong"})
 	if !errors.Is(err, rpctypes.ErrAuthFailed) {
@@ -65,18 +75,8 @@ func TestDialAuthAndServerVersion(t *testing.T) {
 // authenticates again (a raft round and a password hash on the server)
 // for every stream it opens, so renewals must not open one each.
 func TestAuthRenewalsDoNotAuthenticate(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.BcryptCost = uint(bcrypt.MinCost) }))
-	admin := srv.Client(t)
 	ctx := ctxT(t, 30*time.Second)
-	if _, err := admin.UserAdd(ctx, "root", "secret"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.UserGrantRole(ctx, "root", "root"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.AuthEnable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	srv, _ := startAuth(ctx, t)
 	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "secret"})
 	if err != nil {
 		t.Fatal(err)
@@ -119,18 +119,8 @@ func TestAuthRenewalsDoNotAuthenticate(t *testing.T) {
 // auth was turned off and on again, which drops every token) is made again
 // on a new stream, which authenticates again, instead of failing.
 func TestAuthRenewalAfterTokensDropped(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.BcryptCost = uint(bcrypt.MinCost) }))
-	admin := srv.Client(t)
 	ctx := ctxT(t, 30*time.Second)
-	if _, err := admin.UserAdd(ctx, "root", "secret"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.UserGrantRole(ctx, "root", "root"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.AuthEnable(ctx); err != nil {
-		t.Fatal(err)
-	}
+	srv, admin := startAuth(ctx, t)
 	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "secret"})
 	if err != nil {
 		t.Fatal(err)

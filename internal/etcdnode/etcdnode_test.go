@@ -23,15 +23,23 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func TestStartServeStop(t *testing.T) {
+// startNode starts a single member on free loopback ports and returns it
+// and its client URL.
+func startNode(ctx context.Context, t *testing.T) (*Node, string) {
+	t.Helper()
 	cu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	pu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	n, err := Start(ctx, Config{Dir: t.TempDir(), ClientURL: cu, PeerURL: pu})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return n, cu
+}
+
+func TestStartServeStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	n, cu := startNode(ctx, t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -60,14 +68,9 @@ func TestBadConfig(t *testing.T) {
 // does) stops serving: Wait reports it, as etcd itself exits, instead of
 // leaving a process that answers nothing.
 func TestWaitEndsWhenMemberStops(t *testing.T) {
-	cu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	pu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	n, err := Start(ctx, Config{Dir: t.TempDir(), ClientURL: cu, PeerURL: pu})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, _ := startNode(ctx, t)
 	defer n.Close()
 	n.e.Server.Stop() // what a removal from the cluster ends in
 	if err := n.Wait(ctx); err == nil || ctx.Err() != nil {
@@ -77,14 +80,9 @@ func TestWaitEndsWhenMemberStops(t *testing.T) {
 
 // Close may be called again, after Wait stopped the member or Close did.
 func TestCloseTwice(t *testing.T) {
-	cu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
-	pu := fmt.Sprintf("http://127.0.0.1:%d", freePort(t))
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	n, err := Start(ctx, Config{Dir: t.TempDir(), ClientURL: cu, PeerURL: pu})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, _ := startNode(ctx, t)
 	wctx, wcancel := context.WithCancel(context.Background())
 	wcancel()
 	if err := n.Wait(wctx); err != nil {
