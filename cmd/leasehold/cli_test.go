@@ -518,3 +518,17 @@ func TestCLIRecoveryAndGracefulStop(t *testing.T) {
 		t.Errorf("released job: state %s attempt %d", j.State, j.Attempt)
 	}
 }
+
+// --data and --etcd both on the command line of a command that takes
+// either store is refused (the directory would be ignored); from the
+// environment, --etcd still chooses shared mode.
+func TestDataAndEtcdTogetherRefused(t *testing.T) {
+	dir := t.TempDir()
+	for _, cmd := range []string{"daemon", "bench"} {
+		r := runCLI(t, nil, "", cmd, "--data", dir, "--etcd", "http://127.0.0.1:1")
+		checkOneLineError(t, cmd+" --data --etcd", r, exitUsage, "--data and --etcd are both set")
+	}
+	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
+		t.Errorf("the refused commands wrote into --data: %v, %v", entries, err)
+	}
+}

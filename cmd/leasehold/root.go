@@ -52,6 +52,9 @@ of 'jobs cancel' come from the command line only.) Exit codes: 0 success,
 			if _, err := newLogger(g, io.Discard); err != nil {
 				return withCommand(cmdName(cmd), err)
 			}
+			if err := checkStore(cmd); err != nil {
+				return err
+			}
 			return checkTarget(cmd)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -226,6 +229,20 @@ func exclusive(cmd *cobra.Command, a, b string) (drop string, err error) {
 		return "", usagef("%s and %s are both set in the config file: keep one of them", a, b)
 	}
 	return "", usagef("--%s and --%s are both set: pass one of them", a, b)
+}
+
+// checkStore refuses --data with --etcd, both on the command line, for
+// the commands that take either store (daemon, bench): the jobs would live
+// in etcd and the directory would be ignored. From the environment or the
+// config file, --etcd chooses shared mode, as it always has.
+func checkStore(cmd *cobra.Command) error {
+	if cmd.Flags().Lookup("data") == nil || cmd.Flags().Lookup("etcd") == nil {
+		return nil
+	}
+	if flagSource(cmd, "data") == 3 && flagSource(cmd, "etcd") == 3 {
+		return withCommand(cmdName(cmd), usagef("--data and --etcd are both set: --data is the embedded store's directory, --etcd the shared store; pass one of them"))
+	}
+	return nil
 }
 
 // checkTarget refuses --server with --etcd (see exclusive): the command
