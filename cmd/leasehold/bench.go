@@ -78,6 +78,8 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 		return usagef("--latency-rate %g: want a positive rate", o.latencyRate)
 	case o.mode != "" && o.mode != bench.ModeEmbedded && o.mode != bench.ModeShared:
 		return usagef("--mode %q: want embedded or shared", o.mode)
+	case o.data != "" && (o.mode == bench.ModeShared || o.mode == "" && len(o.etcd) > 0):
+		return usagef("%s is the embedded store's directory; shared mode runs on etcd (--etcd endpoints, or none to start an embedded member): drop it", flagLabel(cmd, "data"))
 	}
 	log, err := newLogger(&globalOpts{logFormat: g.logFormat, logLevel: "warn"}, cmd.ErrOrStderr())
 	if err != nil {

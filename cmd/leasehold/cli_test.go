@@ -528,6 +528,10 @@ func TestDataAndEtcdTogetherRefused(t *testing.T) {
 		r := runCLI(t, nil, "", cmd, "--data", dir, "--etcd", "http://127.0.0.1:1")
 		checkOneLineError(t, cmd+" --data --etcd", r, exitUsage, "--data and --etcd are both set")
 	}
+	r := runCLI(t, []string{"LEASEHOLD_ETCD=http://127.0.0.1:1"}, "", "bench", "--data", dir)
+	checkOneLineError(t, "bench --data, LEASEHOLD_ETCD", r, exitUsage, "--data is the embedded store's directory")
+	r = runCLI(t, nil, "", "bench", "--data", dir, "--mode", "shared")
+	checkOneLineError(t, "bench --data --mode shared", r, exitUsage, "--data is the embedded store's directory")
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
 		t.Errorf("the refused commands wrote into --data: %v, %v", entries, err)
 	}
