@@ -14,8 +14,10 @@
 //	running    -> scheduled            (Run.Snooze: does not use an attempt)
 //	running    -> cancelled            (Run.Cancel, or a cancel request)
 //	running    -> available            (Run.Release, or Reap after the owner's lease is gone)
+//	running    -> cancelled|discarded  (Reap: a cancel request waits, or too many lost runs)
 //	retryable  -> available            (its retry time came: Maintain)
 //	available|scheduled|retryable -> cancelled  (Coordinator.Cancel)
+//	discarded|cancelled|scheduled|retryable -> available  (Coordinator.Retry)
 //
 // # Keys
 //
@@ -34,7 +36,8 @@
 // global limit), and qm/s/QUEUE/N a slot of its global limit, held by a run
 // on its daemon's lease (docs/adr/0005). p/NAME is a periodic schedule's
 // state, advanced by compare-and-set with each tick's job (docs/adr/0007).
-// e/NAME is an election's leader key.
+// e/NAME is an election's leader key, and w/ID a daemon's registration;
+// both hang on their daemon's session lease.
 //
 // # Fencing
 //

@@ -3,10 +3,12 @@
 //
 // It is an adapter, not a second implementation: the seam has etcd's
 // semantics, so a [kv.Txn] becomes one etcd transaction (compares, then-ops,
-// else-ops, nested transactions as clientv3.OpTxn), a range is a
-// linearizable Get, a watch is an etcd watch on a prefix, and leases are
-// etcd leases. Revisions are etcd's revisions, so the revision of a claiming
-// transaction is a fencing token that every member agrees on.
+// else-ops, nested transactions as nested etcd transactions; the request is
+// built directly, not through clientv3's builders, unless the client's KV
+// is wrapped), a range is a linearizable Get, a watch is an etcd watch on a
+// prefix, and leases are etcd leases. Revisions are etcd's revisions, so the
+// revision of a claiming transaction is a fencing token that every member
+// agrees on.
 //
 // # Errors
 //
