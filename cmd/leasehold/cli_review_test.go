@@ -104,6 +104,7 @@ func TestAPIBadInputReview(t *testing.T) {
 		{"create with a query", "POST", "/v1/jobs?queue=mail", `{"kind":"echo"}`, 400, `unknown query parameter "queue": this endpoint takes none`},
 		{"batch with a query", "POST", "/v1/jobs/batch?queue=mail", `{"jobs":[{"kind":"echo"}]}`, 400, `unknown query parameter "queue": this endpoint takes none`},
 		{"bulk cancel with a query", "POST", "/v1/jobs/cancel?queue=mail", `{"all":true}`, 400, `unknown query parameter "queue": this endpoint takes none`},
+		{"bulk cancel with all and a filter", "POST", "/v1/jobs/cancel", `{"all":true,"state":"available"}`, 400, `"all":true cancels every unfinished job: send it alone`},
 		{"unique bool field given a number", "POST", "/v1/jobs", `{"kind":"echo","unique":{"by_args":1}}`, 400, `field "unique.by_args" is a JSON number: want true or false`},
 	}
 	for _, c := range cases {

@@ -153,8 +153,15 @@ func (a *api) cancelMany(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	if req.State == "" && req.Kind == "" && req.Queue == "" && !req.All {
+	filtered := req.State != "" || req.Kind != "" || req.Queue != ""
+	switch {
+	case !filtered && !req.All:
 		a.fail(w, r, badRequest(`no filter: set "state", "kind" or "queue", or "all":true to cancel every unfinished job`))
+		return
+	case filtered && req.All:
+		// As the CLI's --all: which one was meant is not for the API to
+		// guess, and the wrong guess cancels too much or too little.
+		a.fail(w, r, badRequest(`"all":true cancels every unfinished job: send it alone, or the filters without it`))
 		return
 	}
 	res, err := a.cfg.Coord.CancelMany(r.Context(), coordinator.CancelFilter{State: coordinator.State(req.State), Kind: req.Kind, Queue: req.Queue})
