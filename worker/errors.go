@@ -23,7 +23,7 @@ type snoozeError struct{ d time.Duration }
 func (e *snoozeError) Error() string { return fmt.Sprintf("worker: snooze %s", e.d) }
 
 // JobSnooze, returned by a handler, runs the job again after d without using
-// an attempt.
+// an attempt (at once if d is not positive).
 func JobSnooze(d time.Duration) error { return &snoozeError{d: d} }
 
 type cancelError struct{ err error }

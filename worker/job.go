@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -28,7 +29,13 @@ func (j *Job) Checkpoint(ctx context.Context, v any) error {
 	if err != nil {
 		return fmt.Errorf("worker: marshal checkpoint of job %s: %w", j.ID, err)
 	}
-	return j.run.Checkpoint(ctx, b)
+	err = j.run.Checkpoint(ctx, b)
+	if errors.Is(err, coordinator.ErrWrongState) {
+		// The run's outcome was recorded (its handler outlived
+		// AbandonGrace, or left a goroutine behind): the run is over.
+		return fmt.Errorf("%w: %w", fence.ErrLeaseLost, err)
+	}
+	return err
 }
 
 // SetResult sets what is recorded as the job's result when the handler

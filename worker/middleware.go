@@ -69,9 +69,9 @@ func chain(h Handler, mws []Middleware) Handler {
 }
 
 // wrapHandlers builds every kind's handler with its middleware, once, at
-// Start, before it opens a session. A nil middleware, one that returns a
-// nil handler or one that panics while wrapping is an error naming the
-// kind.
+// Start, before it opens a session. A nil handler, a nil middleware, one
+// that returns a nil handler or one that panics while wrapping is an error
+// naming the kind.
 func (w *Worker) wrapHandlers() (err error) {
 	var kind string
 	defer func() {
@@ -82,6 +82,9 @@ func (w *Worker) wrapHandlers() (err error) {
 	wrapped := make(map[string]Handler, len(w.handlers))
 	for k, h := range w.handlers {
 		kind = k
+		if h == nil {
+			return fmt.Errorf("%w: nil handler for kind %s", coordinator.ErrInvalid, k)
+		}
 		for _, mws := range [][]Middleware{w.kindOpts[k].Middleware, w.cfg.Middleware} {
 			if h = chain(h, mws); h == nil {
 				return fmt.Errorf("%w: a middleware of kind %s is nil or returned a nil handler", coordinator.ErrInvalid, k)

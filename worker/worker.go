@@ -171,8 +171,10 @@ type Worker struct {
 	cancelStop context.CancelFunc
 	loops      sync.WaitGroup
 	handlersWG sync.WaitGroup
-	stopOnce   sync.Once
+	stopBegun  atomic.Bool
 	stopped    chan struct{}
+	force      chan struct{} // closed by a Stop whose ctx ended while another drained
+	forceOnce  sync.Once
 	// startMu orders starting handlers before Stop's drain: once stopping
 	// is set, runs of claims that land are given back, not started.
 	startMu     sync.Mutex
@@ -224,6 +226,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 		wake:     make(chan struct{}, 1),
 		freed:    make(chan struct{}, 1),
 		stopped:  make(chan struct{}),
+		force:    make(chan struct{}),
 
 		cancelSeen: map[string]cancelSeen{},
 	}
@@ -644,6 +647,8 @@ func (w *Worker) claim(ctx context.Context, sess *coordinator.Session, q string,
 	stopping := w.stopping
 	if !stopping {
 		w.handlersWG.Add(len(runs))
+		// Counted running before Stop can look: see its drain.
+		w.inFlight.Add(int64(len(runs)))
 	}
 	w.startMu.Unlock()
 	if stopping {
@@ -798,13 +803,12 @@ func (w *Worker) giveBack(runs []*coordinator.Run) {
 	}
 }
 
-// start runs r (counted in handlersWG by its claim) in a slot reserved
-// for it: its handler in a goroutine of its own, and the wait for it and
-// the outcome write in another.
+// start runs r (counted in handlersWG and inFlight by its claim) in a
+// slot reserved for it: its handler in a goroutine of its own, and the
+// wait for it and the outcome write in another.
 func (w *Worker) start(sess *coordinator.Session, r *coordinator.Run) {
 	id := r.Job().ID
 	w.held.Store(id, r)
-	w.inFlight.Add(1)
 	finish := w.execute(sess, r)
 	go func() {
 		defer w.handlersWG.Done()
@@ -850,9 +854,18 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 	var herr error
 	var trace string
 	go func() {
+		returned := false
+		defer func() {
+			if !returned {
+				// runtime.Goexit (t.FailNow, say) ended the handler's
+				// goroutine: the attempt failed.
+				herr = errors.New("handler exited its goroutine without returning (runtime.Goexit)")
+			}
+			releaseSlot()
+			close(done)
+		}()
 		trace, herr = w.call(ctx, job)
-		releaseSlot()
-		close(done)
+		returned = true
 	}()
 	return func() {
 		defer cancel(nil)
@@ -894,7 +907,23 @@ func (w *Worker) call(ctx context.Context, j *Job) (trace string, err error) {
 			trace, err = string(debug.Stack()), fmt.Errorf("handler panicked: %v", p)
 		}
 	}()
-	return "", h(ctx, j)
+	return "", checkError(h(ctx, j))
+}
+
+// checkError returns err, or if its Error method panics (a typed nil
+// pointer, say) an error saying so: err would panic as its outcome is
+// recorded, outside any recover.
+func checkError(err error) (checked error) {
+	if err == nil {
+		return nil
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			checked = fmt.Errorf("handler returned an error (%T) whose Error method panicked: %v", err, p)
+		}
+	}()
+	_ = err.Error()
+	return err
 }
 
 // runLog is the logger of r's run, built only when there is something to
@@ -935,7 +964,9 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		op = func(ctx context.Context) error { return r.Complete(ctx, j.getResult()) }
 	case errors.As(herr, &snooze):
 		out.Op = "snooze"
-		op = func(ctx context.Context) error { return r.Snooze(ctx, snooze.d) }
+		// A snooze until a time just past (time.Until of it) runs the
+		// job again at once; the store refuses a negative one.
+		op = func(ctx context.Context) error { return r.Snooze(ctx, max(snooze.d, 0)) }
 	case errors.As(herr, &cancelled):
 		out.Op = "cancel"
 		op = func(ctx context.Context) error { return r.Cancel(ctx, cancelled.err) }
@@ -1017,10 +1048,21 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 // available again without using an attempt. A claim that lands after Stop
 // began gives its jobs back the same way, starting no handler. Finally it
 // closes the session, which removes the worker's registration. It returns
-// ctx's error if the drain did not finish in time.
+// ctx's error if the drain did not finish in time. A Stop called while
+// another runs waits for it, but cuts the drain short as its own ctx ends.
 func (w *Worker) Stop(ctx context.Context) error {
+	if !w.stopBegun.CompareAndSwap(false, true) {
+		select {
+		case <-w.stopped:
+			return nil
+		case <-ctx.Done():
+			w.forceOnce.Do(func() { close(w.force) })
+			<-w.stopped
+			return fmt.Errorf("worker: drain: %w", ctx.Err())
+		}
+	}
 	var err error
-	w.stopOnce.Do(func() {
+	func() {
 		w.lifeMu.Lock()
 		defer w.lifeMu.Unlock()
 		defer close(w.stopped)
@@ -1041,8 +1083,18 @@ func (w *Worker) Stop(ctx context.Context) error {
 		select {
 		case <-drained:
 		case <-ctx.Done():
-			err = fmt.Errorf("worker: drain: %w", ctx.Err())
-			w.log.Warn("drain deadline passed: cancelling running handlers", slog.Int("running", w.Running()))
+			// Running handlers are interrupted. With none running
+			// (and none to start: claims give their jobs back now),
+			// only outcome writes remain, which finish on their own:
+			// the drain did not miss its deadline.
+			if n := w.Running(); n > 0 {
+				err = fmt.Errorf("worker: drain: %w", ctx.Err())
+				w.log.Warn("drain deadline passed: cancelling running handlers", slog.Int("running", n))
+			}
+			w.runCancel(ErrShutdown)
+			<-drained
+		case <-w.force:
+			w.log.Warn("drain deadline of a concurrent Stop passed: cancelling running handlers", slog.Int("running", w.Running()))
 			w.runCancel(ErrShutdown)
 			<-drained
 		}
@@ -1056,6 +1108,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 		w.sessCancel()
 		w.log.Info("worker stopped")
-	})
+	}()
 	return err
 }
