@@ -123,9 +123,12 @@ func (r *Run) Snooze(ctx context.Context, d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("%w: negative snooze %s", ErrInvalid, d)
 	}
+	// As RetryAt: a snooze past the latest time the store can key is
+	// until that time (the job would otherwise end discarded by the
+	// worker, which cannot record the snooze).
 	at := r.c.clock.Now().UTC().Add(d)
-	if err := checkScheduledAt(at); err != nil {
-		return err
+	if at.After(MaxScheduledAt) {
+		at = MaxScheduledAt
 	}
 	return r.write(ctx, "snooze", true, func(j *Job) {
 		j.Attempt--

@@ -16,6 +16,7 @@ import (
 // maintenanceTests: unique keys, promotion and the maintenance loop, and
 // elections side by side.
 var maintenanceTests = []suiteTest{
+	{"SnoozeBeyondTheLatestTimeClamped", testSnoozeClamped},
 	{"UniqueKeyNotUTF8", testUniqueKeyNotUTF8},
 	{"MaintenanceWaitsPastEntriesItLeaves", testMaintenanceWaitsPastLeftEntries},
 	{"ElectionIgnoresOtherElectionsKeys", testElectionIgnoresOtherKeys},
@@ -367,5 +368,20 @@ func testElectionIgnoresOtherKeys(t *testing.T, h *harness) {
 	}
 	if leader, err := c.Leader(h.ctx(), "maint"); err != nil || leader != s.WorkerID() {
 		t.Fatalf("Leader(maint) = %q, %v; want %s", leader, err, s.WorkerID())
+	}
+}
+
+// testSnoozeClamped: a snooze past MaxScheduledAt (the latest time the
+// store keys) is until that time, as a RetryAt past it is; refused, the
+// worker could not record it and the job would end discarded.
+func testSnoozeClamped(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	r := h.claimOne(h.session(h.c))
+	if err := r.Snooze(h.ctx(), time.Duration(1<<63-1)); err != nil {
+		t.Fatalf("snooze for the longest duration: %v", err)
+	}
+	got := h.wantState(j.ID, coordinator.StateScheduled)
+	if !got.ScheduledAt.Equal(coordinator.MaxScheduledAt) || got.Attempt != 0 {
+		t.Fatalf("snoozed job: scheduled at %s, attempt %d; want %s, 0", got.ScheduledAt, got.Attempt, coordinator.MaxScheduledAt)
 	}
 }
