@@ -1048,8 +1048,11 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 // available again without using an attempt. A claim that lands after Stop
 // began gives its jobs back the same way, starting no handler. Finally it
 // closes the session, which removes the worker's registration. It returns
-// ctx's error if the drain did not finish in time. A Stop called while
-// another runs waits for it, but cuts the drain short as its own ctx ends.
+// ctx's error if the drain did not finish in time. A handler that ignores
+// its cancelled context is waited for up to Config.AbandonGrace more, then
+// abandoned (its outcome recorded without it), so Stop may return that
+// long after ctx ends. A Stop called while another runs waits for it, but
+// cuts the drain short as its own ctx ends.
 func (w *Worker) Stop(ctx context.Context) error {
 	if !w.stopBegun.CompareAndSwap(false, true) {
 		select {
