@@ -64,7 +64,8 @@ func parseExec(s string) (execSpec, error) {
 // own process group; when the job's context ends (cancel, timeout,
 // shutdown, lost lease) the group gets SIGTERM, then SIGKILL after
 // execKillGrace; so do processes the command leaves in its group when it
-// exits (stopLeftovers).
+// exits (stopLeftovers: an exit 0 is still a success, even if they held
+// its output open), and the daemon reaps those it inherited (reapGroup).
 func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 	return func(ctx context.Context, j *worker.Job) error {
 		cmd := exec.Command("sh", "-c", spec.command)
@@ -111,9 +112,15 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			t.Stop()
 		}
 		stopLeftovers(pgid, termAt, j.ID, log)
+		reapGroup(pgid)
 
 		if ctx.Err() != nil {
 			return fmt.Errorf("exec %s: command stopped (%v): %s", spec.kind, context.Cause(ctx), describeExit(werr, stderr))
+		}
+		if errors.Is(werr, exec.ErrWaitDelay) {
+			// The command exited 0; what it left behind held its output
+			// open and has been stopped (stopLeftovers).
+			werr = nil
 		}
 		if werr != nil {
 			return fmt.Errorf("exec %s: %s", spec.kind, describeExit(werr, stderr))
@@ -197,6 +204,29 @@ func stopLeftovers(pgid int, termAt time.Time, job string, log *slog.Logger) {
 	}
 	log.Warn("processes left by the command ignored SIGTERM: killing its process group", slog.String("job", job), slog.Int("pgid", pgid))
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	// Wait for them to die (SIGKILL is not synchronous), so that
+	// reapGroup finds them exited; one stuck in the kernel is left.
+	for killed := time.Now(); time.Since(killed) < execKillGrace && groupAlive(pgid); {
+		<-tick.C
+	}
+}
+
+// reapGroup reaps the exited processes of group pgid whose parent is now
+// the daemon. The processes a command leaves behind become the children of
+// the nearest subreaper when their parent exits: init, or the daemon
+// itself when it runs as PID 1 (in a container) or as a subreaper. Nobody
+// else would reap those, and each would stay a zombie holding a pid. Call
+// it once the command's shell has been waited for.
+func reapGroup(pgid int) {
+	for {
+		pid, err := syscall.Wait4(-pgid, nil, syscall.WNOHANG, nil)
+		switch {
+		case errors.Is(err, syscall.EINTR):
+			continue
+		case err != nil || pid <= 0:
+			return // ECHILD: none is the daemon's child; 0: none has exited
+		}
+	}
 }
 
 // groupAlive reports whether process group pgid has a process that has

@@ -187,6 +187,9 @@ func (a *api) listQueues(w http.ResponseWriter, r *http.Request) {
 
 // knownQueue refuses a queue nobody knows (no daemon serves it, it has no
 // jobs available and no configuration) unless force: most likely a typo.
+// Scheduled and retryable jobs are not counted (their index is not kept
+// by queue), so force is also the way to configure a queue whose jobs are
+// all waiting for their time.
 func (a *api) knownQueue(r *http.Request, q string, force bool, hint string) error {
 	if err := coordinator.ValidateQueue(q); err != nil {
 		return err
@@ -209,7 +212,7 @@ func (a *api) knownQueue(r *http.Request, q string, force bool, hint string) err
 	if len(names) > 0 {
 		known = strings.Join(names, ", ")
 	}
-	return badRequest("unknown queue %s: no daemon serves it and it has no jobs (known queues: %s); check the name%s", q, known, hint)
+	return badRequest("unknown queue %s: no daemon serves it and it has no available jobs (known queues: %s); check the name%s", q, known, hint)
 }
 
 func forceParam(r *http.Request) (bool, error) {
@@ -253,7 +256,7 @@ func (a *api) limitQueue(w http.ResponseWriter, r *http.Request) {
 }
 
 // forceHint ends the unknown-queue error of pause and limit.
-const forceHint = ", or pass force=true to configure a queue before any daemon serves it"
+const forceHint = ", or pass force=true to configure a queue before any daemon serves it or while its jobs are all scheduled or retryable (those are not counted)"
 
 func (a *api) changeQueue(w http.ResponseWriter, r *http.Request, hint string, change func(q string) (coordinator.QueueConfig, bool, error)) {
 	force, err := forceParam(r)
