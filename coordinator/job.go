@@ -190,7 +190,14 @@ func ValidateID(id string) error {
 }
 
 // ValidateQueue checks a queue name.
-func ValidateQueue(q string) error { return validName("queue", q) }
+func ValidateQueue(q string) error {
+	if q == "." || q == ".." {
+		// Valid characters, but a path segment: /v1/queues/../pause
+		// would name another path.
+		return fmt.Errorf("%w: queue %q would be read as a path: use letters or digits in it", ErrInvalid, q)
+	}
+	return validName("queue", q)
+}
 
 // ValidateKind checks a kind name.
 func ValidateKind(k string) error { return validName("kind", k) }
