@@ -197,6 +197,9 @@ type Outcome struct {
 	// Err is nil when the store accepted the write. An error wrapping
 	// fence.ErrLeaseLost means it was refused: another run owns the job.
 	Err error
+	// State is the state the write left the job in (retryable or
+	// discarded after a fail, say), when Err is nil.
+	State coordinator.State
 	// HandlerErr is what the handler returned.
 	HandlerErr error
 	// Started and Ended bound the handler's run.
@@ -997,7 +1000,8 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		out.Err = err
 		switch {
 		case err == nil:
-			if out.Op != "cancel" && r.Job().State == coordinator.StateCancelled {
+			out.State = r.Job().State
+			if out.Op != "cancel" && out.State == coordinator.StateCancelled {
 				// A cancel request was pending: the store recorded the
 				// job as cancelled instead of running it again.
 				out.Op = "cancel"

@@ -92,7 +92,7 @@ func newMetrics() *metrics {
 	m.completions = counter("leasehold_job_completions_total", "Runs recorded as completed.", "kind")
 	m.failures = counter("leasehold_job_failures_total", "Failed attempts recorded (retried or discarded).", "kind")
 	m.retries = counter("leasehold_job_retries_total", "Failed attempts after which the job will run again (retryable).", "kind")
-	m.discards = counter("leasehold_job_discards_total", "Jobs discarded: reason attempts (max attempts used) or rescues (lost its run too often).", "kind", "reason")
+	m.discards = counter("leasehold_job_discards_total", "Jobs discarded: reason attempts (max attempts used), rescues (lost its run too often) or outcome (its outcome could not be recorded).", "kind", "reason")
 	m.cancellations = counter("leasehold_job_cancellations_total", "Runs recorded as cancelled (a cancel request honoured, or the handler cancelled itself).", "kind")
 	m.snoozes = counter("leasehold_job_snoozes_total", "Runs snoozed by their handler.", "kind")
 	m.refused = counter("leasehold_fenced_writes_refused_total", "Outcome writes refused or not attempted because the run had lost its lease (fence.ErrLeaseLost): op is the write, or abandon.", "op")
@@ -198,10 +198,15 @@ func (m *metrics) onOutcome(o worker.Outcome) {
 		m.completions.WithLabelValues(kind).Inc()
 	case "fail":
 		m.failures.WithLabelValues(kind).Inc()
-		if o.Job.Attempt >= o.Job.MaxAttempts {
-			m.discards.WithLabelValues(kind, "attempts").Inc()
-		} else {
+		switch {
+		case o.State != coordinator.StateDiscarded:
 			m.retries.WithLabelValues(kind).Inc()
+		case o.Job.Attempt >= o.Job.MaxAttempts:
+			m.discards.WithLabelValues(kind, "attempts").Inc()
+		default:
+			// The outcome could not be recorded as it was (too large to
+			// run again): the worker discarded the job, saying why.
+			m.discards.WithLabelValues(kind, "outcome").Inc()
 		}
 	case "cancel":
 		m.cancellations.WithLabelValues(kind).Inc()

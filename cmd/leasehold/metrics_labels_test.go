@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // Clients name queues freely: leasehold_enqueued_total keeps at most
@@ -35,5 +36,43 @@ func TestEnqueuedQueueLabelsBounded(t *testing.T) {
 	}
 	if len(queues) != maxQueueLabels+1 || queues["other"] != 50 || queues["q0"] != 2 {
 		t.Fatalf("%d queue labels (other %v, q0 %v); want %d and other 50, q0 2", len(queues), queues["other"], queues["q0"], maxQueueLabels+1)
+	}
+}
+
+// A failed attempt is counted by the state it left the job in: a job the
+// worker discarded because its outcome could not be stored, with attempts
+// left, is a discard (reason outcome), not a retry.
+func TestFailOutcomeCountedByRecordedState(t *testing.T) {
+	m := newMetrics()
+	job := coordinator.Job{Kind: "k", Attempt: 1, MaxAttempts: 25}
+	m.onOutcome(worker.Outcome{Job: job, Op: "fail", State: coordinator.StateRetryable})
+	m.onOutcome(worker.Outcome{Job: job, Op: "fail", State: coordinator.StateDiscarded})
+	last := coordinator.Job{Kind: "k", Attempt: 25, MaxAttempts: 25}
+	m.onOutcome(worker.Outcome{Job: last, Op: "fail", State: coordinator.StateDiscarded})
+	got := map[string]float64{}
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, x := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range x.GetLabel() {
+				if l.GetName() == "reason" {
+					name += "/" + l.GetValue()
+				}
+			}
+			got[name] += x.GetCounter().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{
+		"leasehold_job_retries_total":           1,
+		"leasehold_job_discards_total/outcome":  1,
+		"leasehold_job_discards_total/attempts": 1,
+		"leasehold_job_failures_total":          3,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
 	}
 }
