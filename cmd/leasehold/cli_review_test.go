@@ -6,12 +6,9 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 )
 
 // TestDaemonTokenFileFromPipe starts the daemon with --api-token-file
@@ -20,29 +17,7 @@ import (
 func TestDaemonTokenFileFromPipe(t *testing.T) {
 	dir := t.TempDir()
 	const token = "pipe-token-0123456789"
-	cmd := exec.Command(binPath, "daemon", "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0",
-		"--log-format", "json", "--api-token-file", "/dev/stdin")
-	cmd.Env = cliEnv()
-	cmd.Stdin = strings.NewReader(token + "\n")
-	lw := &logWatcher{ready: make(chan string, 1)}
-	cmd.Stdout, cmd.Stderr = lw, lw
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemonProc{cmd: cmd, log: lw, done: make(chan struct{})}
-	go func() {
-		d.err = cmd.Wait()
-		close(d.done)
-	}()
-	t.Cleanup(func() { d.stop(t, syscall.SIGTERM) })
-	select {
-	case addr := <-lw.ready:
-		d.server = "http://" + addr
-	case <-d.done:
-		t.Fatalf("daemon exited at start (%v):\n%s", d.err, lw)
-	case <-time.After(20 * time.Second):
-		t.Fatalf("daemon not listening after 20s:\n%s", lw)
-	}
+	d := startDaemonStdin(t, filepath.Join(dir, "data"), strings.NewReader(token+"\n"), "--api-token-file", "/dev/stdin")
 	r := runCLI(t, nil, "", "enqueue", "echo", "--server", d.server)
 	checkOneLineError(t, "enqueue without the token", r, 1, "API token")
 	okCLI(t, "enqueue", "echo", "--server", d.server, "--api-token", token)

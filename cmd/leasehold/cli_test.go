@@ -149,9 +149,17 @@ func (l *logWatcher) String() string {
 
 func startDaemon(t *testing.T, dir string, args ...string) *daemonProc {
 	t.Helper()
+	return startDaemonStdin(t, dir, nil, args...)
+}
+
+// startDaemonStdin is startDaemon with stdin as the daemon's standard
+// input.
+func startDaemonStdin(t *testing.T, dir string, stdin io.Reader, args ...string) *daemonProc {
+	t.Helper()
 	all := append([]string{"daemon", "--data", dir, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
 	cmd := exec.Command(binPath, all...)
 	cmd.Env = cliEnv()
+	cmd.Stdin = stdin
 	lw := &logWatcher{ready: make(chan string, 1)}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	if err := cmd.Start(); err != nil {
@@ -257,7 +265,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"bad server URL", nil, []string{"workers", "list", "--server", "ftp://x"}, "--server"},
 		{"bad env value", []string{"LEASEHOLD_COUNT=many"}, []string{"enqueue", "echo"}, "LEASEHOLD_COUNT"},
 		{"delay and at from env", []string{"LEASEHOLD_DELAY=1s", "LEASEHOLD_AT=2030-01-02T15:04:05Z"}, []string{"enqueue", "echo"}, "LEASEHOLD_DELAY and LEASEHOLD_AT"},
-		{"daemon etcd without scheme", nil, []string{"daemon", "--data", data, "--etcd", "127.0.0.1:2379"}, "is not an http:// or https:// URL"},
+		{"daemon etcd without scheme", []string{"LEASEHOLD_DATA=" + data}, []string{"daemon", "--etcd", "127.0.0.1:2379"}, "is not an http:// or https:// URL"},
 		{"daemon etcd from env", []string{"LEASEHOLD_ETCD=etcd.local:2379"}, []string{"daemon", "--data", data}, "is not an http:// or https:// URL"},
 		{"daemon etcd user without password", nil, []string{"daemon", "--etcd", "http://127.0.0.1:2379", "--etcd-user", "u"}, "--etcd-user and --etcd-password go together"},
 		{"daemon lease ttl", nil, []string{"daemon", "--data", data, "--lease-ttl", "1500ms"}, "--lease-ttl"},

@@ -236,9 +236,24 @@ func groupAlive(pgid int) bool {
 	if syscall.Kill(-pgid, 0) != nil {
 		return false
 	}
+	procs, ok := groupProcs(pgid)
+	if !ok {
+		return true // no /proc: a zombie counts
+	}
+	for _, p := range procs {
+		if !strings.HasSuffix(p, " Z") {
+			return true
+		}
+	}
+	return false
+}
+
+// groupProcs lists the processes of group pgid that have an entry in
+// /proc, zombies included, as "PID STATE"; ok is false without /proc.
+func groupProcs(pgid int) (procs []string, ok bool) {
 	dir, err := os.ReadDir("/proc")
 	if err != nil {
-		return true // no /proc: a zombie counts
+		return nil, false
 	}
 	want := strconv.Itoa(pgid)
 	for _, e := range dir {
@@ -251,11 +266,11 @@ func groupAlive(pgid int) bool {
 		}
 		// pid (comm) state ppid pgrp ...; comm may hold anything.
 		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) >= 3 && f[2] == want && f[0] != "Z" {
-			return true
+		if len(f) >= 3 && f[2] == want {
+			procs = append(procs, e.Name()+" "+f[0])
 		}
 	}
-	return false
+	return procs, true
 }
 
 // describeExit says how a command ended, with the last lines of stderr.

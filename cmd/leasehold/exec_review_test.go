@@ -48,27 +48,11 @@ func setSubreaper(on bool) error {
 // in /proc (zombies included), as "pid state".
 func groupEntries(t *testing.T, pgid int) []string {
 	t.Helper()
-	dir, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
+	procs, ok := groupProcs(pgid)
+	if !ok {
+		t.Skip("no /proc")
 	}
-	want := strconv.Itoa(pgid)
-	var out []string
-	for _, e := range dir {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		i := strings.LastIndexByte(string(b), ')')
-		f := strings.Fields(string(b[i+1:]))
-		if len(f) >= 3 && f[2] == want {
-			out = append(out, e.Name()+" "+f[0])
-		}
-	}
-	return out
+	return procs
 }
 
 // A daemon run as PID 1 (in a container) or as a subreaper inherits the
