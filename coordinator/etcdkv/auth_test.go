@@ -37,6 +37,20 @@ func startAuth(ctx context.Context, t *testing.T) (*etcdtest.Server, *clientv3.C
 	return srv, admin
 }
 
+// dialRoot logs in to srv as root, and returns the client and a store on
+// it; both are closed when the test ends.
+func dialRoot(ctx context.Context, t *testing.T, srv *etcdtest.Server) (*clientv3.Client, *etcdkv.Store) {
+	t.Helper()
+	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "secret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s := etcdkv.New(cli, etcdkv.Options{})
+	t.Cleanup(func() { _ = s.Close() })
+	return cli, s
+}
+
 func TestDialAuthAndServerVersion(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	srv, _ := startAuth(ctx, t)
@@ -46,13 +60,7 @@ func TestDialAuthAndServerVersion(t *testing.T) {
 		t.Fatalf("Dial with a wrong password: %v, want %v", err, rpctypes.ErrAuthFailed)
 	}
 
-	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	s := etcdkv.New(cli, etcdkv.Options{})
-	t.Cleanup(func() { _ = s.Close() })
+	_, s := dialRoot(ctx, t, srv)
 	put(t, s, "auth/k", "v", 0)
 
 	v, err := s.ServerVersion(ctx)
@@ -77,13 +85,7 @@ func TestDialAuthAndServerVersion(t *testing.T) {
 func TestAuthRenewalsDoNotAuthenticate(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	srv, _ := startAuth(ctx, t)
-	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	s := etcdkv.New(cli, etcdkv.Options{})
-	t.Cleanup(func() { _ = s.Close() })
+	cli, s := dialRoot(ctx, t, srv)
 	id, err := s.Grant(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -121,13 +123,7 @@ func TestAuthRenewalsDoNotAuthenticate(t *testing.T) {
 func TestAuthRenewalAfterTokensDropped(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	srv, admin := startAuth(ctx, t)
-	cli, err := etcdkv.Dial(ctx, etcdkv.Config{Endpoints: []string{srv.Endpoint()}, Username: "root", Password: "secret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	s := etcdkv.New(cli, etcdkv.Options{})
-	t.Cleanup(func() { _ = s.Close() })
+	cli, s := dialRoot(ctx, t, srv)
 	id, err := s.Grant(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
