@@ -121,7 +121,8 @@ type Result struct {
 	Daemons int `json:"daemons,omitempty"`
 	// FirstTenthJobsPerSec and LastTenthJobsPerSec are the rates of the
 	// first and the last tenth of the jobs (insert, drain): how the cost
-	// changes as the queue fills or empties.
+	// changes as the queue fills or empties. Insert's are over whole calls
+	// (the fewest that hold a tenth of the jobs).
 	FirstTenthJobsPerSec float64 `json:"first_tenth_jobs_per_sec,omitempty"`
 	LastTenthJobsPerSec  float64 `json:"last_tenth_jobs_per_sec,omitempty"`
 	// EnqueueP50MS and EnqueueP99MS are percentiles of the latency
@@ -133,7 +134,8 @@ type Result struct {
 	// drain result when both ran.
 	CeilingRatio float64 `json:"ceiling_ratio,omitempty"`
 	// Store says what the phase ran on: "pebble DIR", "etcd URL,..." or
-	// "etcd (embedded member)".
+	// "etcd (embedded member)", followed by " (memory-backed: not
+	// durable)" when the store's directory is on tmpfs.
 	Store string `json:"store"`
 	// Detail describes what one operation of the ceiling loop is.
 	Detail    string `json:"detail,omitempty"`
@@ -399,11 +401,34 @@ func (r *runner) insert(ctx context.Context) (Result, error) {
 	elapsed := time.Since(start)
 	stop()
 	res := r.result(PhaseInsert, n, 1, elapsed, lat)
-	// Jobs k*InsertBatch..: done at at[k].
-	res.FirstTenthJobsPerSec, res.LastTenthJobsPerSec = tenths(n, elapsed, func(k int) time.Duration {
-		return at[min(len(at)-1, (k+InsertBatch-1)/InsertBatch-1)]
-	})
+	res.FirstTenthJobsPerSec, res.LastTenthJobsPerSec = insertTenths(n, elapsed, at)
 	return res, nil
+}
+
+// insertTenths returns the rates of the first and the last tenth of n jobs
+// enqueued InsertBatch per call in elapsed, given at[c], the time since
+// the start after call c. A call's jobs are done together, so each rate is
+// over the fewest whole calls that hold a tenth of the jobs; zero for fewer
+// than 10 jobs.
+func insertTenths(n int, elapsed time.Duration, at []time.Duration) (first, last float64) {
+	tenth := n / 10
+	if tenth == 0 || len(at) == 0 {
+		return 0, 0
+	}
+	doneAfter := func(c int) int { return min((c+1)*InsertBatch, n) } // jobs done after call c
+	c := min(len(at)-1, (tenth+InsertBatch-1)/InsertBatch-1)          // the call that completes the first tenth
+	if d := at[c]; d > 0 {
+		first = round(float64(doneAfter(c))/d.Seconds(), 1)
+	}
+	// The last call after which a tenth or more remain (none: all calls).
+	from, jobs := time.Duration(0), n
+	if c := (n-tenth)/InsertBatch - 1; c >= 0 {
+		from, jobs = at[c], n-doneAfter(c)
+	}
+	if d := elapsed - from; d > 0 {
+		last = round(float64(jobs)/d.Seconds(), 1)
+	}
+	return first, last
 }
 
 // drain starts the worker and times until all N jobs are durably recorded
@@ -412,12 +437,13 @@ func (r *runner) insert(ctx context.Context) (Result, error) {
 // even pace).
 //
 // End detection polls no store. The handlers count their starts; once all
-// N have started, Run polls Worker.Running (an atomic counter, every
-// 200 µs), which drops for a job only after the worker's write of its
-// outcome (Run.Complete, a durable transaction) has returned. Counts then
-// confirms, untimed, that N jobs are completed; should it find fewer (an
-// outcome that failed to record, a worker whose accounting changed), Run
-// polls Counts every 20 ms until they are and times the drain up to then.
+// N have started, Run polls Worker.Pending (every 200 µs), which drops
+// for a job only after the worker's write of its outcome (Run.Complete, a
+// durable transaction) has returned (Worker.Running drops as the handler
+// returns, before that write). Counts then confirms, untimed, that N jobs
+// are completed; should it find fewer (an outcome that failed to record, a
+// worker whose accounting changed), Run polls Counts every 20 ms until
+// they are and times the drain up to then.
 func (r *runner) drain(ctx context.Context, ws []*worker.Worker, h *handlers) (Result, error) {
 	n := r.cfg.Jobs
 	stop := r.progress(PhaseDrain, n, h.drainStarted.Load)
@@ -679,8 +705,8 @@ func (h *handlers) latency(_ context.Context, j *worker.Job) error {
 	if p.I < 0 || p.I >= h.nLat {
 		return worker.JobCancel(fmt.Errorf("bench: job index %d out of range", p.I))
 	}
-	if h.latLatency[p.I].Swap(now-h.latEnqueued[p.I].Load()) != 0 {
-		return nil // a second run of the job: counted once
+	if !h.latLatency[p.I].CompareAndSwap(0, now-h.latEnqueued[p.I].Load()) {
+		return nil // a second run of the job: counted once, by its first
 	}
 	for {
 		last := h.latLast.Load()

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,6 +25,10 @@ const (
 	// ceilingValueBytes is about the size of a job record.
 	ceilingValueBytes = 320
 )
+
+// ceilingLeaseTTL is the TTL of the lease the etcd ceiling loop attaches
+// its keys to.
+var ceilingLeaseTTL = 30 * time.Second
 
 // ceiling runs the raw-store loop: what the store alone sustains with
 // transactions shaped like the queue's, through the same kv seam, in the
@@ -51,10 +56,13 @@ func (r *runner) ceiling(ctx context.Context) (Result, error) {
 		writers, perTxn, keysPerOp = ceilingEtcdWriters, ceilingEtcdUnits, 4
 		detail = fmt.Sprintf("one op = one nested transaction (1 compare, 4 puts, one on a lease), %d per etcd transaction; %d concurrent writers", perTxn, writers)
 		var err error
-		if lease, err = r.env.store.Grant(ctx, 30*time.Second); err != nil {
+		if lease, err = r.env.store.Grant(ctx, ceilingLeaseTTL); err != nil {
 			return Result{}, fmt.Errorf("bench: ceiling: grant a lease: %w", err)
 		}
 		defer func() { _ = r.env.store.Revoke(context.WithoutCancel(ctx), lease) }()
+		// A loop can outlast the TTL (many operations, a slow cluster):
+		// its puts on the lease would then fail.
+		defer r.keepLease(ctx, lease, ceilingLeaseTTL)()
 	}
 	defer r.deleteCeilingKeys(context.WithoutCancel(ctx), prefix, n, keysPerOp)
 
@@ -111,6 +119,32 @@ func (r *runner) ceiling(ctx context.Context) (Result, error) {
 	res := r.result(PhaseCeiling, n, writers, elapsed, lat)
 	res.Detail = detail
 	return res, nil
+}
+
+// keepLease renews lease every third of ttl until the returned stop is
+// called; stop waits for the renewals to end.
+func (r *runner) keepLease(ctx context.Context, lease kv.LeaseID, ttl time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(ttl / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if _, err := r.env.store.KeepAliveOnce(ctx, lease); err != nil && ctx.Err() == nil {
+				r.log.Warn("bench: ceiling: renewing the loop's lease", slog.Any("err", err))
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // deleteCeilingKeys deletes what the ceiling loop wrote (keys attached to

@@ -32,16 +32,20 @@
 //     can be told apart: the store's writes or the pickup after them.
 //
 // Every write is durable throughout (Pebble fsync, etcd quorum and fsync);
-// nothing is tuned for the bench. The handlers do nothing but note when
-// they started. max_rss_mb is the process's peak resident set so far
-// (getrusage), in MiB; in shared mode without endpoints it includes the
-// embedded etcd member, which Run starts in a temporary directory and talks
-// to directly (not through etcdtest's fault proxy).
+// nothing is tuned for the bench. A store directory on a memory-backed
+// filesystem (tmpfs, as the temporary directory is on some systems) makes
+// fsync reach no disk: Run then warns, and the results' store says so.
+// The handlers do nothing but note when they started. max_rss_mb is the
+// process's peak resident set so far (getrusage), in MiB; in shared mode
+// without endpoints it includes the embedded etcd member, which Run starts
+// in a temporary directory and talks to directly (not through etcdtest's
+// fault proxy). The etcd ceiling loop keeps its lease alive, however long
+// it runs.
 //
 // # How the end of the drain is detected
 //
 // Without polling the store: the handlers count their starts, and once all
-// N have started Run watches worker.Worker.Running, an in-memory counter
+// N have started Run watches worker.Worker.Pending, an in-memory count
 // that drops for a job only after the worker's write of its outcome (a
 // durable transaction) has returned. A Counts read then confirms, untimed,
 // that N jobs are completed; should it find fewer, Run polls Counts every

@@ -67,8 +67,18 @@ func (e *env) openLocal(cfg Config) error {
 			cfg.Logger.Warn("bench: closing the store", slog.Any("err", err))
 		}
 	})
-	e.store, e.label = s, "pebble "+dir
+	e.store, e.label = s, "pebble "+dir+memoryNote(cfg.Logger, dir)
 	return nil
+}
+
+// memoryNote warns if dir is memory-backed, and returns what the store's
+// label then adds: the numbers are not those of a durable store.
+func memoryNote(log *slog.Logger, dir string) string {
+	if !memoryBacked(dir) {
+		return ""
+	}
+	log.Warn("bench: the store's directory is memory-backed (tmpfs): fsync reaches no disk, so the numbers are not durable ones; give a directory on a disk (--data, or TMPDIR)", slog.String("dir", dir))
+	return " (memory-backed: not durable)"
 }
 
 func (e *env) openEtcd(ctx context.Context, cfg Config) error {
@@ -90,6 +100,9 @@ func (e *env) openEtcd(ctx context.Context, cfg Config) error {
 		}
 		e.persistent = false
 		e.label = "etcd (embedded member)"
+		if m := srv.Etcd(); m != nil {
+			e.label += memoryNote(cfg.Logger, m.Config().Dir)
+		}
 	}
 	e.endpoints = eps
 	s, err := e.another(ctx)
