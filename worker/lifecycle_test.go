@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -279,5 +280,60 @@ func TestStartRefusesBrokenMiddleware(t *testing.T) {
 				t.Errorf("%s middleware: %d workers registered after the refused Start (%v), want none", name, len(ws), err)
 			}
 		}
+	}
+}
+
+// isOutcomeCommit reports whether t ends a run: it deletes an ownership
+// key (o/ID), nested or not.
+func isOutcomeCommit(t kv.Txn) bool {
+	for _, op := range t.Then {
+		if op.Type == kv.OpTxn && isOutcomeCommit(*op.Txn) {
+			return true
+		}
+		if op.Type == kv.OpDelete && strings.Contains(op.Key, "/o/") {
+			return true
+		}
+	}
+	return false
+}
+
+// stallFirstOutcome holds the first outcome commit until its caller's
+// context ends, as a store that lost its leader for a while would.
+type stallFirstOutcome struct {
+	kv.Store
+	stalled atomic.Bool
+}
+
+func (s *stallFirstOutcome) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if isOutcomeCommit(t) && s.stalled.CompareAndSwap(false, true) {
+		<-ctx.Done()
+		return kv.TxnResult{}, ctx.Err()
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// TestOutcomeOutlivesTheDeadlineItStartedUnder: an outcome write is
+// bounded by the session's validity deadline as it was when the write
+// began; when that passes but the session was renewed meanwhile, the job
+// is still this run's, and the write goes on under the new deadline. (It
+// gave up, leaving the job to be released as an orphan by a write no
+// outcome reported, and run again.)
+func TestOutcomeOutlivesTheDeadlineItStartedUnder(t *testing.T) {
+	e := newEnv(t, func(s kv.Store) kv.Store { return &stallFirstOutcome{Store: s} })
+	outcomes := make(chan worker.Outcome, 4)
+	var runs atomic.Int32
+	e.worker(worker.Config{LeaseTTL: 2 * time.Second, OnOutcome: func(o worker.Outcome) { outcomes <- o }}, map[string]worker.Handler{
+		"k": func(ctx context.Context, j *worker.Job) error {
+			runs.Add(1)
+			return nil
+		},
+	})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	o := <-outcomes
+	if o.Op != "complete" || o.Err != nil {
+		t.Fatalf("first outcome: %s, %v; want complete, recorded", o.Op, o.Err)
+	}
+	if j := e.wait(id); j.State != coordinator.StateCompleted || runs.Load() != 1 {
+		t.Fatalf("job %s after %d runs; want completed after 1", j.State, runs.Load())
 	}
 }

@@ -955,8 +955,21 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 	}
 	// Outcome writes are bounded by the session's validity deadline:
 	// after it, the store may already have given the job to another run.
-	wctx, wcancel := context.WithDeadline(context.Background(), sess.ValidUntil())
-	defer wcancel()
+	// The deadline moves with each renewal: an attempt that outlived the
+	// one it started under is tried again under the next, while the
+	// session lives (the job is ours until then; given up, it would be
+	// released as an orphan by a write no outcome reports).
+	var stopDeadline context.CancelFunc
+	underDeadline := func() context.Context {
+		if stopDeadline != nil {
+			stopDeadline()
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), sess.ValidUntil())
+		stopDeadline = cancel
+		return ctx
+	}
+	wctx := underDeadline()
+	defer func() { stopDeadline() }()
 	var snooze *snoozeError
 	var cancelled *cancelError
 	var retryAt *retryAtError
@@ -1034,6 +1047,11 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
 			w.runLog(r).Warn("outcome unknown: an attempt's reply was lost and the session ended; the job's record says what happened", slog.Any("err", err))
 			return
+		case wctx.Err() != nil && sess.Valid() && sess.ValidUntil().After(time.Now()):
+			// Renewed since this attempt began: go on under the new
+			// deadline, at once.
+			wctx = underDeadline()
+			continue
 		case wctx.Err() != nil || errors.Is(err, coordinator.ErrInvalid) || errors.Is(err, coordinator.ErrWrongState):
 			w.runLog(r).Error("cannot record outcome; the job stays running until this daemon's session ends, then it is reaped and run again", slog.Any("err", err))
 			return
