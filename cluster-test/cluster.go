@@ -327,8 +327,8 @@ func (h *harness) terminateDaemon(d *daemon) bool {
 	return d.proc.terminate(20 * time.Second)
 }
 
-// supervise restarts daemons that exited while they should run, and etcd
-// members likewise, until ctx ends.
+// supervise restarts daemons that exited while they should run, until ctx
+// ends. An etcd member that exits unexpectedly is not restarted: it fails the run.
 func (h *harness) supervise(ctx context.Context) {
 	for {
 		select {

@@ -599,6 +599,18 @@ func report(cfg config, in *CheckInput, rep *Report, lanes int, wall time.Time, 
 		} else {
 			fmt.Fprintln(stdout, "--expect-violations: NO violations found, but this binary was expected to produce some")
 		}
+	} else if len(rep.Anomalies) > 0 {
+		// A process that exited without being told to (a crash) is a
+		// failure, even if the supervisor restarted it and every job
+		// finished.
+		fmt.Fprintf(stdout, "FAIL: %d unexpected process exits or failed restarts: %s\n", len(rep.Anomalies), rep.Anomalies[0])
+		code = 1
+	}
+	// A run that completed no job or injected no fault tested nothing: it
+	// never passes.
+	if done := res.States[string(coordinator.StateCompleted)]; done == 0 || nFaults == 0 {
+		fmt.Fprintf(stdout, "FAIL: nothing was tested: %d jobs completed, %d faults injected\n", done, nFaults)
+		code = 3
 	}
 	fmt.Fprintln(stdout, summary)
 	return code, summary

@@ -160,8 +160,11 @@ func (l *storeLog) catchUp(ctx context.Context, cli *clientv3.Client, rev int64)
 		if seen >= rev {
 			return nil
 		}
+		// The request goes to the watch's own stream only with the same
+		// metadata as the watch (require-leader); on another stream its
+		// notification reaches no watcher of this log.
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_ = cli.RequestProgress(rctx)
+		_ = cli.RequestProgress(clientv3.WithRequireLeader(rctx))
 		cancel()
 		select {
 		case r := <-l.progress:
