@@ -200,8 +200,37 @@ func topCommand(cmd *cobra.Command) string {
 
 // applyConfig sets every flag of cmd that was given neither on the command
 // line nor by its environment variable from the config file, if one is
-// named.
+// named. Of api-token and api-token-file, set from different sources, the
+// stronger one wins (see exclusive).
 func applyConfig(cmd *cobra.Command) error {
+	if err := applyConfigFile(cmd); err != nil {
+		return err
+	}
+	return settleToken(cmd)
+}
+
+// settleToken drops the one of api-token and api-token-file that comes
+// from the weaker source, so that, say, --api-token overrides the
+// config file's api-token-file. Both from one source is left to readToken,
+// and so is an empty value, which drops nothing: an empty --api-token must
+// not turn off the token of a file.
+func settleToken(cmd *cobra.Command) error {
+	token, file := cmd.Flags().Lookup("api-token"), cmd.Flags().Lookup("api-token-file")
+	if token == nil || file == nil || strings.TrimSpace(token.Value.String()) == "" || file.Value.String() == "" ||
+		flagSource(cmd, token.Name) == flagSource(cmd, file.Name) {
+		return nil
+	}
+	drop, err := exclusive(cmd, "api-token", "api-token-file")
+	if err != nil || drop == "" {
+		return withCommand(cmdName(cmd), err)
+	}
+	if err := cmd.Flags().Lookup(drop).Value.Set(""); err != nil {
+		return fmt.Errorf("drop --%s: %w", drop, err)
+	}
+	return nil
+}
+
+func applyConfigFile(cmd *cobra.Command) error {
 	cf := cmd.Flags().Lookup("config")
 	if cf == nil || cf.Value.String() == "" || slices.Contains(noConfigCommands, topCommand(cmd)) {
 		return nil
