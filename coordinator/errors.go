@@ -22,7 +22,9 @@ var (
 	ErrSessionClosed = errors.New("coordinator: session closed")
 	// ErrUnknownOutcome is returned by a run's write when an earlier
 	// attempt's reply was lost and the run can no longer find out whether
-	// it was applied (its session ended). The job's record says.
+	// it was applied (its session ended, or the write would have run the
+	// job again and the job has moved on since). The run is over either
+	// way; the job's record says what happened.
 	ErrUnknownOutcome = errors.New("coordinator: outcome unknown")
 	// ErrConflict is returned when an operation kept losing races with
 	// concurrent writers; it is safe to retry.

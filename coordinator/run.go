@@ -19,8 +19,9 @@ import (
 // transaction conditional on the job's ownership key still having the run's
 // token as its creation revision. A refused write returns an error wrapping
 // fence.ErrLeaseLost, records nothing, and ends the run: every later write
-// is refused too. A Run is safe for concurrent use; its writes are applied
-// in order.
+// is refused too. After a final write whose reply was lost, a refusal that
+// cannot tell whether that write landed returns ErrUnknownOutcome instead.
+// A Run is safe for concurrent use; its writes are applied in order.
 type Run struct {
 	c    *Coordinator
 	sess *Session
@@ -34,6 +35,9 @@ type Run struct {
 	// any of them may have been applied. A later refusal is checked
 	// against them all.
 	uncertain [][]byte
+	// uncertainAgain: one of them would have run the job again (a retry, a
+	// snooze, a release), so the job may have moved on since it landed.
+	uncertainAgain bool
 	// slot is the key of the queue slot the run holds (global limit), or "".
 	slot string
 }
@@ -262,6 +266,7 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 	if err != nil {
 		if final {
 			r.uncertain = append(r.uncertain, rec)
+			r.uncertainAgain = r.uncertainAgain || again
 		}
 		return fmt.Errorf("coordinator: %s job %s: %w", op, j.ID, err)
 	}
@@ -279,11 +284,32 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 				j.State, j.Attempt, j.ScheduledAt = StateCancelled, prev.Attempt, prev.ScheduledAt
 			})
 		}
-		if cur == 0 && len(r.uncertain) > 0 && r.appliedEarlier(ctx) {
-			// The final write whose reply was lost had been applied: it
-			// deleted the ownership key that this retry compared on.
-			r.done = true
-			return nil
+		if cur == 0 && len(r.uncertain) > 0 {
+			applied, err := r.appliedEarlier(ctx)
+			if err != nil {
+				// Whether the earlier write landed is still unknown: not
+				// refused, and the run not lost; a retry asks again.
+				return fmt.Errorf("coordinator: %s job %s: read the record back: %w", op, j.ID, err)
+			}
+			if applied {
+				// The final write whose reply was lost had been applied:
+				// it deleted the ownership key that this retry compared on.
+				r.done = true
+				return nil
+			}
+		}
+		if r.uncertainAgain {
+			// An earlier write whose reply was lost would have made the
+			// job run again: if it landed, the job was claimed (and maybe
+			// finished) since, and its record no longer shows it. The
+			// outcome is unknown, not refused.
+			r.lost = fmt.Errorf("%w: %s of job %s: an earlier attempt's reply was lost and the job has moved on since", ErrUnknownOutcome, op, j.ID)
+			if cur == 0 {
+				r.sess.RenewNow() // the lease may be gone: find out now
+			}
+			r.c.log.Warn("fenced write refused after a lost reply: outcome unknown, abandoning run", slog.String("job", j.ID), slog.String("op", op),
+				slog.Int64("token", int64(r.pred.Token)), slog.Int64("current", cur))
+			return r.lost
 		}
 		return r.loseLocked(&fence.LostError{JobID: j.ID, Token: r.pred.Token, Current: cur, Op: op}, "refused by the store")
 	}
@@ -293,22 +319,26 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 }
 
 // appliedEarlier reports whether the stored record is exactly the one an
-// earlier write with a lost reply tried to store.
-func (r *Run) appliedEarlier(ctx context.Context) bool {
+// earlier write with a lost reply tried to store. An error means the
+// record could not be read: it does not say.
+func (r *Run) appliedEarlier(ctx context.Context) (bool, error) {
 	res, err := r.c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(r.c.keys.job(r.job.ID))}})
-	if err != nil || res.Results[0].KV == nil {
-		return false
+	if err != nil {
+		return false, err
+	}
+	if res.Results[0].KV == nil {
+		return false, nil
 	}
 	stored := res.Results[0].KV.Value
 	if !slices.ContainsFunc(r.uncertain, func(rec []byte) bool { return bytes.Equal(stored, rec) }) {
-		return false
+		return false, nil
 	}
 	j, err := decodeKV(res.Results[0].KV)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	r.job = j
-	return true
+	return true, nil
 }
 
 func (r *Run) loseLocked(err *fence.LostError, why string) error {

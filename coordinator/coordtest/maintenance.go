@@ -2,15 +2,18 @@ package coordtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+	"github.com/leasehold/leasehold/fence"
 )
 
 // maintenanceTests: unique keys, promotion and the maintenance loop, and
@@ -24,6 +27,82 @@ var maintenanceTests = []suiteTest{
 	{"UniqueByStateOnlyFinalStates", testUniqueByStateFinalOnly},
 	{"TimeoutUnderOneMillisecondRefused", testTimeoutUnderOneMillisecond},
 	{"ListRefusesMalformedCursor", testListMalformedCursor},
+	{"LostFinalReplyUnreadableRecordNotLost", testLostFinalReplyUnreadable},
+	{"LostReleaseReplyThenReclaimedNotRefused", testLostReleaseReplyReclaimed},
+}
+
+// testLostReleaseReplyReclaimed (promises 3 and 9): a release whose reply
+// was lost but which was applied makes the job available; another run
+// claims it. The retried release is refused, but it must not be reported as
+// ErrLeaseLost ("records nothing"): the release was recorded. Whether it
+// was is not knowable from the run, so the outcome is unknown.
+func testLostReleaseReplyReclaimed(t *testing.T, h *harness) {
+	h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	fs := &flakyStore{Store: h.store}
+	c := h.coordinator(fs, coordinator.Config{})
+	s := h.session(c)
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("Claim: %d runs, %v", len(runs), err)
+	}
+	fs.fail.Store(1) // applied, reply lost
+	if err := runs[0].Release(h.ctx()); !errors.Is(err, errReplyLost) {
+		t.Fatalf("first release: %v", err)
+	}
+	other := h.claimOne(h.session(h.c))
+	err = runs[0].Release(h.ctx())
+	if errors.Is(err, fence.ErrLeaseLost) || !errors.Is(err, coordinator.ErrUnknownOutcome) {
+		t.Fatalf("retried release after the job was claimed again: %v; want ErrUnknownOutcome, not ErrLeaseLost", err)
+	}
+	if err := other.Complete(h.ctx(), nil); err != nil {
+		t.Fatalf("the new run's outcome: %v", err)
+	}
+}
+
+// readFailStore fails the next read-only transaction, once armed.
+type readFailStore struct {
+	*flakyStore
+	failRead atomic.Int32
+}
+
+var errReadFailed = errors.New("read failed")
+
+func (f *readFailStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if !kvtest.Writes(t) && f.failRead.Add(-1) >= 0 {
+		return kv.TxnResult{}, errReadFailed
+	}
+	return f.flakyStore.Txn(ctx, t)
+}
+
+// testLostFinalReplyUnreadable (promises 3 and 9): a final write whose
+// reply was lost but which was applied, retried while the record cannot be
+// read back, is not reported as refused (ErrLeaseLost: "records nothing"):
+// the outcome is recorded. The read error is returned, and a later retry
+// finds its own write applied.
+func testLostFinalReplyUnreadable(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	fs := &readFailStore{flakyStore: &flakyStore{Store: h.store}}
+	c := h.coordinator(fs, coordinator.Config{})
+	s := h.session(c)
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("Claim: %d runs, %v", len(runs), err)
+	}
+	fs.fail.Store(1) // applied, reply lost
+	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
+		t.Fatalf("first complete: %v", err)
+	}
+	fs.failRead.Store(1) // the retry cannot read the record back
+	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); errors.Is(err, fence.ErrLeaseLost) || err != nil && !errors.Is(err, errReadFailed) {
+		t.Fatalf("retried complete with the record unreadable: %v; want the read error (or nil), not ErrLeaseLost", err)
+	}
+	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); err != nil && !errors.Is(err, coordinator.ErrWrongState) {
+		t.Fatalf("second retry: %v; want its own write found applied", err)
+	}
+	if err := runs[0].Lost(); err != nil {
+		t.Fatalf("run lost: %v", err)
+	}
+	h.wantState(j.ID, coordinator.StateCompleted)
 }
 
 // testUniqueByStateFinalOnly: UniqueOpts.ByState takes the final states
