@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -68,5 +69,20 @@ func TestConfigTokenFileYieldsToStrongerToken(t *testing.T) {
 	both := writeFile(t, dir, "both.yaml", "api-token: x\napi-token-file: "+filepath.Join(dir, "token")+"\nserver: "+srv.URL+"\n")
 	if code, _, errs := runInProcess("jobs", "list", "--config", both); code != exitUsage || !strings.Contains(errs, "both set") {
 		t.Errorf("both in the config file: exit %d, stderr %q", code, errs)
+	}
+}
+
+// A daemon given an empty API token (--api-token "$TOKEN" with TOKEN
+// unset, or an empty api-token in the config file) refuses to start,
+// rather than start taking changes from anyone.
+func TestDaemonRefusesEmptyAPIToken(t *testing.T) {
+	dir := t.TempDir()
+	r := runCLI(t, nil, "", "daemon", "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--api-token", " ")
+	checkOneLineError(t, "daemon --api-token ' '", r, exitUsage, "--api-token is set but empty")
+	cfg := writeFile(t, dir, "config.yaml", "api-token: \"\"\n")
+	r = runCLI(t, nil, "", "daemon", "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:0", "--config", cfg)
+	checkOneLineError(t, "daemon with an empty api-token in its config file", r, exitUsage, "is set but empty")
+	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
+		t.Errorf("the refused daemon created its data directory: %v", err)
 	}
 }
