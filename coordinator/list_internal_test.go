@@ -10,20 +10,29 @@ import (
 	"github.com/leasehold/leasehold/localstore"
 )
 
-// A page of List holds about listPageBytes of records at most, whatever
-// its limit, and the pages together hold every job.
-func TestListPageBoundedByBytes(t *testing.T) {
-	defer func(old int) { listPageBytes = old }(listPageBytes)
+// smallPageCoordinator returns a coordinator on a fresh local store whose
+// List pages hold about 25 KiB, for the rest of the test.
+func smallPageCoordinator(t *testing.T) *Coordinator {
+	t.Helper()
+	old := listPageBytes
 	listPageBytes = 25 << 10
+	t.Cleanup(func() { listPageBytes = old })
 	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = s.Close() }()
+	t.Cleanup(func() { _ = s.Close() })
 	c, err := New(s, Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// A page of List holds about listPageBytes of records at most, whatever
+// its limit, and the pages together hold every job.
+func TestListPageBoundedByBytes(t *testing.T) {
+	c := smallPageCoordinator(t)
 	ctx := context.Background()
 	payload := json.RawMessage(`"` + strings.Repeat("x", 10<<10) + `"`)
 	for range 10 {
@@ -68,17 +77,7 @@ func TestListPageBoundedByBytes(t *testing.T) {
 // the records read before: small jobs followed by large ones do not make
 // the next read take as many large ones as it would small ones.
 func TestListPageBoundedByBytesAfterSmallJobs(t *testing.T) {
-	defer func(old int) { listPageBytes = old }(listPageBytes)
-	listPageBytes = 25 << 10
-	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = s.Close() }()
-	c, err := New(s, Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := smallPageCoordinator(t)
 	ctx := context.Background()
 	if _, err := c.Enqueue(ctx, EnqueueParams{Kind: "k"}); err != nil {
 		t.Fatal(err)
