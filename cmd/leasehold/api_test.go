@@ -430,6 +430,14 @@ func TestAPIBadInputWritesNothing(t *testing.T) {
 		{"unknown query parameter", "GET", "/v1/jobs?stat=running", "", 400, `unknown query parameter "stat"`},
 		{"unknown endpoint", "GET", "/v1/nothing", "", 404, "no endpoint"},
 		{"wrong method", "PUT", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV", "", 405, "not allowed"},
+		{"bool field given a string", "POST", "/v1/jobs/cancel", `{"all":"yes"}`, 400, `field "all" is a JSON string: want true or false`},
+		{"workers with a filter", "GET", "/v1/workers?queue=mail", "", 400, `unknown query parameter "queue": this endpoint takes none`},
+		{"stats with a filter", "GET", "/v1/stats?state=running", "", 400, `unknown query parameter "state": this endpoint takes none`},
+		{"create with a query", "POST", "/v1/jobs?queue=mail", `{"kind":"echo"}`, 400, `unknown query parameter "queue": this endpoint takes none`},
+		{"batch with a query", "POST", "/v1/jobs/batch?queue=mail", `{"jobs":[{"kind":"echo"}]}`, 400, `unknown query parameter "queue": this endpoint takes none`},
+		{"bulk cancel with a query", "POST", "/v1/jobs/cancel?queue=mail", `{"all":true}`, 400, `unknown query parameter "queue": this endpoint takes none`},
+		{"bulk cancel with all and a filter", "POST", "/v1/jobs/cancel", `{"all":true,"state":"available"}`, 400, `"all":true cancels every unfinished job: send it alone`},
+		{"unique bool field given a number", "POST", "/v1/jobs", `{"kind":"echo","unique":{"by_args":1}}`, 400, `field "unique.by_args" is a JSON number: want true or false`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

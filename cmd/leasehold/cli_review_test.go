@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"io"
 	"log"
 	"net/http"
@@ -62,44 +61,6 @@ func TestCLIUntrustedServerCertificate(t *testing.T) {
 	code, out, errs := runInProcess("workers", "list", "--server", srv.URL)
 	r := cliResult{stdout: out, stderr: errs, code: code}
 	checkOneLineError(t, "untrusted certificate", r, exitFailure, "--server-ca")
-}
-
-// TestAPIBadInputReview: more bad input, each refused with a message that
-// says what the field or parameter takes, and nothing written.
-func TestAPIBadInputReview(t *testing.T) {
-	e := newAPIEnv(t, envOpts{})
-	cases := []struct {
-		name, method, path, body string
-		status                   int
-		want                     string
-	}{
-		{"bool field given a string", "POST", "/v1/jobs/cancel", `{"all":"yes"}`, 400, `field "all" is a JSON string: want true or false`},
-		{"workers with a filter", "GET", "/v1/workers?queue=mail", "", 400, `unknown query parameter "queue": this endpoint takes none`},
-		{"stats with a filter", "GET", "/v1/stats?state=running", "", 400, `unknown query parameter "state": this endpoint takes none`},
-		{"create with a query", "POST", "/v1/jobs?queue=mail", `{"kind":"echo"}`, 400, `unknown query parameter "queue": this endpoint takes none`},
-		{"batch with a query", "POST", "/v1/jobs/batch?queue=mail", `{"jobs":[{"kind":"echo"}]}`, 400, `unknown query parameter "queue": this endpoint takes none`},
-		{"bulk cancel with a query", "POST", "/v1/jobs/cancel?queue=mail", `{"all":true}`, 400, `unknown query parameter "queue": this endpoint takes none`},
-		{"bulk cancel with all and a filter", "POST", "/v1/jobs/cancel", `{"all":true,"state":"available"}`, 400, `"all":true cancels every unfinished job: send it alone`},
-		{"unique bool field given a number", "POST", "/v1/jobs", `{"kind":"echo","unique":{"by_args":1}}`, 400, `field "unique.by_args" is a JSON number: want true or false`},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			code, body := e.do(t, c.method, c.path, c.body)
-			if code != c.status {
-				t.Errorf("status %d, want %d; body %.300s", code, c.status, body)
-			}
-			var er errorResponse
-			if err := json.Unmarshal(body, &er); err != nil || er.Error == "" {
-				t.Fatalf("body is not a JSON error: %.300s", body)
-			}
-			if !strings.Contains(er.Error, c.want) {
-				t.Errorf("error %q does not contain %q", er.Error, c.want)
-			}
-		})
-	}
-	if n := e.total(t); n != 0 {
-		t.Errorf("%d jobs written by bad requests, want 0", n)
-	}
 }
 
 // TestCLIUnknownJobSaysWhatToDo: an id that names no job is an error that
