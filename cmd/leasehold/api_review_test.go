@@ -16,7 +16,6 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // rangeCountingStore counts range reads, and fails them while failRanges
@@ -42,11 +41,7 @@ func (s *rangeCountingStore) Range(ctx context.Context, r kv.RangeRequest) (kv.R
 func newSharedAPI(t *testing.T) (*rangeCountingStore, *httptest.Server) {
 	t.Helper()
 	log := quietLogger(t)
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ls.Close() })
+	ls := tempLocal(t, log)
 	store := &rangeCountingStore{Store: ls}
 	coord, err := coordinator.New(store, coordinator.Config{Logger: log})
 	if err != nil {
@@ -113,11 +108,7 @@ func TestAPISharedBatchStoreErrorIsNotBadInput(t *testing.T) {
 // client unsure whether it was written.
 func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
 	log := quietLogger(t)
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ls.Close() })
+	ls := tempLocal(t, log)
 	gate := kvtest.NewGate(ls)
 	coord, err := coordinator.New(gate, coordinator.Config{Logger: log})
 	if err != nil {
@@ -195,11 +186,7 @@ func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
 // configuration keeps it so.)
 func TestLongPollOutlivesReadTimeout(t *testing.T) {
 	log := quietLogger(t)
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ls.Close() })
+	ls := tempLocal(t, log)
 	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)

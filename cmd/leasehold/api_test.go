@@ -36,6 +36,18 @@ type envOpts struct {
 	execs    []string
 }
 
+// tempLocal opens a local store in a temporary directory, closed when the
+// test ends.
+func tempLocal(t testing.TB, log *slog.Logger) *localstore.Store {
+	t.Helper()
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ls.Close() })
+	return ls
+}
+
 func quietLogger(t testing.TB) *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -16,7 +16,6 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // stallStore is a store whose reads, while stalled is set, wait for
@@ -66,11 +65,7 @@ func getReady(t *testing.T, url string) (int, readyResponse) {
 // probes come, and the read left behind is awaited at the stop.
 func TestReadyzAnswersWhileTheStoreStalls(t *testing.T) {
 	log := quietLogger(t)
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ls.Close() })
+	ls := tempLocal(t, log)
 	store := &stallStore{Store: ls, release: make(chan struct{})}
 	coord, err := coordinator.New(store, coordinator.Config{Logger: log})
 	if err != nil {

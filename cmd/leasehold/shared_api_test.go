@@ -11,7 +11,6 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apicall"
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // cliCall sends one request to the in-process API of a shared-mode CLI
@@ -36,11 +35,7 @@ func TestSharedCLIAPIErrorsSpeakToTheCLI(t *testing.T) {
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
 	log := quietLogger(t)
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ls.Close() })
+	ls := tempLocal(t, log)
 	store := &rangeCountingStore{Store: ls}
 	const maxPayload = 8 << 10 // as an etcd limit makes it smaller than the default
 	coord, err := coordinator.New(store, coordinator.Config{Logger: log, MaxPayloadBytes: maxPayload})
