@@ -214,6 +214,13 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	if err := o.checkPeriodicKinds(kinds); err != nil {
 		return err
 	}
+	if len(o.execs) > 0 {
+		stopGuard, err := startExecGuard(cmd.ErrOrStderr(), log)
+		if err != nil {
+			return err
+		}
+		defer stopGuard()
+	}
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	defer onSignals(ctx, cancel, log)()

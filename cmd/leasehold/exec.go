@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -87,6 +88,8 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("exec %s: cannot start %q: %w", spec.kind, spec.command, err)
 		}
+		// The guard learns of the group now: a daemon killed between
+		// Start and add leaves this one command to its supervisor.
 		pgid := cmd.Process.Pid
 		if !execGroups.add(pgid) {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -148,6 +151,9 @@ type groupSet struct {
 	mu     sync.Mutex
 	groups map[int]bool
 	killed bool // by killAll: no group is added any more
+
+	guard io.Writer    // the exec guard's stdin (execGuard), or nil
+	log   *slog.Logger // says when the guard cannot be reached
 }
 
 // add adds pgid, unless killAll was called: then it reports false.
@@ -158,6 +164,7 @@ func (s *groupSet) add(pgid int) bool {
 		return false
 	}
 	s.groups[pgid] = true
+	s.tellGuard('+', pgid)
 	return true
 }
 
@@ -165,6 +172,7 @@ func (s *groupSet) remove(pgid int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.groups, pgid)
+	s.tellGuard('-', pgid)
 }
 
 // killAll sends SIGKILL to every group, and to every group added later:

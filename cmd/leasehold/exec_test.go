@@ -3,15 +3,19 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/worker"
@@ -149,4 +153,75 @@ func TestDaemonSecondSignalKillsCommands(t *testing.T) {
 		t.Fatalf("the daemon did not stop at a second signal:\n%s", p.log)
 	}
 	l.waitGone(t, "daemon stopped by a second signal")
+}
+
+// A daemon killed by SIGKILL cannot stop the commands of its running jobs
+// itself; its exec guard must, at once, so that they do not run beside
+// the runs that replace them (a restarted embedded daemon re-queues the
+// job at once).
+func TestDaemonKilledKillsCommands(t *testing.T) {
+	l := newLifeLine(t)
+	hold := fmt.Sprintf(`hold=exec 3>%s; echo >&3; sleep 1000 & echo $! >%s; wait`, l.path, l.pidFile)
+	p := spStart(t, "daemon", binPath, "daemon", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--log-format", "json",
+		"--exec", hold)
+	ln, _ := p.waitLog(t, 0, "listening", func(l spLine) bool { return l.Msg == "listening" })
+	code, body := postBody(t, "http://"+ln.str("addr")+"/v1/jobs", `{"kind":"hold"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("enqueue: %d %s", code, body)
+	}
+	guard := guardPid(t, p)
+	<-l.started
+	p.signal(t, syscall.SIGKILL)
+	<-p.done
+	l.waitGone(t, "daemon killed by SIGKILL")
+	guard.waitExit(t, "the guard of a daemon killed by SIGKILL")
+}
+
+// A daemon that stops leaves no guard behind.
+func TestDaemonStopEndsExecGuard(t *testing.T) {
+	p := spStart(t, "daemon", binPath, "daemon", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--log-format", "json",
+		"--exec", "t=true")
+	p.waitLog(t, 0, "listening", func(l spLine) bool { return l.Msg == "listening" })
+	guard := guardPid(t, p)
+	p.signal(t, syscall.SIGTERM)
+	<-p.done
+	guard.waitExit(t, "the guard of a stopped daemon")
+}
+
+// procExit tells when a process that need not be the test's child exits.
+type procExit struct{ fd int }
+
+// guardPid finds the exec guard in the log of daemon p.
+func guardPid(t *testing.T, p *spProc) procExit {
+	t.Helper()
+	l, _ := p.waitLog(t, 0, "exec guard", func(l spLine) bool { return strings.HasPrefix(l.Msg, "exec guard started") })
+	pid, err := strconv.Atoi(l.str("pid"))
+	if err != nil {
+		t.Fatalf("exec guard's pid: %q", l.Raw)
+	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("exec guard %d: %v", pid, err)
+	}
+	t.Cleanup(func() { _ = unix.Close(fd) })
+	return procExit{fd}
+}
+
+// waitExit fails the test unless the process exits soon: its pidfd
+// becomes readable when it does.
+func (e procExit) waitExit(t *testing.T, what string) {
+	t.Helper()
+	fds := []unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, int(spWait/time.Millisecond))
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			t.Fatalf("%s: poll: %v", what, err)
+		case n == 0:
+			t.Fatalf("%s is still running after %s", what, spWait)
+		}
+		return
+	}
 }

@@ -11,6 +11,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == execGuardArg {
+		os.Exit(execGuard(os.Stdin))
+	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
