@@ -28,6 +28,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
@@ -120,6 +121,13 @@ type Options struct {
 	// HTTPTimeout bounds one HTTP request that is not a wait. Default
 	// 30s.
 	HTTPTimeout time.Duration
+	// HTTPClient sends the requests of a client from NewHTTP: give one
+	// whose Transport trusts your CA (a daemon started with --tls-cert
+	// and a private certificate), presents a client certificate or uses a
+	// proxy. Leave its Timeout 0: it would bound waits' long polls too
+	// (HTTPTimeout bounds the other requests). Close leaves its idle
+	// connections alone. Default: a client of its own.
+	HTTPClient *http.Client
 }
 
 // backend is what a Client runs on: the HTTP API or a coordinator.
@@ -162,16 +170,25 @@ type EtcdConfig struct {
 	etcdkv.Config
 	// Namespace of the queues. Default: coordinator.DefaultNamespace.
 	Namespace string
+	// Limits are the servers' --max-txn-ops and --max-request-bytes when
+	// they were started with larger values than etcd's defaults: larger
+	// payloads and batches then fit (see etcdkv.Options). Dial lets the
+	// client send requests that large unless Config.MaxCallSendMsgSize
+	// says otherwise.
+	Limits etcdkv.Options
 }
 
 // Dial connects to etcd and returns a client on it (shared mode: no daemon
 // in between). Close releases the connection.
 func Dial(ctx context.Context, cfg EtcdConfig, o *Options) (*Client, error) {
+	if cfg.Limits.MaxRequestBytes > 0 && cfg.MaxCallSendMsgSize == 0 {
+		cfg.MaxCallSendMsgSize = max(2<<20, cfg.Limits.MaxRequestBytes+etcdkv.RequestBytesMargin)
+	}
 	cli, err := etcdkv.Dial(ctx, cfg.Config)
 	if err != nil {
 		return nil, err
 	}
-	store := etcdkv.New(cli, etcdkv.Options{})
+	store := etcdkv.New(cli, cfg.Limits)
 	coord, err := coordinator.New(store, coordinator.Config{Namespace: cfg.Namespace})
 	if err != nil {
 		_ = store.Close()

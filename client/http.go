@@ -53,6 +53,7 @@ type httpBackend struct {
 	server  string
 	base    *url.URL
 	hc      *http.Client
+	ownHC   bool // hc is not the caller's (Options.HTTPClient)
 	token   string
 	timeout time.Duration
 }
@@ -66,8 +67,11 @@ func NewHTTP(server string, o *Options) (*Client, error) {
 		return nil, fmt.Errorf("%w: server %q is not an http:// or https:// URL", coordinator.ErrInvalid, server)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	b := &httpBackend{server: server, base: u, hc: &http.Client{}, timeout: 30 * time.Second}
+	b := &httpBackend{server: server, base: u, hc: &http.Client{}, ownHC: true, timeout: 30 * time.Second}
 	if o != nil {
+		if o.HTTPClient != nil {
+			b.hc, b.ownHC = o.HTTPClient, false
+		}
 		// As the daemon and the CLI do: a token read from a file ends
 		// with a line break.
 		b.token = strings.TrimSpace(o.Token)
@@ -82,7 +86,9 @@ func NewHTTP(server string, o *Options) (*Client, error) {
 }
 
 func (b *httpBackend) close() error {
-	b.hc.CloseIdleConnections()
+	if b.ownHC {
+		b.hc.CloseIdleConnections()
+	}
 	return nil
 }
 
