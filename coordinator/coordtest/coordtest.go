@@ -67,6 +67,8 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, safetyTests...)
 	tests = append(tests, periodicReviewTests...)
 	tests = append(tests, maintenanceTests...)
+	tests = append(tests, reapReviewTests...)
+	tests = append(tests, claimReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
