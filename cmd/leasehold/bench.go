@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os/signal"
@@ -34,6 +35,7 @@ func newBenchCmd(g *globalOpts) *cobra.Command {
            --daemons workers, each with its own client and slots)
   latency  --latency-jobs jobs enqueued one per call at --latency-rate per
            second; latency is enqueue call start to handler start
+           (--latency-jobs 0: no latency phase)
 With --ceiling it first runs the raw store loop (synced Pebble puts, or
 batched etcd claims) so throughput can be read against the store's ceiling.
 Embedded mode uses a temporary directory unless --data is given (not one a
@@ -44,7 +46,7 @@ tenth of the jobs. --json prints one JSON object per phase.`,
   leasehold bench --mode shared --ceiling --json
   leasehold bench --etcd http://127.0.0.1:2379 --jobs 100000
   leasehold bench --mode shared --daemons 4
-  leasehold bench --jobs 1000000 --latency-jobs 1`,
+  leasehold bench --jobs 1000000 --latency-jobs 0`,
 		Args: argsBetween(0, 0, "[--mode embedded|shared] [--data DIR | --etcd URL,...] [--jobs N] [--concurrency C] [--daemons D] [--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error { return runBench(cmd, g, o) }),
 	}
@@ -91,7 +93,7 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 	p := newMeter(errw, "")
 	cfg := bench.Config{
 		Mode: o.mode, Data: o.data, Etcd: o.etcd, Jobs: o.jobs, Concurrency: o.concurrency, Daemons: o.daemons,
-		LatencyJobs: o.latencyJobs, LatencyRate: o.latencyRate, Ceiling: o.ceiling, Logger: log,
+		LatencyJobs: cmp.Or(o.latencyJobs, -1), LatencyRate: o.latencyRate, Ceiling: o.ceiling, Logger: log,
 		Progress: func(phase string, done, total int) {
 			if phase != p.what {
 				p.reset(phase)

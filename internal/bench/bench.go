@@ -74,7 +74,7 @@ type Config struct {
 	// one's. Default: 1.
 	Daemons int
 	// LatencyJobs is the number of jobs of the latency phase. Default:
-	// DefaultLatencyJobs.
+	// DefaultLatencyJobs; negative: no latency phase.
 	LatencyJobs int
 	// LatencyRate is the open-loop enqueue rate of the latency phase, in
 	// jobs per second. Default: DefaultLatencyRate.
@@ -225,8 +225,8 @@ func (cfg Config) withDefaults() (Config, error) {
 	if cfg.LatencyRate == 0 {
 		cfg.LatencyRate = DefaultLatencyRate
 	}
-	if cfg.Jobs < 0 || cfg.Concurrency < 0 || cfg.LatencyJobs < 0 || cfg.LatencyRate < 0 || math.IsNaN(cfg.LatencyRate) || math.IsInf(cfg.LatencyRate, 0) {
-		return cfg, errors.New("bench: jobs, concurrency, latency jobs and latency rate must be positive")
+	if cfg.Jobs < 0 || cfg.Concurrency < 0 || cfg.LatencyRate < 0 || math.IsNaN(cfg.LatencyRate) || math.IsInf(cfg.LatencyRate, 0) {
+		return cfg, errors.New("bench: jobs, concurrency and latency rate must be positive")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -270,7 +270,7 @@ func (r *runner) run(ctx context.Context) error {
 
 	// One worker for both remaining phases: drain starts it, latency
 	// reuses it, so that the latency phase measures a running worker.
-	h := newHandlers(r.cfg.Jobs, r.cfg.LatencyJobs)
+	h := newHandlers(r.cfg.Jobs, max(r.cfg.LatencyJobs, 0))
 	var ws []*worker.Worker
 	defer func() {
 		for _, w := range ws {
@@ -311,6 +311,9 @@ func (r *runner) run(ctx context.Context) error {
 		res.CeilingRatio = round(res.JobsPerSec/ceiling.JobsPerSec, 3)
 	}
 	r.emit(res)
+	if r.cfg.LatencyJobs < 0 {
+		return nil
+	}
 
 	res, err = r.latency(ctx, ws, h)
 	if err != nil {
