@@ -62,6 +62,14 @@ func openHistory(dir, workerID string) (*historyLog, error) {
 	return &historyLog{f: f, worker: workerID}, nil
 }
 
+// historyFailed ends the process when an event cannot be recorded: the
+// history is the fault checker's evidence, and one with a gap would make
+// it report violations that did not happen, or miss ones that did.
+var historyFailed = func(err error) {
+	fmt.Fprintf(os.Stderr, "leasehold: --history-dir: %v: the history would be incomplete; stopping\n", err)
+	os.Exit(exitFailure)
+}
+
 // record appends ev and syncs it to disk before returning.
 func (h *historyLog) record(ev historyEvent) {
 	ev.Worker = h.worker
@@ -71,8 +79,13 @@ func (h *historyLog) record(ev historyEvent) {
 	b, _ := json.Marshal(ev)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	_, _ = h.f.Write(append(b, '\n'))
-	_ = h.f.Sync()
+	if _, err := h.f.Write(append(b, '\n')); err != nil {
+		historyFailed(fmt.Errorf("cannot record a %s event of job %s: %w", ev.Ev, ev.Job, err))
+		return
+	}
+	if err := h.f.Sync(); err != nil {
+		historyFailed(fmt.Errorf("cannot sync %s: %w", h.f.Name(), err))
+	}
 }
 
 func (h *historyLog) close() error { return h.f.Close() }
