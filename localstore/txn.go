@@ -111,7 +111,9 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 // usePrefetched drops those written after it.
 func (s *Store) prefetch(t *kv.Txn) (map[string]*kv.KeyValue, int64) {
 	base := s.hist.last()
-	keys := map[string]*kv.KeyValue{}
+	// Sized for every key named, repeats included: no rehash as a group
+	// commit's keys are added.
+	keys := make(map[string]*kv.KeyValue, countKeys(t))
 	var walk func(t *kv.Txn)
 	walk = func(t *kv.Txn) {
 		for _, c := range t.If {
@@ -132,6 +134,22 @@ func (s *Store) prefetch(t *kv.Txn) (map[string]*kv.KeyValue, int64) {
 		return nil, 0 // read again under the mutex, which reports it
 	}
 	return keys, base
+}
+
+// countKeys counts the keys that t compares or operates on, a key named
+// twice twice.
+func countKeys(t *kv.Txn) int {
+	n := len(t.If)
+	for _, ops := range [2][]kv.Op{t.Then, t.Else} {
+		for _, op := range ops {
+			if op.Type == kv.OpTxn {
+				n += countKeys(op.Txn)
+			} else {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // txnExec evaluates one transaction under the store's mutex. Nothing is
@@ -317,7 +335,9 @@ func (x *txnExec) write(key string, nkv *kv.KeyValue) error {
 	}
 	p := &pending{key: key, prev: prev, kv: nkv}
 	if x.writes == nil {
-		x.writes = map[string]*pending{}
+		// Sized for every key read ahead (a transaction writes most of
+		// the keys it touches): no rehash as a group commit's writes grow.
+		x.writes = make(map[string]*pending, len(x.committed))
 	}
 	x.writes[key] = p
 	x.order = append(x.order, p)
