@@ -26,7 +26,8 @@ import (
 // reaped by it, even when their ownership key is gone (the caller's own
 // self-fencing abandons them first). All moves
 // of one pass are applied in as few transactions as the store allows: one,
-// on the embedded store.
+// on the embedded store. It returns how many jobs it moved, with an error
+// too: those moved before it.
 func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID string) bool) (int, error) {
 	if ids == nil {
 		var err error
@@ -117,10 +118,10 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 	if len(units) == 0 {
 		return 0, nil, nil
 	}
+	// On an error, res still holds the results of the transactions
+	// applied before it (the store's limits may split the moves): those
+	// jobs moved, and are counted, logged and reported like the others.
 	res, _, err := c.runUnits(ctx, units)
-	if err != nil {
-		return 0, nil, fmt.Errorf("coordinator: reap %d jobs: %w", len(units), err)
-	}
 	n := 0
 	var again []string
 	for i, r := range res {
@@ -136,6 +137,9 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 				c.cfg.OnReap(j)
 			}
 		}
+	}
+	if err != nil {
+		return n, nil, fmt.Errorf("coordinator: reap %d jobs (%d moved before the error): %w", len(units), n, err)
 	}
 	return n, again, nil
 }
@@ -198,7 +202,7 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 			continue
 		}
 		if n, err := c.Reap(ctx, nil, mine); err != nil && ctx.Err() == nil {
-			c.log.Warn("reap pass failed", slog.Any("err", err))
+			c.log.Warn("reap pass failed", slog.Any("err", err), slog.Int("reaped", n))
 		} else if n > 0 {
 			c.log.Info(fmt.Sprintf("reaped %d jobs whose owner lost its lease", n), slog.Int("reaped", n))
 		}

@@ -101,10 +101,15 @@ type Session struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the heartbeat goroutine has exited
 
-	kick       chan struct{} // renew now
-	validUntil atomic.Int64  // unix nanos
+	kick chan struct{} // renew now
+	// validUntil keeps the clock's monotonic reading (RealClock's times
+	// have one): the deadline is compared and waited for in elapsed
+	// time, as the server counts the lease's TTL, and a step of the wall
+	// clock (NTP, a VM resumed) neither extends nor cuts it short.
+	validUntil atomic.Pointer[time.Time]
 	renewals   atomic.Int64
-	closeOnce  sync.Once
+	closeMu    sync.Mutex
+	revoked    bool                     // Close revoked the lease (or found it gone); under closeMu
 	peers      atomic.Pointer[[]string] // see SetPeers
 }
 
@@ -122,7 +127,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 		return nil, fmt.Errorf("coordinator: grant session lease: %w", err)
 	}
 	s := &Session{c: c, cfg: cfg, lease: lease, done: make(chan struct{}), kick: make(chan struct{}, 1)}
-	s.validUntil.Store(sent.Add(cfg.TTL - cfg.Margin).UnixNano())
+	s.setValidUntil(sent.Add(cfg.TTL - cfg.Margin))
 	info := cfg.Worker
 	info.Lease = int64(lease)
 	info.LeaseTTLMS = cfg.TTL.Milliseconds()
@@ -156,8 +161,12 @@ func (s *Session) WorkerID() string { return s.cfg.Worker.ID }
 func (s *Session) Config() SessionConfig { return s.cfg }
 
 // ValidUntil is the conservative deadline before which the lease is known
-// to be alive.
-func (s *Session) ValidUntil() time.Time { return time.Unix(0, s.validUntil.Load()) }
+// to be alive. It keeps the monotonic reading of the session clock's
+// times (see package time), so time.Until and comparisons with the clock's
+// Now measure elapsed time, whatever the wall clock does meanwhile.
+func (s *Session) ValidUntil() time.Time { return *s.validUntil.Load() }
+
+func (s *Session) setValidUntil(t time.Time) { s.validUntil.Store(&t) }
 
 // Valid reports whether the session has not ended and its deadline has not
 // passed. Fenced writes are not attempted when it is false.
@@ -210,12 +219,21 @@ func (s *Session) heartbeat() {
 		ttl, err := s.c.store.KeepAliveOnce(rctx, s.lease)
 		cancel()
 		switch {
+		case err == nil && !s.cfg.Clock.Now().Before(s.ValidUntil()):
+			// Acknowledged, but only after the deadline passed: Valid
+			// has been false since, so fenced writes were refused locally
+			// and their runs abandoned while their handlers ran on. The
+			// deadline passed without an acknowledged renewal: the session
+			// ends, as it would have had the reply come a moment later.
+			log.Warn("session lease renewal acknowledged after its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
+			s.end(ErrSessionExpired)
+			return
 		case err == nil:
 			if ttl <= 0 || ttl > s.cfg.TTL {
 				ttl = s.cfg.TTL
 			}
-			if v := sent.Add(ttl - s.cfg.Margin).UnixNano(); v > s.validUntil.Load() {
-				s.validUntil.Store(v)
+			if v := sent.Add(ttl - s.cfg.Margin); v.After(s.ValidUntil()) {
+				s.setValidUntil(v)
 			}
 			s.renewals.Add(1)
 			next = s.cfg.RenewInterval()
@@ -235,15 +253,21 @@ func (s *Session) heartbeat() {
 // Close ends the session: it stops the heartbeat and revokes the lease,
 // which deletes the worker registration and the ownership keys of any job
 // still held (those jobs are then reaped by whoever runs the reaper).
-// Callers finish or release their runs first.
+// Callers finish or release their runs first. A Close whose revoke failed
+// may be called again: it tries the revoke again (until then the lease
+// lives on until its TTL runs out). Once the lease is revoked, Close does
+// nothing.
 func (s *Session) Close(ctx context.Context) error {
-	var err error
-	s.closeOnce.Do(func() {
-		s.end(ErrSessionClosed)
-		<-s.done
-		if rerr := s.c.store.Revoke(ctx, s.lease); rerr != nil && !errors.Is(rerr, kv.ErrLeaseNotFound) {
-			err = fmt.Errorf("coordinator: revoke session lease: %w", rerr)
-		}
-	})
-	return err
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.revoked {
+		return nil
+	}
+	s.end(ErrSessionClosed)
+	<-s.done
+	if err := s.c.store.Revoke(ctx, s.lease); err != nil && !errors.Is(err, kv.ErrLeaseNotFound) {
+		return fmt.Errorf("coordinator: revoke session lease %d (Close again to retry; else it expires within %s): %w", int64(s.lease), s.cfg.TTL, err)
+	}
+	s.revoked = true
+	return nil
 }

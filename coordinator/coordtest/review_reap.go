@@ -1,5 +1,215 @@
 package coordtest
 
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+)
+
 // Tests from a review of the reap path (2026-12-03). Run adds them to the
 // suite.
-var reapReviewTests = []suiteTest{}
+var reapReviewTests = []suiteTest{
+	{"ReapCountsMovesBeforeAFailedTransaction", testReapPartialCounted},
+	{"SessionEndsOnRenewalAcknowledgedAfterDeadline", testSessionLateAck},
+	{"SessionDeadlineInMonotonicTime", testSessionDeadlineMonotonic},
+	{"SessionCloseRetriesFailedRevoke", testSessionCloseRetry},
+}
+
+// chunkStore reports a small MaxOps, so that the coordinator splits a
+// batch of moves into several transactions, and fails the failAt-th write
+// transaction (counting from 1) before it reaches the store.
+type chunkStore struct {
+	kv.Store
+	maxOps int
+	failAt int64
+	writes atomic.Int64
+}
+
+var errTxnFailed = errors.New("transaction failed")
+
+func (s *chunkStore) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.MaxOps = s.maxOps
+	return l
+}
+
+func (s *chunkStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if kvtest.Writes(t) && s.writes.Add(1) == s.failAt {
+		return kv.TxnResult{}, errTxnFailed
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// testReapPartialCounted: a reap whose moves take several transactions
+// (the store's limits) and whose second transaction fails has still moved
+// the jobs of the first. Reap reports them (its count, OnReap for metrics,
+// its log), not zero: an operator counting reaps, or a caller logging
+// "reaped n", would otherwise never learn of moves that happened.
+func testReapPartialCounted(t *testing.T, h *harness) {
+	for range 3 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	}
+	s := h.session(h.c)
+	runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 3, false)
+	if err != nil || len(runs) != 3 {
+		t.Fatalf("Claim 3: %d runs, %v", len(runs), err)
+	}
+	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	// A move is 4 ops (3 compares): with at most 6 ops a transaction, two
+	// moves fit in one, the third goes in a second transaction, which fails.
+	cs := &chunkStore{Store: h.store, maxOps: 6, failAt: 2}
+	var mu sync.Mutex
+	var reported []string
+	reaper := h.coordinator(cs, coordinator.Config{OnReap: func(j *coordinator.Job) {
+		mu.Lock()
+		defer mu.Unlock()
+		reported = append(reported, j.ID)
+	}})
+	n, err := reaper.Reap(h.ctx(), nil, nil)
+	if !errors.Is(err, errTxnFailed) {
+		t.Fatalf("Reap with its second transaction failing: %d, %v; want the failure", n, err)
+	}
+	var moved []string
+	for _, r := range runs {
+		if j := h.get(r.Job().ID); j.State == coordinator.StateAvailable {
+			moved = append(moved, j.ID)
+		}
+	}
+	if len(moved) != 2 {
+		t.Fatalf("%d jobs moved by the first transaction, want 2 (the test's limits are off)", len(moved))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n != len(moved) || len(reported) != len(moved) {
+		t.Fatalf("Reap moved %d jobs before its error but returned %d and reported %d to OnReap", len(moved), n, len(reported))
+	}
+	// The third is reaped by the next pass.
+	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
+		t.Fatalf("next Reap = %d, %v; want 1", n, err)
+	}
+}
+
+// testSessionLateAck (promise 6): a renewal whose reply arrives only after
+// the validity deadline has passed does not revive the session. Valid was
+// false from the deadline on (fenced writes refused locally, their runs
+// abandoned), while the handlers' context was not cancelled: the deadline
+// passed without an acknowledged renewal, so the session ends, with
+// ErrSessionExpired, instead of going on with a new deadline.
+func testSessionLateAck(t *testing.T, h *harness) {
+	const ttl = 10 * time.Second // deadline TTL − TTL/5 = 8 s after the start
+	clock := newSignalClock(NewClock(time.Now()))
+	var late atomic.Bool
+	rs := &renewStore{Store: h.store, onRenew: func() {
+		if late.Load() {
+			// Sent 1 s after the start; answered 8.5 s after it, half a
+			// second past the deadline.
+			clock.Advance(7500 * time.Millisecond)
+		}
+	}}
+	s := h.clockSession(h.coordinator(rs, coordinator.Config{}), clock, ttl)
+	clock.next(t) // the heartbeat waits for its first renewal
+	deadline := s.ValidUntil()
+	clock.Advance(time.Second)
+	late.Store(true)
+	s.RenewNow()
+	select {
+	case <-s.Done():
+	case due := <-clock.timers:
+		t.Fatalf("a renewal answered %v after the validity deadline %v kept the session (valid until %v, valid now: %v); next renewal due %v",
+			clock.Now().Sub(deadline), deadline.Format(time.StampMilli), s.ValidUntil().Format(time.StampMilli), s.Valid(), due.Format(time.StampMilli))
+	case <-time.After(failBound):
+		t.Fatal("the heartbeat neither ended the session nor came back to wait")
+	}
+	if cause := context.Cause(s.Ctx()); !errors.Is(cause, coordinator.ErrSessionExpired) {
+		t.Fatalf("session ended with %v, want ErrSessionExpired", cause)
+	}
+	if s.Valid() {
+		t.Fatal("ended session still valid")
+	}
+}
+
+// hasMonotonic reports whether t carries a monotonic clock reading, which
+// its String shows as "m=±<seconds>" (see package time).
+func hasMonotonic(t time.Time) bool { return strings.Contains(t.String(), " m=") }
+
+// testSessionDeadlineMonotonic (promise 6): the validity deadline is
+// kept in elapsed time, as the server counts a lease's TTL. A deadline kept
+// as wall-clock time moves with every step of the wall clock: stepped back
+// by a minute (NTP, a VM resumed), a daemon cut off from the store would
+// go on believing its lease alive, its handlers running, a minute after the
+// store expired it and its jobs ran elsewhere; stepped forward, every
+// session ends at once. A test cannot step the wall clock, so it checks
+// what makes the deadline immune: it keeps the monotonic reading of the
+// session clock's times (Go then compares and waits in monotonic time),
+// at the start and after a renewal.
+func testSessionDeadlineMonotonic(t *testing.T, h *harness) {
+	if !hasMonotonic(time.Now()) {
+		t.Skip("this platform's clock has no monotonic reading")
+	}
+	s := h.session(h.c) // RealClock
+	if v := s.ValidUntil(); !hasMonotonic(v) {
+		t.Fatalf("validity deadline %v is wall-clock time: a step of the wall clock moves it", v)
+	}
+	clock := newSignalClock(NewClock(time.Now()))
+	s = h.clockSession(h.c, clock, 10*time.Second)
+	clock.next(t) // the heartbeat waits for its first renewal
+	clock.Advance(time.Second)
+	s.RenewNow()
+	clock.next(t) // renewed; the heartbeat waits again
+	if n := s.Renewals(); n != 1 {
+		t.Fatalf("%d renewals acknowledged, want 1", n)
+	}
+	if v := s.ValidUntil(); !hasMonotonic(v) {
+		t.Fatalf("validity deadline after a renewal %v is wall-clock time: a step of the wall clock moves it", v)
+	}
+}
+
+// revokeFailStore fails the next Revoke, once armed, without sending it.
+type revokeFailStore struct {
+	kv.Store
+	fail atomic.Bool
+}
+
+var errRevokeFailed = errors.New("revoke failed")
+
+func (s *revokeFailStore) Revoke(ctx context.Context, id kv.LeaseID) error {
+	if s.fail.CompareAndSwap(true, false) {
+		return errRevokeFailed
+	}
+	return s.Store.Revoke(ctx, id)
+}
+
+// testSessionCloseRetry: a Close whose revoke failed (the store was
+// unreachable) reports it, and a second Close tries again: it does not
+// report success while the lease, with the registration and the ownership
+// keys of any job still held, lives on until its TTL runs out.
+func testSessionCloseRetry(t *testing.T, h *harness) {
+	rs := &revokeFailStore{Store: h.store}
+	s := h.session(h.coordinator(rs, coordinator.Config{}))
+	rs.fail.Store(true)
+	if err := s.Close(h.ctx()); !errors.Is(err, errRevokeFailed) {
+		t.Fatalf("Close with its revoke failing: %v, want that failure", err)
+	}
+	if cause := context.Cause(s.Ctx()); !errors.Is(cause, coordinator.ErrSessionClosed) {
+		t.Fatalf("closed session's cause %v, want ErrSessionClosed", cause)
+	}
+	if err := s.Close(h.ctx()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := h.store.KeepAliveOnce(h.ctx(), s.Lease()); !errors.Is(err, kv.ErrLeaseNotFound) {
+		t.Fatalf("lease after a second Close returned nil: renewal %v, want ErrLeaseNotFound (the lease was never revoked)", err)
+	}
+	if err := s.Close(h.ctx()); err != nil {
+		t.Fatalf("third Close: %v", err)
+	}
+}
