@@ -753,9 +753,21 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 			context.AfterFunc(w.sessParent, scancel) // released with the parent at Stop
 			w.sess.Store(sess)
 			w.log.Info("new session started", slog.Int64("lease", int64(sess.Lease())))
-			// The old lease's jobs are orphans now (its revoke above, or its
-			// expiry, removed their ownership keys): give them back at once
-			// rather than waiting for a reaper.
+			// If the revoke above failed (the store was out of reach
+			// then), the old lease may still be alive — the store
+			// extends leases when it regains its quorum — and its jobs'
+			// ownership keys with it, under a registration the new
+			// session has replaced: no reaper's watch would see it end.
+			// Revoke it now that the store answers (Close retries a
+			// failed revoke).
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			if err := old.Close(cctx); err != nil {
+				w.log.Warn("cannot revoke the lost session's lease: its jobs are re-queued once it expires", slog.Any("err", err))
+			}
+			cancel()
+			// The old lease's jobs are orphans now (its revoke, or its
+			// expiry, removed their ownership keys): give them back at
+			// once rather than waiting for a reaper.
 			if n, err := w.c.Reap(ctx, nil, w.isRunning); err != nil {
 				w.log.Warn("reaping after session loss failed", slog.Any("err", err))
 			} else if n > 0 {
