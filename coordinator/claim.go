@@ -33,12 +33,36 @@ type ClaimStats struct {
 // each pick candidates at random from a window larger than n, so that they
 // do not all race for the same jobs.
 func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n int, spread bool) ([]*Run, ClaimStats, error) {
+	for {
+		runs, st, back, err := c.claim(ctx, sess, queue, n, spread)
+		if back == nil {
+			return runs, st, err
+		}
+		// Claims in flight try every free slot of the queue's global
+		// limit: wait for one to end (a slot it did not get is free
+		// again, and no watch event says so). Or read again at once.
+		select {
+		case <-back:
+		case <-ctx.Done():
+			return nil, st, fmt.Errorf("coordinator: claim: %w", ctx.Err())
+		}
+	}
+}
+
+// claimAgain, returned by claim, says to try again at once.
+var claimAgain = func() <-chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// claim is one try of Claim. When claims in flight of this coordinator
+// try every free slot of the queue's global limit, it claims nothing and
+// returns a channel closed when one of them ends; claimAgain when it has
+// reset the floor for a read from the queue's start.
+func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n int, spread bool) ([]*Run, ClaimStats, <-chan struct{}, error) {
 	var st ClaimStats
 	if n <= 0 {
-		return nil, st, nil
+		return nil, st, nil, nil
 	}
 	if !sess.Valid() {
-		return nil, st, fmt.Errorf("coordinator: claim: %w", ErrSessionExpired)
+		return nil, st, nil, fmt.Errorf("coordinator: claim: %w", ErrSessionExpired)
 	}
 	// The queue's configuration: a paused queue is not claimed from, and
 	// a global limit bounds the claim to the free slots. Every claim
@@ -46,39 +70,44 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	// the claim is in flight refuses it.
 	conf, confRev, err := c.queueConfig(ctx, queue)
 	if err != nil {
-		return nil, st, err
+		return nil, st, nil, err
 	}
 	if conf.Paused {
 		st.Held = true
-		return nil, st, nil
+		return nil, st, nil, nil
 	}
+	confGuard := kv.ModRevisionIs(c.keys.queueConf(queue), kv.Equal, confRev)
+	start := c.keys.queue(queue)
+	// Claims of one queue read one at a time, each from where the one
+	// before moved the floor, and skipping the jobs (and the global-limit
+	// slots) that claims of this coordinator still in flight try: two
+	// claims in flight would otherwise race for the same jobs and slots.
+	// The lock is released before the claim commits.
+	unlock, err := c.floors.lockReads(ctx, queue)
+	if err != nil {
+		return nil, st, nil, fmt.Errorf("coordinator: claim: %w", err)
+	}
+	defer unlock()
 	var slots []string
 	if conf.Limit > 0 {
-		if slots, err = c.freeSlots(ctx, queue, conf.Limit, n, spread); err != nil {
-			return nil, st, err
+		free, err := c.freeSlots(ctx, queue, conf.Limit, n+c.floors.slotsTried(queue), spread)
+		if err != nil {
+			return nil, st, nil, err
 		}
-		if len(slots) == 0 {
+		if len(free) == 0 {
 			st.Held = true
-			return nil, st, nil
+			return nil, st, nil, nil
+		}
+		var back <-chan struct{}
+		if slots, back = c.floors.freeSlots(queue, free, n); len(slots) == 0 {
+			return nil, st, back, nil
 		}
 		n = len(slots)
 	}
-	confGuard := kv.ModRevisionIs(c.keys.queueConf(queue), kv.Equal, confRev)
 	window := n
 	if spread {
 		window = min(4*n, 512)
 	}
-	start := c.keys.queue(queue)
-	// Claims of one queue read one at a time, each from where the one
-	// before moved the floor, and skipping the jobs that claims of this
-	// coordinator still in flight try: two claims in flight would
-	// otherwise race for the same jobs. The lock is released before the
-	// claim commits.
-	unlock, err := c.floors.lockReads(ctx, queue)
-	if err != nil {
-		return nil, st, fmt.Errorf("coordinator: claim: %w", err)
-	}
-	defer unlock()
 	fs, tracked := c.floors.start(queue)
 	if fs.key > start {
 		start = fs.key
@@ -99,7 +128,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		avail, seen, readRev, err = c.readAvailable(ctx, queue, start, fs.horizon, end, window+busy, ahead+busy, false)
 	}
 	if err != nil {
-		return nil, st, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
+		return nil, st, nil, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
 	// Only a read that saw every job the floor was lowered to moves it.
 	moves := tracked && readRev >= fs.lowRev
@@ -115,7 +144,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		// compacted, in etcd's index and in Pebble.
 		c.floors.reset(queue)
 		unlock()
-		return c.Claim(ctx, sess, queue, n, spread)
+		return nil, st, claimAgain, nil
 	}
 	if len(avail) == 0 {
 		if moves {
@@ -126,7 +155,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 			// next full read.
 			c.floors.advance(queue, end, "", fs.epoch)
 		}
-		return nil, st, nil
+		return nil, st, nil, nil
 	}
 	cands := avail
 	if len(cands) > n {
@@ -185,7 +214,7 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		ukeys = append(ukeys, x.Key)
 	}
 	if len(units) == 0 {
-		return nil, st, nil
+		return nil, st, nil, nil
 	}
 	tried := make(map[string]bool, len(cands))
 	for _, x := range cands {
@@ -206,30 +235,39 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		}
 		c.floors.advance(queue, next, seen, fs.epoch)
 	}
-	c.floors.hold(queue, tried)
+	used := slots[:min(len(slots), len(units))] // each unit's slot, in order
+	c.floors.hold(queue, tried, used)
 	unlock()
 	results, _, err := c.runUnits(ctx, units)
 	var runs []*Run
 	if err != nil {
 		// The reply may be lost while the claim committed: find out from
-		// the ownership keys, never by claiming again.
-		runs, rerr := c.resolveClaims(context.WithoutCancel(ctx), sess, jobs)
+		// the ownership keys, never by claiming again; even if the caller
+		// gave up meanwhile, but not past the session's end (a store that
+		// cannot be reached would hold the claim, and a worker's Stop that
+		// waits for it, for as long as the outage). Runs of an ended
+		// session could write nothing, and its lease takes the claim back.
+		rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(sess.Ctx(), rcancel)
+		runs, rerr := c.resolveClaims(rctx, sess, jobs)
+		stop()
+		rcancel()
 		// The candidates not resolved may still be available: the next
 		// claim reads from the queue's start. They are held until now: a
 		// claim of this coordinator that took one meanwhile would look to
 		// resolveClaims like this claim's, landed after all.
-		c.floors.release(queue, tried, "", true)
+		c.floors.release(queue, tried, used, "", true)
 		if rerr != nil {
-			return nil, st, fmt.Errorf("coordinator: claim: %w (and resolving it: %v)", err, rerr)
+			return nil, st, nil, fmt.Errorf("coordinator: claim: %w (and resolving it: %v)", err, rerr)
 		}
 		for _, r := range runs {
 			r.slot = slotOf[r.job.ID]
 		}
 		if len(runs) > 0 {
 			c.log.Warn("claim reply lost; resolved from ownership keys", slog.Int("claimed", len(runs)), slog.Any("err", err))
-			return runs, st, nil
+			return runs, st, nil, nil
 		}
-		return nil, st, fmt.Errorf("coordinator: claim: %w", err)
+		return nil, st, nil, fmt.Errorf("coordinator: claim: %w", err)
 	}
 	lost := ""
 	for i, r := range results {
@@ -251,8 +289,8 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 	// slot another daemon took, refuses a unit as surely as another claim
 	// taking the job. The floor has passed it and no watch event brings it
 	// back (its entry did not change): lower the floor to it (ADR 0015).
-	c.floors.release(queue, tried, lost, false)
-	return runs, st, nil
+	c.floors.release(queue, tried, used, lost, false)
+	return runs, st, nil, nil
 }
 
 // availableWindows are the spans of scheduled time, in nanoseconds, of

@@ -16,8 +16,8 @@ import (
 // lowers it whenever a job becomes available before it (a higher priority,
 // an older time), and resets it when the watch restarts; a claim lowers it
 // to the candidates it did not get. Each queue's record also serialises
-// the reads of its claims and holds the keys that claims in flight try,
-// watched or not.
+// the reads of its claims and holds the keys (and global-limit slots) that
+// claims in flight try, watched or not.
 type floors struct {
 	mu sync.Mutex
 	m  map[string]*floor
@@ -30,19 +30,23 @@ func (f *floors) of(queue string) *floor {
 	}
 	fl := f.m[queue]
 	if fl == nil {
-		fl = &floor{reads: make(chan struct{}, 1), pending: map[string]bool{}}
+		fl = &floor{reads: make(chan struct{}, 1), pending: map[string]bool{}, slots: map[string]bool{}}
 		f.m[queue] = fl
 	}
 	return fl
 }
 
-// hold marks keys as tried by a claim in flight, until release.
-func (f *floors) hold(queue string, keys map[string]bool) {
+// hold marks keys, and the global-limit slots, as tried by a claim in
+// flight, until release.
+func (f *floors) hold(queue string, keys map[string]bool, slots []string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := f.of(queue).pending
+	fl := f.of(queue)
 	for k := range keys {
-		p[k] = true
+		fl.pending[k] = true
+	}
+	for _, s := range slots {
+		fl.slots[s] = true
 	}
 }
 
@@ -52,12 +56,19 @@ func (f *floors) hold(queue string, keys map[string]bool) {
 // back). Not before: a claim that read while the keys were held skipped
 // them, and one that started between a lowering and the release would
 // skip them again and move the floor past them for good.
-func (f *floors) release(queue string, keys map[string]bool, back string, reset bool) {
+func (f *floors) release(queue string, keys map[string]bool, slots []string, back string, reset bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.of(queue)
 	for k := range keys {
 		delete(fl.pending, k)
+	}
+	for _, s := range slots {
+		delete(fl.slots, s)
+	}
+	if len(slots) > 0 && fl.slotsBack != nil {
+		close(fl.slotsBack)
+		fl.slotsBack = nil
 	}
 	switch {
 	case reset:
@@ -92,6 +103,42 @@ func (f *floors) dropPending(queue string, xs []kv.KeyValue) []kv.KeyValue {
 	return out
 }
 
+// slotsTried returns how many global-limit slots of queue claims in flight
+// try.
+func (f *floors) slotsTried(queue string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.of(queue).slots)
+}
+
+// freeSlots returns up to n of free (slots of queue's global limit that
+// the store holds free) that no claim in flight tries: a claim that tried
+// them too would see each of its jobs refused, as if other daemons
+// contended for them. When claims in flight try every one of them, it
+// returns none and a channel closed when one of those claims ends: a slot
+// it did not get is free again, and no watch event says so.
+func (f *floors) freeSlots(queue string, free []string, n int) ([]string, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fl := f.of(queue)
+	out := free
+	if len(fl.slots) > 0 {
+		out = make([]string, 0, len(free))
+		for _, s := range free {
+			if !fl.slots[s] {
+				out = append(out, s)
+			}
+		}
+	}
+	if len(out) == 0 && len(free) > 0 {
+		if fl.slotsBack == nil {
+			fl.slotsBack = make(chan struct{})
+		}
+		return nil, fl.slotsBack
+	}
+	return out[:min(n, len(out))], nil
+}
+
 // lockReads takes queue's read lock, or fails when ctx ends first, and
 // returns its release, which may be called more than once.
 func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), err error) {
@@ -121,6 +168,12 @@ type floor struct {
 	// tells watchers of a write just before reads can see it).
 	lowRev   int64
 	watchers int
+	// slots are the global-limit slots that claims in flight try;
+	// slotsBack, when not nil, is closed by the next release of slots: a
+	// claim that found every free slot tried by claims in flight waits
+	// for it.
+	slots     map[string]bool
+	slotsBack chan struct{}
 }
 
 // low is one lowering of a floor: a job that became available at key, or

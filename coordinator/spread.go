@@ -34,11 +34,37 @@ func (c *Coordinator) PeerIDs(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// spreadOrder orders the candidates of a spread claim: first, in queue
-// order, those that rendezvous hashing over the session's peers gives to
-// this daemon; then the others at random, to fill a claim when the jobs it
-// prefers run out (a peer that is busy or gone leaves its share to others).
+// spreadOrder orders the candidates of a spread claim, given in queue
+// order: priority first (a spread claim never takes a job while one of a
+// higher priority among its candidates waits), and within each priority,
+// first, in queue order, those that rendezvous hashing over the session's
+// peers gives to this daemon; then the others at random, to fill a claim
+// when the jobs it prefers run out (a peer that is busy or gone leaves its
+// share to others).
 func spreadOrder(cands []kv.KeyValue, sess *Session) {
+	// Queue order is priority order: each priority's candidates are one
+	// run of them.
+	for len(cands) > 0 {
+		p := priorityOf(cands[0].Key)
+		n := 1
+		for n < len(cands) && priorityOf(cands[n].Key) == p {
+			n++
+		}
+		spreadWithin(cands[:n], sess)
+		cands = cands[n:]
+	}
+}
+
+// priorityOf returns the priority segment of an available-index key
+// (.../PRIORITY/TIME/ID).
+func priorityOf(key string) string {
+	rest := key[:max(strings.LastIndexByte(key, '/'), 0)]  // less the id
+	rest = rest[:max(strings.LastIndexByte(rest, '/'), 0)] // less the time
+	return rest[strings.LastIndexByte(rest, '/')+1:]
+}
+
+// spreadWithin orders candidates of one priority: see spreadOrder.
+func spreadWithin(cands []kv.KeyValue, sess *Session) {
 	p := sess.peers.Load()
 	me := sess.WorkerID()
 	if p == nil || len(*p) < 2 || !slices.Contains(*p, me) {

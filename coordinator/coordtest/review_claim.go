@@ -1,5 +1,232 @@
 package coordtest
 
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+)
+
 // Tests from a review of the claim path (2026-12-03). Run adds them to the
 // suite.
-var claimReviewTests = []suiteTest{}
+var claimReviewTests = []suiteTest{
+	{"LimitedClaimsInFlightTakeDifferentSlots", testLimitedClaimsInFlight},
+	{"SlotRefusedToClaimInFlightStaysFree", testSlotRefusedInFlight},
+	{"ClaimResolvingOnUnreachableStoreEndsWithSession", testClaimResolveUnreachable},
+	{"SpreadClaimsKeepPriority", testSpreadClaimsKeepPriority},
+}
+
+// testLimitedClaimsInFlight: a daemon keeps two claims of a queue in flight
+// (ADR 0012), also on a queue with a global limit. The second claim reads
+// the free slots while the first has not committed yet: it must not try the
+// slots the first one tries (every one of its jobs would be refused, seen
+// as contention), but the others that are free.
+func testLimitedClaimsInFlight(t *testing.T, h *harness) {
+	const q = "api"
+	for range 10 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q})
+	}
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), q, 4); err != nil {
+		t.Fatal(err)
+	}
+	g := newStepStore(h.store)
+	c := h.coordinator(g, coordinator.Config{})
+	s := h.session(c)
+	type result struct {
+		runs []*coordinator.Run
+		st   coordinator.ClaimStats
+		err  error
+	}
+	first := make(chan result, 1)
+	g.txnArmed.Store(true)
+	go func() {
+		runs, st, err := c.Claim(h.ctx(), s, q, 2, false)
+		first <- result{runs, st, err}
+	}()
+	<-g.txnHeld // the first claim has read and waits to commit
+	second, st, err := c.Claim(h.ctx(), s, q, 2, false)
+	close(g.txnGo)
+	r := <-first
+	if r.err != nil || len(r.runs) != 2 || r.st.Conflicts != 0 {
+		t.Fatalf("first claim: %d jobs, %d conflicts, %v; want 2 and none", len(r.runs), r.st.Conflicts, r.err)
+	}
+	if err != nil || len(second) != 2 || st.Conflicts != 0 {
+		t.Fatalf("second claim, beside the first under a limit of 4: %d jobs, %d conflicts, %v; want 2 and none", len(second), st.Conflicts, err)
+	}
+	// The limit holds: four run, and a third claim is held.
+	more, st, err := c.Claim(h.ctx(), s, q, 2, false)
+	if err != nil || len(more) != 0 || !st.Held {
+		t.Fatalf("claim at the limit: %d jobs, %+v, %v; want none, held", len(more), st, err)
+	}
+}
+
+// slotReadStore signals each read of a queue's global-limit slots once it
+// has been answered.
+type slotReadStore struct {
+	kv.Store
+	read chan struct{}
+}
+
+func (s *slotReadStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	rr, err := s.Store.Range(ctx, r)
+	if strings.Contains(r.Start, "/qm/s/") {
+		select {
+		case s.read <- struct{}{}:
+		default:
+		}
+	}
+	return rr, err
+}
+
+// testSlotRefusedInFlight: when the claims in flight of a daemon try every
+// free slot of a limited queue, a claim beside them waits for them rather
+// than try the same slots; a slot that one of them did not get (its job
+// was cancelled meanwhile) is free again, with no watch event to say so,
+// and the waiting claim takes it.
+func testSlotRefusedInFlight(t *testing.T, h *harness) {
+	const q = "api"
+	var jobs []*coordinator.Job
+	for range 3 {
+		jobs = append(jobs, h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q}))
+	}
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), q, 2); err != nil {
+		t.Fatal(err)
+	}
+	g := newStepStore(h.store)
+	sr := &slotReadStore{Store: g, read: make(chan struct{}, 1)}
+	c := h.coordinator(sr, coordinator.Config{})
+	s := h.session(c)
+	type result struct {
+		runs []*coordinator.Run
+		st   coordinator.ClaimStats
+		err  error
+	}
+	first, second := make(chan result, 1), make(chan result, 1)
+	g.txnArmed.Store(true)
+	go func() {
+		runs, st, err := c.Claim(h.ctx(), s, q, 2, false)
+		first <- result{runs, st, err}
+	}()
+	<-g.txnHeld // the first claim tries both slots, with the first two jobs
+	<-sr.read
+	if _, err := h.c.Cancel(h.ctx(), jobs[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		runs, st, err := c.Claim(h.ctx(), s, q, 1, false)
+		second <- result{runs, st, err}
+	}()
+	<-sr.read // the second claim has read the slots: none free but those tried
+	close(g.txnGo)
+	r := <-first
+	if r.err != nil || len(r.runs) != 1 || r.runs[0].Job().ID != jobs[1].ID {
+		t.Fatalf("first claim: %d jobs, %v; want job %s only (the other was cancelled)", len(r.runs), r.err, jobs[1].ID)
+	}
+	r = <-second
+	if r.err != nil || len(r.runs) != 1 || r.runs[0].Job().ID != jobs[2].ID || r.st.Conflicts != 0 {
+		t.Fatalf("second claim: %d jobs, %+v, %v; want job %s, no conflict (a slot is free again)", len(r.runs), r.st, r.err, jobs[2].ID)
+	}
+}
+
+// unreachableStore stops answering once armed, as an etcd client does
+// (it waits for a connection) when no member can be reached: every
+// transaction blocks until its context ends. It signals the first write
+// (the claim's commit) and the first read after it (the claim finding out
+// whether its commit landed).
+type unreachableStore struct {
+	kv.Store
+	armed, wrote, read atomic.Bool
+	writing, reading   chan struct{}
+}
+
+func (s *unreachableStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if !s.armed.Load() {
+		return s.Store.Txn(ctx, t)
+	}
+	if kvtest.Writes(t) {
+		if s.wrote.CompareAndSwap(false, true) {
+			close(s.writing)
+		}
+	} else if s.wrote.Load() && s.read.CompareAndSwap(false, true) {
+		close(s.reading)
+	}
+	<-ctx.Done()
+	return kv.TxnResult{}, ctx.Err()
+}
+
+// testClaimResolveUnreachable: a claim whose commit got no answer finds
+// out from the store whether it landed, even once its caller gave up
+// (Stop cancels the claim loop's context). On a store that cannot be
+// reached that read must still end, at the latest with the session (its
+// runs could not write anything after that anyway): a worker's Stop waits
+// for its claims in flight, and would wait for as long as the outage.
+func testClaimResolveUnreachable(t *testing.T, h *harness) {
+	h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	us := &unreachableStore{Store: h.store, writing: make(chan struct{}), reading: make(chan struct{})}
+	c := h.coordinator(us, coordinator.Config{})
+	s := h.session(c)
+	type result struct {
+		runs int
+		err  error
+	}
+	done := make(chan result, 1)
+	ctx, cancel := context.WithCancel(h.ctx())
+	defer cancel()
+	us.armed.Store(true)
+	go func() {
+		runs, _, err := c.Claim(ctx, s, coordinator.DefaultQueue, 1, false)
+		done <- result{len(runs), err}
+	}()
+	<-us.writing
+	cancel() // the caller gives up on the claim (a worker's Stop)
+	<-us.reading
+	// The session ends (here closed; on an outage, at its deadline).
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	_ = s.Close(cctx)
+	select {
+	case r := <-done:
+		if r.err == nil || r.runs != 0 {
+			t.Fatalf("claim on an unreachable store: %d runs, %v; want an error", r.runs, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a claim resolving its commit on an unreachable store did not return when its session ended")
+	}
+}
+
+// testSpreadClaimsKeepPriority: a spread claim picks among more jobs than
+// it wants, at random or preferring those rendezvous hashing gives its
+// daemon, but never a job of a later priority while one of an earlier
+// priority among them waits: priority 1 runs first, also under contention.
+// Four priority-1 jobs among sixteen candidates: a pick at random takes
+// all four one time in 1,820.
+func testSpreadClaimsKeepPriority(t *testing.T, h *harness) {
+	s := h.session(h.c)
+	for round, peers := range [][]string{nil, {s.WorkerID(), "other-daemon"}} {
+		if peers != nil {
+			s.SetPeers(peers)
+		}
+		for range 12 {
+			h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 2})
+		}
+		urgent := map[string]bool{}
+		for range 4 {
+			urgent[h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 1}).ID] = true
+		}
+		runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 4, true)
+		if err != nil || len(runs) != 4 {
+			t.Fatalf("round %d: spread claim of 4: %d runs, %v", round, len(runs), err)
+		}
+		for _, r := range runs {
+			if !urgent[r.Job().ID] {
+				t.Fatalf("round %d (peers %v): a spread claim took job %s of priority %d while priority-1 jobs waited", round, peers, r.Job().ID, r.Job().Priority)
+			}
+		}
+		// The rest are left for the next round, behind its priority-1 jobs.
+	}
+}
