@@ -276,6 +276,19 @@ func (fl *floor) lower(key string, rev int64) {
 	fl.lowRev = max(fl.lowRev, rev)
 }
 
+// restart puts the floor back to the queue's start when its watch
+// (re)starts after a read at revision rev: jobs may have become available
+// up to rev without a watch event, so only a read at rev or later moves
+// the floor.
+func (f *floors) restart(queue string, rev int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if fl := f.m[queue]; fl != nil {
+		fl.reset()
+		fl.lowRev = max(fl.lowRev, rev)
+	}
+}
+
 // reset puts the floor back to the queue's start.
 func (f *floors) reset(queue string) {
 	f.mu.Lock()

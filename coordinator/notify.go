@@ -9,10 +9,11 @@ import (
 )
 
 // follow reads prefix, calls onKey for every key present, then watches it
-// from the read's revision on, calls onRestart, and calls onEvent for every
-// change, until ctx ends. A watch that ends (compaction, reconnect) is resumed by reading
-// again, so nothing is missed; callers must tolerate seeing a key twice.
-func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(), onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
+// from the read's revision on, calls onRestart with that revision, and calls
+// onEvent for every change, until ctx ends. A watch that ends (compaction,
+// reconnect) is resumed by reading again, so nothing is missed; callers must
+// tolerate seeing a key twice.
+func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(rev int64), onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
 	for {
 		rev := int64(0)
 		err := c.scanAt(ctx, prefix, onKey, &rev)
@@ -33,7 +34,7 @@ func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(
 		// Called once the watch covers everything after the read: a
 		// consumer that resets here misses no change.
 		if onRestart != nil {
-			onRestart()
+			onRestart(rev)
 		}
 		for resp := range ch {
 			if resp.Err != nil {
@@ -107,10 +108,12 @@ func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func(
 	}
 	c.floors.watch(queue)
 	defer c.floors.unwatch(queue)
-	return c.follow(ctx, c.keys.queue(queue), func() {
+	return c.follow(ctx, c.keys.queue(queue), func(rev int64) {
 		// The watch is (re)established: the floor starts over, and
-		// whatever became available while nobody watched is claimable.
-		c.floors.reset(queue)
+		// whatever became available while nobody watched, up to rev, is
+		// claimable; it is in no watch event, so a claim's read older
+		// than rev must not move the floor (see floor.lowRev).
+		c.floors.restart(queue, rev)
 		fn()
 	}, nil, func(ev kv.Event) {
 		if ev.Type == kv.EventPut {

@@ -16,6 +16,7 @@ import (
 // suite.
 var claimReviewTests = []suiteTest{
 	{"LimitedClaimsInFlightTakeDifferentSlots", testLimitedClaimsInFlight},
+	{"StaleReadAfterWatchRestartHidesNoJob", testStaleReadAfterWatchRestart},
 	{"SlotRefusedToClaimInFlightStaysFree", testSlotRefusedInFlight},
 	{"ClaimResolvingOnUnreachableStoreEndsWithSession", testClaimResolveUnreachable},
 	{"SpreadClaimsKeepPriority", testSpreadClaimsKeepPriority},
@@ -229,4 +230,75 @@ func testSpreadClaimsKeepPriority(t *testing.T, h *harness) {
 		}
 		// The rest are left for the next round, behind its priority-1 jobs.
 	}
+}
+
+// testStaleReadAfterWatchRestart: a job that became available while the
+// queue was not watched (between a watch's end and the read that restarts
+// it) is in no watch event; a claim's read older than that restart (a
+// lagging etcd member's) missed it and moved the floor past it, where it
+// waited for the once-a-minute read from the queue's start.
+func testStaleReadAfterWatchRestart(t *testing.T, h *harness) {
+	stale := &staleRangeStore{Store: h.store}
+	ws := &dropWatchStore{staleRangeStore: stale}
+	c := h.coordinator(ws, coordinator.Config{})
+	woke := h.watchWith(c)
+	s := h.session(c)
+	if runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); err != nil || len(runs) != 0 {
+		t.Fatalf("claim from an empty queue: %d runs, %v", len(runs), err)
+	}
+	// The watch drops the job's event and ends; the watch that replaces
+	// it starts after the job.
+	var job *coordinator.Job
+	ws.drop.Store(true)
+	h.seen(woke, "the watch's restart", func() { job = h.enqueue(coordinator.EnqueueParams{Kind: "k"}) })
+	if ws.drop.Load() {
+		t.Fatal("the watch delivered no event to drop: the test tested nothing")
+	}
+	stale.armed.Store(true) // the next read of the queue misses the job
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != job.ID {
+		t.Errorf("claim whose first read missed the job: %d runs, %v; want job %s", len(runs), err, job.ID)
+		if runs, _, err = c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); err != nil || len(runs) != 1 {
+			t.Fatalf("the claim after it: %d runs, %v; the floor passed the job", len(runs), err)
+		}
+	}
+	if stale.armed.Load() {
+		t.Fatal("no read of the queue was answered stale: the test tested nothing")
+	}
+}
+
+// dropWatchStore ends the next watch response of an available index
+// after drop is set, dropping its events, as a watch cut off (a member
+// restarted, the connection lost) would.
+type dropWatchStore struct {
+	*staleRangeStore
+	drop atomic.Bool
+}
+
+func (s *dropWatchStore) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	if !strings.Contains(prefix, "/q/") {
+		return s.staleRangeStore.Watch(ctx, prefix, fromRev)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	in := s.staleRangeStore.Watch(wctx, prefix, fromRev)
+	out := make(chan kv.WatchResponse)
+	go func() {
+		defer close(out)
+		defer func() {
+			cancel()
+			for range in { // until the store closes it
+			}
+		}()
+		for resp := range in {
+			if len(resp.Events) > 0 && s.drop.CompareAndSwap(true, false) {
+				return
+			}
+			select {
+			case out <- resp:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
 }
