@@ -290,9 +290,23 @@ func (c *Coordinator) WatchQueues(ctx context.Context, fn func()) error {
 // freeSlots returns up to want free slots of queue q's global limit, in a
 // random order when spread (so that daemons do not all race for slot 0).
 func (c *Coordinator) freeSlots(ctx context.Context, q string, limit, want int, spread bool) ([]string, error) {
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.slots(q), End: kv.PrefixEnd(c.keys.slots(q)), KeysOnly: true, Serializable: true})
+	read := func(serializable bool) (kv.RangeResult, error) {
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.slots(q), End: kv.PrefixEnd(c.keys.slots(q)), KeysOnly: true, Serializable: serializable})
+		if err != nil {
+			return rr, fmt.Errorf("coordinator: read slots of queue %s: %w", q, err)
+		}
+		return rr, nil
+	}
+	rr, err := read(true)
+	if err == nil && len(rr.KVs) >= limit {
+		// Every slot looks held, and the caller would wait for a watch
+		// event: but the one that woke it may be a slot's release that
+		// a lagging member has not applied yet. Read again at the
+		// current revision before saying so (as ADR 0016 does for jobs).
+		rr, err = read(false)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: read slots of queue %s: %w", q, err)
+		return nil, err
 	}
 	held := map[int]bool{}
 	for _, x := range rr.KVs {

@@ -3,6 +3,7 @@ package coordtest
 import (
 	"context"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 var claimReviewTests = []suiteTest{
 	{"LimitedClaimsInFlightTakeDifferentSlots", testLimitedClaimsInFlight},
 	{"StaleReadAfterWatchRestartHidesNoJob", testStaleReadAfterWatchRestart},
+	{"StaleSlotReadDoesNotHoldQueue", testStaleSlotRead},
 	{"SlotRefusedToClaimInFlightStaysFree", testSlotRefusedInFlight},
 	{"ClaimResolvingOnUnreachableStoreEndsWithSession", testClaimResolveUnreachable},
 	{"SpreadClaimsKeepPriority", testSpreadClaimsKeepPriority},
@@ -301,4 +303,65 @@ func (s *dropWatchStore) Watch(ctx context.Context, prefix string, fromRev int64
 		}
 	}()
 	return out
+}
+
+// testStaleSlotRead: a claim woken because a slot of the queue's global
+// limit was freed may read the slots from a member that has not applied
+// the release yet (a serializable read); it must not report the queue
+// held (a worker then waits for the next wake-up or poll) without reading
+// again at the current revision.
+func testStaleSlotRead(t *testing.T, h *harness) {
+	const q = "api"
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), q, 1); err != nil {
+		t.Fatal(err)
+	}
+	a := h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q})
+	b := h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q})
+	st := &staleSlotStore{Store: h.store}
+	c := h.coordinator(st, coordinator.Config{})
+	s := h.session(c)
+	runs, _, err := c.Claim(h.ctx(), s, q, 1, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != a.ID {
+		t.Fatalf("first claim: %d runs, %v", len(runs), err)
+	}
+	if more, cs, err := c.Claim(h.ctx(), s, q, 1, false); err != nil || len(more) != 0 || !cs.Held {
+		t.Fatalf("claim with the only slot taken: %d runs, held %v, %v", len(more), cs.Held, err)
+	}
+	if err := runs[0].Complete(h.ctx(), nil); err != nil { // frees the slot
+		t.Fatal(err)
+	}
+	st.armed.Store(true) // the next serializable read of the slots is the one before
+	runs, cs, err := c.Claim(h.ctx(), s, q, 1, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != b.ID {
+		t.Fatalf("claim after the slot was freed, its first read stale: %d runs, held %v, %v; want job %s", len(runs), cs.Held, err, b.ID)
+	}
+	if st.armed.Load() {
+		t.Fatal("no read of the slots was answered stale: the test tested nothing")
+	}
+}
+
+// staleSlotStore answers the first serializable read of a queue's slots
+// after it is armed with the answer of the one before, as a member that
+// lags behind the leader would.
+type staleSlotStore struct {
+	kv.Store
+	armed atomic.Bool
+	mu    sync.Mutex
+	last  *kv.RangeResult
+}
+
+func (s *staleSlotStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if !strings.Contains(r.Start, "/qm/s/") || !r.Serializable {
+		return s.Store.Range(ctx, r)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last != nil && s.armed.CompareAndSwap(true, false) {
+		return *s.last, nil
+	}
+	res, err := s.Store.Range(ctx, r)
+	if err == nil {
+		s.last = &res
+	}
+	return res, err
 }
