@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, maintenanceTests...)
 	tests = append(tests, reapReviewTests...)
 	tests = append(tests, claimReviewTests...)
+	tests = append(tests, opsReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
