@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -37,6 +39,14 @@ var execKillGrace = 5 * time.Second
 // execGroupPoll is how often stopLeftovers checks whether the processes a
 // command left behind have exited.
 const execGroupPoll = 50 * time.Millisecond
+
+// execGate is the shell that precedes every --exec command, the command
+// being its $0: it waits for a line on fd 3, which the daemon writes once
+// the exec guard has been told of the command's process group, and exits
+// without running the command at EOF (the daemon died first, so no guard
+// would stop it). Then it becomes `sh -c COMMAND` (same pid, so same
+// process group), fd 3 closed: the command runs exactly as without it.
+const execGate = `read -r _ <&3 || exit 125; exec sh -c "$0" 3<&-`
 
 // execSpec is one --exec KIND=COMMAND.
 type execSpec struct {
@@ -62,22 +72,27 @@ func parseExec(s string) (execSpec, error) {
 // environment. Exit status 0 completes the job with stdout as its result
 // (as JSON if it is JSON, else as a JSON string); any other status fails
 // the attempt with the end of stderr as the error. The command runs in its
-// own process group; when the job's context ends (cancel, timeout,
-// shutdown, lost lease) the group gets SIGTERM, then SIGKILL after
+// own process group, once the exec guard knows it (execGate); when the
+// job's context ends (cancel, timeout, shutdown, lost lease) the group
+// gets SIGTERM, then SIGKILL after
 // execKillGrace; so do processes the command leaves in its group when it
 // exits (stopLeftovers: an exit 0 is still a success, even if they held
 // its output open), and the daemon reaps those it inherited (reapGroup).
 func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 	return func(ctx context.Context, j *worker.Job) error {
-		cmd := exec.Command("sh", "-c", spec.command)
+		// The command waits at execGate until the guard knows its group.
+		gate, opener, err := os.Pipe()
+		if err != nil {
+			return fmt.Errorf("exec %s: cannot start %q: %w", spec.kind, spec.command, err)
+		}
+		cmd := exec.Command("sh", "-c", execGate, spec.command)
+		cmd.ExtraFiles = []*os.File{gate} // fd 3
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Stdin = bytes.NewReader(j.Payload)
 		stdout := &capBuffer{max: maxExecStdout}
 		stderr := &tailBuffer{max: execStderrTail}
 		cmd.Stdout, cmd.Stderr = stdout, stderr
-		// Grandchildren that keep the pipes open do not hold the job
-		// once the command itself has exited.
-		cmd.WaitDelay = execKillGrace
+		cmd.WaitDelay = execKillGrace // see cmd.Wait below
 		cmd.Env = append(os.Environ(),
 			"LEASEHOLD_JOB_ID="+j.ID,
 			"LEASEHOLD_ATTEMPT="+strconv.Itoa(j.Attempt),
@@ -85,44 +100,70 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			"LEASEHOLD_KIND="+j.Kind,
 			"LEASEHOLD_IDEMPOTENCY_KEY="+j.IdempotencyKey(),
 		)
-		if err := cmd.Start(); err != nil {
+		err = cmd.Start()
+		_ = gate.Close() // the shell's now
+		if err != nil {
+			_ = opener.Close()
 			return fmt.Errorf("exec %s: cannot start %q: %w", spec.kind, spec.command, err)
 		}
-		// The guard learns of the group now: a daemon killed between
-		// Start and add leaves this one command to its supervisor.
+		// The guard learns of the group before the command runs: a daemon
+		// killed before that closes the gate, and the shell exits.
 		pgid := cmd.Process.Pid
-		if !execGroups.add(pgid) {
+		if execGroups.add(pgid) {
+			_, _ = opener.Write([]byte("\n")) // EPIPE: the shell is gone already
+		} else {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
-		defer execGroups.remove(pgid)
-		waited := make(chan error, 1)
-		go func() { waited <- cmd.Wait() }()
-		var werr error
+		_ = opener.Close()
+		// The shell is waited for without being reaped (waitExited): until
+		// cmd.Wait reaps it, its zombie keeps pgid from being reused, so
+		// the signals below, the guard and killAll reach this job's
+		// processes and no one else's.
+		exited := make(chan error, 1)
+		go func() { exited <- waitExited(pgid) }()
+		var xerr error
 		var termAt time.Time // when the group got SIGTERM
 		select {
-		case werr = <-waited:
+		case xerr = <-exited:
 		case <-ctx.Done():
+			if hasExited(pgid) {
+				// It ended before its job did, not stopped by us: its
+				// own outcome stands.
+				xerr = <-exited
+				break
+			}
 			termAt = time.Now()
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			t := time.NewTimer(execKillGrace)
 			select {
-			case werr = <-waited:
+			case xerr = <-exited:
 			case <-t.C:
 				log.Warn("command ignored SIGTERM: killing its process group", slog.String("job", j.ID), slog.Int("pgid", pgid))
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				werr = <-waited
+				xerr = <-exited
 			}
 			t.Stop()
 		}
-		stopLeftovers(pgid, termAt, j.ID, log)
+		if xerr == nil {
+			stopLeftovers(pgid, termAt, j.ID, log)
+		} else {
+			// Cannot happen: nothing else reaps the shell. Its group is
+			// left as it is rather than signalled under a stale id.
+			log.Error("cannot wait for the command's shell: processes it leaves are not stopped", slog.String("job", j.ID), slog.Int("pgid", pgid), slog.Any("err", xerr))
+		}
+		// Told before the shell is reaped, while pgid is still this job's.
+		execGroups.remove(pgid)
+		// Grandchildren that escaped the group (setsid) and keep the
+		// pipes open do not hold the job once the command has exited.
+		werr := cmd.Wait()
 		reapGroup(pgid)
 
-		if ctx.Err() != nil {
+		if !termAt.IsZero() {
 			return fmt.Errorf("exec %s: command stopped (%v): %s", spec.kind, context.Cause(ctx), describeExit(werr, stderr))
 		}
 		if errors.Is(werr, exec.ErrWaitDelay) {
-			// The command exited 0; what it left behind held its output
-			// open and has been stopped (stopLeftovers).
+			// The command exited 0; a process that left its group
+			// held its output open.
 			werr = nil
 		}
 		if werr != nil {
@@ -219,6 +260,31 @@ func stopLeftovers(pgid int, termAt time.Time, job string, log *slog.Logger) {
 	}
 }
 
+// waitExited waits for process pid, a child, to exit, and leaves it to be
+// reaped (by cmd.Wait): its zombie keeps its pid, and so the id of the
+// process group it leads, from being reused until then.
+func waitExited(pid int) error {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// hasExited reports whether process pid, a child not yet reaped, has
+// exited, without reaping it.
+func hasExited(pid int) bool {
+	for {
+		var info unix.Siginfo // Signo stays 0 if it has not exited
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if !errors.Is(err, unix.EINTR) {
+			return err == nil && info.Signo != 0
+		}
+	}
+}
+
 // reapGroup reaps the exited processes of group pgid whose parent is now
 // the daemon. The processes a command leaves behind become the children of
 // the nearest subreaper when their parent exits: init, or the daemon
@@ -238,15 +304,16 @@ func reapGroup(pgid int) {
 }
 
 // groupAlive reports whether process group pgid has a process that has
-// not exited. Zombies do not count: an orphan that exited stays one until
-// init reaps it, which some inits (and a daemon run as PID 1) never do.
+// not exited. Zombies do not count: the command's shell stays one until
+// cmd.Wait reaps it, and an orphan that exited until init reaps it, which
+// some inits (and a daemon run as PID 1) never do.
 func groupAlive(pgid int) bool {
 	if syscall.Kill(-pgid, 0) != nil {
 		return false
 	}
 	procs, ok := groupProcs(pgid)
 	if !ok {
-		return true // no /proc: a zombie counts
+		return true // no /proc (a daemon cannot start its guard then): a zombie counts
 	}
 	for _, p := range procs {
 		if !strings.HasSuffix(p, " Z") {

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A command that exits 0 leaving a background process that still holds
@@ -95,4 +97,42 @@ func TestExecReapsLeftoversItInherits(t *testing.T) {
 	if left := groupEntries(t, pgid); len(left) > 0 {
 		t.Errorf("processes of the job's group left after it (pid state): %v", left)
 	}
+}
+
+// A command that exited 0 before its job's context ended (a timeout that
+// falls while a process it left behind still holds its output) has
+// succeeded: the end of the context does not turn that into a failure,
+// which would run the job again.
+func TestExecExitedBeforeCancelSucceeds(t *testing.T) {
+	old := execKillGrace
+	execKillGrace = time.Hour // the process left behind gets no time of its own
+	t.Cleanup(func() { execKillGrace = old })
+	l := newLifeLine(t)
+	shellPid := filepath.Join(t.TempDir(), "shell")
+	spec, err := parseExec(fmt.Sprintf(`t=echo $$ >%s; exec 3>%s; echo >&3; (exec sleep 1000) & echo $! >%s; echo '{"ok":true}'`, shellPid, l.path, l.pidFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- execHandler(spec, quietLogger(t))(ctx, execJob(`{}`)) }()
+	<-l.started // the shell wrote its pid first
+	b, err := os.ReadFile(shellPid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fd, err := unix.PidfdOpen(pid, 0); err == nil { // else already reaped
+		t.Cleanup(func() { _ = unix.Close(fd) })
+		procExit{fd}.waitExit(t, "the command's shell")
+	}
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("command exited 0 before its job was cancelled: %v, want success", err)
+	}
+	l.waitGone(t, "completed job")
 }
