@@ -59,9 +59,13 @@ func execGuard(in io.Reader) int {
 // execGroups report to it. The returned function, called once the worker
 // has stopped, ends the guard and waits for it.
 func startExecGuard(stderr io.Writer, log *slog.Logger) (stop func(), err error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, failf("cannot start the guard of --exec commands: cannot find this program's path: %v", err)
+	// This very binary, even if it was replaced on disk since it started
+	// (an upgrade in progress); its path where there is no /proc.
+	self := "/proc/self/exe"
+	if _, err := os.Stat(self); err != nil {
+		if self, err = os.Executable(); err != nil {
+			return nil, failf("cannot start the guard of --exec commands: cannot find this program's path: %v", err)
+		}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
