@@ -72,6 +72,7 @@ func startExecGuard(stderr io.Writer, log *slog.Logger) (stop func(), err error)
 		return nil, failf("cannot start the guard of --exec commands: %v", err)
 	}
 	cmd := exec.Command(self, execGuardArg)
+	cmd.Args[0] = os.Args[0] // ps shows what started the daemon, not /proc/self/exe
 	cmd.Stdin, cmd.Stderr = r, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = cmd.Start()
