@@ -50,7 +50,7 @@ func (s *lostThenUnreachable) Revoke(ctx context.Context, id kv.LeaseID) error {
 // so those jobs run again at once, not when the lease expires (it was
 // never revoked at all).
 func TestLostSessionLeaseRevokedOnceStoreAnswers(t *testing.T) {
-	st := &lostThenUnreachable{revokeFailed: atomic.Bool{}, revoked: map[kv.LeaseID]bool{}}
+	st := &lostThenUnreachable{revoked: map[kv.LeaseID]bool{}}
 	st.revokeFailed.Store(true) // none until the session is lost
 	e := newEnv(t, func(s kv.Store) kv.Store { st.Store = s; return st })
 	started := make(chan struct{}, 2)
