@@ -44,7 +44,7 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		}
 		if j.UniqueKey != "" {
 			if k, dup := seen[j.UniqueKey]; dup {
-				return nil, fmt.Errorf("%w: jobs %d and %d have the same unique key %q", ErrInvalid, k, i, j.UniqueKey)
+				return nil, fmt.Errorf("%w: jobs %d and %d have the same unique key %q: enqueue only one of them", ErrInvalid, k, i, j.UniqueKey)
 			}
 			seen[j.UniqueKey] = i
 		}
@@ -65,9 +65,15 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		// An available job is written twice (its record, and its queue's
 		// index entry carries it too), and JSON escaping can make a
 		// record larger than its payload: check what the store can take
-		// in one transaction before anything is written.
-		if !c.fits(units[i]) {
-			err := fmt.Errorf("%w: job is %d bytes as stored, over the %d bytes the store takes in one request: use a smaller payload or metadata", ErrInvalid, units[i].bytes(), c.limits.MaxBytes-requestOverhead)
+		// in one transaction before anything is written. A scheduled job
+		// is written once now but twice when it falls due: it must fit
+		// then too, or promotion could only discard it.
+		size := units[i].bytes()
+		if j.State != StateAvailable {
+			size = max(size, c.dueBytes(j))
+		}
+		if !c.fitsBytes(size) {
+			err := fmt.Errorf("%w: job is %d bytes as stored (an available job twice: its record and its queue's copy), over the %d bytes the store takes in one request: use a smaller payload or metadata", ErrInvalid, size, c.limits.MaxBytes-requestOverhead)
 			if len(ps) > 1 {
 				return nil, fmt.Errorf("job %d: %w", i, err)
 			}
@@ -145,6 +151,19 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		}
 	}
 	return out, nil
+}
+
+// dueBytes is the size of the transaction that makes scheduled job j
+// available when it falls due (as promotion writes it: its record, and its
+// queue's index entry with a copy).
+func (c *Coordinator) dueBytes(j *Job) int {
+	due := *j
+	due.State = StateAvailable
+	_, puts := c.keys.put(&due)
+	return unit{txn: kv.Txn{
+		If:   []kv.Cmp{kv.ModRevisionIs(c.keys.job(j.ID), kv.Equal, 0)},
+		Then: append([]kv.Op{kv.Delete(c.keys.index(j))}, puts...),
+	}}.bytes()
 }
 
 // EnqueueHook runs before a job is validated and inserted (see

@@ -233,7 +233,7 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 		return fmt.Errorf("%w: max attempts %d: want at least 1", ErrInvalid, p.MaxAttempts)
 	}
 	if p.Timeout < 0 {
-		return fmt.Errorf("%w: timeout %s is negative", ErrInvalid, p.Timeout)
+		return fmt.Errorf("%w: timeout %s is negative: use a positive duration, or 0 for the worker's default", ErrInvalid, p.Timeout)
 	}
 	if p.Timeout > 0 && p.Timeout < time.Millisecond {
 		// Stored in whole milliseconds: it would become "no timeout".
@@ -246,7 +246,7 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 		p.Payload = json.RawMessage("{}")
 	}
 	if len(p.Payload) > maxPayload {
-		return fmt.Errorf("%w: payload is %d bytes, over the %d-byte limit", ErrInvalid, len(p.Payload), maxPayload)
+		return fmt.Errorf("%w: payload is %d bytes, over the %d-byte limit: use a smaller payload (store large data elsewhere and pass a reference)", ErrInvalid, len(p.Payload), maxPayload)
 	}
 	if !json.Valid(p.Payload) {
 		return fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)

@@ -33,8 +33,10 @@ func (c *Coordinator) readJob(ctx context.Context, id string) (*Job, *kv.KeyValu
 // retryable job is made available now (its next attempt is not awaited).
 // A job with a unique key takes the key again; if another job holds it
 // meanwhile, Retry refuses with ErrWrongState naming that job. Retrying a
-// running, available or completed job is ErrWrongState. It returns the job
-// as it is after the call (and, with ErrWrongState, as it is now).
+// running, available or completed job is ErrWrongState; a job whose record
+// has grown too large to be made available again (ADR 0018) is ErrInvalid.
+// It returns the job as it is after the call (and, with ErrWrongState, as
+// it is now).
 func (c *Coordinator) Retry(ctx context.Context, id string) (*Job, error) {
 	for range 16 {
 		j, rec, err := c.readJob(ctx, id)
@@ -75,6 +77,13 @@ func (c *Coordinator) Retry(ctx context.Context, id string) (*Job, error) {
 				t.If = append(t.If, kv.Missing(uk))
 				t.Then = append(t.Then, kv.Put(uk, []byte(id), 0))
 			}
+		}
+		// Available again, the record is written twice (its queue's index
+		// carries a copy), and it may have grown with errors and a
+		// checkpoint since it last fitted: the store would refuse the write
+		// with an error that says nothing of why (ADR 0018).
+		if u := (unit{txn: t}); !c.fits(u) {
+			return nil, fmt.Errorf("%w: job %s is too large to run again (its record and its queue's copy take %d bytes, the store takes %d in one request): enqueue a new job with a smaller payload", ErrInvalid, id, u.bytes(), c.limits.MaxBytes-requestOverhead)
 		}
 		res, err := c.store.Txn(ctx, t)
 		if err != nil {

@@ -88,6 +88,13 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			return ListPage{}, err
 		}
 	}
+	if p.Kind != "" {
+		// A name no job can have would list nothing, silently: the API
+		// refuses it, and a client straight on the store must too.
+		if err := ValidateKind(p.Kind); err != nil {
+			return ListPage{}, err
+		}
+	}
 	prefix, byIndex := c.keys.jobs(), false
 	switch p.State {
 	case StateAvailable:
@@ -225,14 +232,46 @@ func validCursor(st State, byQueue bool, after string) bool {
 
 // Counts returns the number of jobs in each state, read from the state
 // indexes (no record reads).
+//
+// The indexes are read one after the other, not at one revision, so a job
+// that moves meanwhile from an index not read yet to one already read (a
+// failed attempt, running to retryable) is counted nowhere. Counts that
+// are off by a moving job or two are fine for a gauge, but not when they
+// say that nothing is pending while something is (jobs wait --all stops
+// there): such a count is confirmed by reading the unfinished indexes
+// (then small) again until one read saw no write between its first and
+// last page.
 func (c *Coordinator) Counts(ctx context.Context) (map[State]int, error) {
 	out := make(map[State]int, len(States))
 	for _, st := range States {
 		out[st] = 0
 	}
-	for _, prefix := range []string{c.keys.available(), c.keys.timers(), c.keys.runningAll(), c.keys.finished()} {
+	unfinished := []string{c.keys.available(), c.keys.timers(), c.keys.runningAll()}
+	first, last, err := c.countInto(ctx, out, append(unfinished, c.keys.finished()))
+	if err != nil {
+		return nil, err
+	}
+	for range 8 {
+		if first == last || out[StateScheduled]+out[StateAvailable]+out[StateRunning]+out[StateRetryable] > 0 {
+			break
+		}
+		again := map[State]int{}
+		if first, last, err = c.countInto(ctx, again, unfinished); err != nil {
+			return nil, err
+		}
+		for _, st := range []State{StateScheduled, StateAvailable, StateRunning, StateRetryable} {
+			out[st] = again[st]
+		}
+	}
+	return out, nil
+}
+
+// countInto adds the jobs of the index prefixes to out and returns the
+// store revisions its first and last reads saw.
+func (c *Coordinator) countInto(ctx context.Context, out map[State]int, prefixes []string) (first, last int64, err error) {
+	for i, prefix := range prefixes {
 		byValue := prefix == c.keys.timers() || prefix == c.keys.finished()
-		if err := c.scan(ctx, prefix, !byValue, func(x kv.KeyValue) error {
+		f, l, err := c.scanRevs(ctx, prefix, !byValue, func(x kv.KeyValue) error {
 			switch prefix {
 			case c.keys.runningAll():
 				out[StateRunning]++
@@ -243,28 +282,44 @@ func (c *Coordinator) Counts(ctx context.Context) (map[State]int, error) {
 				out[st]++
 			}
 			return nil
-		}); err != nil {
-			return nil, fmt.Errorf("coordinator: count jobs: %w", err)
+		})
+		if err != nil {
+			return 0, 0, fmt.Errorf("coordinator: count jobs: %w", err)
 		}
+		if i == 0 {
+			first = f
+		}
+		last = l
 	}
-	return out, nil
+	return first, last, nil
 }
 
 // scan visits every key with prefix in pages.
 func (c *Coordinator) scan(ctx context.Context, prefix string, keysOnly bool, visit func(kv.KeyValue) error) error {
+	_, _, err := c.scanRevs(ctx, prefix, keysOnly, visit)
+	return err
+}
+
+// scanRevs is scan, returning the store revisions its first and last
+// pages were read at.
+func (c *Coordinator) scanRevs(ctx context.Context, prefix string, keysOnly bool, visit func(kv.KeyValue) error) (first, last int64, err error) {
 	start, end := prefix, kv.PrefixEnd(prefix)
-	for {
+	for page := 0; ; page++ {
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: 1000, KeysOnly: keysOnly})
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
+		if page == 0 {
+			first = rr.Revision
+		}
+		last = rr.Revision
 		for _, x := range rr.KVs {
 			if err := visit(x); err != nil {
-				return err
+				return 0, 0, err
 			}
 		}
 		if !rr.More || len(rr.KVs) == 0 {
-			return nil
+			return first, last, nil
 		}
 		start = rr.KVs[len(rr.KVs)-1].Key + "\x00"
 	}
@@ -295,7 +350,7 @@ func (c *Coordinator) Cancel(ctx context.Context, id string) (*Job, error) {
 		guard := []kv.Cmp{kv.ModRevisionIs(rec.Key, kv.Equal, rec.ModRevision)}
 		switch {
 		case j.State.Final():
-			return j, fmt.Errorf("%w: job %s is already %s", ErrWrongState, id, j.State)
+			return j, fmt.Errorf("%w: job %s is already %s: only unfinished jobs can be cancelled", ErrWrongState, id, j.State)
 		case j.State == StateRunning:
 			req, _ := json.Marshal(map[string]any{"requested_at": c.clock.Now().UTC()})
 			// Conditional on the job still running, not on its record:

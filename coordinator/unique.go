@@ -46,7 +46,7 @@ func (u *UniqueOpts) validate() error {
 		return nil
 	}
 	if u.ByPeriod < 0 {
-		return fmt.Errorf("%w: unique period %s is negative", ErrInvalid, u.ByPeriod)
+		return fmt.Errorf("%w: unique period %s is negative: use a positive period, or 0 for none", ErrInvalid, u.ByPeriod)
 	}
 	for _, st := range u.ByState {
 		// Unfinished states always hold the key: naming one would be
