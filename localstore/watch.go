@@ -55,6 +55,11 @@ func (s *Store) watch(ctx context.Context, out chan<- kv.WatchResponse, prefix s
 			return true
 		case <-ctx.Done():
 		case <-s.done:
+			// Say why the watch ends, as an idle one does: a channel
+			// closed without an error reads as the caller's context
+			// ending. The select above picks at random when the
+			// buffer has room too.
+			closedErr(out)
 		}
 		return false
 	}
@@ -84,12 +89,18 @@ func (s *Store) watch(ctx context.Context, out chan<- kv.WatchResponse, prefix s
 		case <-ctx.Done():
 			return
 		case <-s.done:
-			select {
-			case out <- kv.WatchResponse{Err: kv.ErrClosed}:
-			default: // the reader is behind; the closed channel will tell it
-			}
+			closedErr(out)
 			return
 		}
+	}
+}
+
+// closedErr sends kv.ErrClosed on out if its buffer has room: the watch
+// ends because the store closes, and Close does not wait for readers.
+func closedErr(out chan<- kv.WatchResponse) {
+	select {
+	case out <- kv.WatchResponse{Err: kv.ErrClosed}:
+	default: // the reader is behind; the closed channel will tell it
 	}
 }
 
