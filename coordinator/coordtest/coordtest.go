@@ -1040,10 +1040,18 @@ func testStaleReadHidesNoJob(t *testing.T, h *harness) {
 	}
 	var job *coordinator.Job
 	h.seen(woke, "the job", func() { job = h.enqueue(coordinator.EnqueueParams{Kind: "k"}) })
+	claimDespiteStaleRead(t, h, c, s, stale, job)
+}
+
+// claimDespiteStaleRead claims from the default queue with its next read
+// answered stale (missing job): the claim must still take job, and if it
+// does not, the claim after it says whether the floor passed the job.
+func claimDespiteStaleRead(t *testing.T, h *harness, c *coordinator.Coordinator, s *coordinator.Session, stale *staleRangeStore, job *coordinator.Job) {
+	t.Helper()
 	stale.armed.Store(true) // the next read of the queue misses the job
 	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
 	if err != nil || len(runs) != 1 || runs[0].Job().ID != job.ID {
-		t.Errorf("claim whose first read missed the new job: %d runs, %v; want job %s", len(runs), err, job.ID)
+		t.Errorf("claim whose first read missed the job: %d runs, %v; want job %s", len(runs), err, job.ID)
 		if runs, _, err = c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false); err != nil || len(runs) != 1 {
 			t.Fatalf("the claim after it: %d runs, %v; the floor passed the job", len(runs), err)
 		}
