@@ -24,6 +24,13 @@ var claimReviewTests = []suiteTest{
 	{"SpreadClaimsKeepPriority", testSpreadClaimsKeepPriority},
 }
 
+// claimResult is what one Claim call returned.
+type claimResult struct {
+	runs []*coordinator.Run
+	st   coordinator.ClaimStats
+	err  error
+}
+
 // testLimitedClaimsInFlight: a daemon keeps two claims of a queue in flight
 // (ADR 0012), also on a queue with a global limit. The second claim reads
 // the free slots while the first has not committed yet: it must not try the
@@ -40,16 +47,11 @@ func testLimitedClaimsInFlight(t *testing.T, h *harness) {
 	g := newStepStore(h.store)
 	c := h.coordinator(g, coordinator.Config{})
 	s := h.session(c)
-	type result struct {
-		runs []*coordinator.Run
-		st   coordinator.ClaimStats
-		err  error
-	}
-	first := make(chan result, 1)
+	first := make(chan claimResult, 1)
 	g.txnArmed.Store(true)
 	go func() {
 		runs, st, err := c.Claim(h.ctx(), s, q, 2, false)
-		first <- result{runs, st, err}
+		first <- claimResult{runs, st, err}
 	}()
 	<-g.txnHeld // the first claim has read and waits to commit
 	second, st, err := c.Claim(h.ctx(), s, q, 2, false)
@@ -104,16 +106,11 @@ func testSlotRefusedInFlight(t *testing.T, h *harness) {
 	sr := &slotReadStore{Store: g, read: make(chan struct{}, 1)}
 	c := h.coordinator(sr, coordinator.Config{})
 	s := h.session(c)
-	type result struct {
-		runs []*coordinator.Run
-		st   coordinator.ClaimStats
-		err  error
-	}
-	first, second := make(chan result, 1), make(chan result, 1)
+	first, second := make(chan claimResult, 1), make(chan claimResult, 1)
 	g.txnArmed.Store(true)
 	go func() {
 		runs, st, err := c.Claim(h.ctx(), s, q, 2, false)
-		first <- result{runs, st, err}
+		first <- claimResult{runs, st, err}
 	}()
 	<-g.txnHeld // the first claim tries both slots, with the first two jobs
 	<-sr.read
@@ -122,7 +119,7 @@ func testSlotRefusedInFlight(t *testing.T, h *harness) {
 	}
 	go func() {
 		runs, st, err := c.Claim(h.ctx(), s, q, 1, false)
-		second <- result{runs, st, err}
+		second <- claimResult{runs, st, err}
 	}()
 	<-sr.read // the second claim has read the slots: none free but those tried
 	close(g.txnGo)
@@ -173,17 +170,13 @@ func testClaimResolveUnreachable(t *testing.T, h *harness) {
 	us := &unreachableStore{Store: h.store, writing: make(chan struct{}), reading: make(chan struct{})}
 	c := h.coordinator(us, coordinator.Config{})
 	s := h.session(c)
-	type result struct {
-		runs int
-		err  error
-	}
-	done := make(chan result, 1)
+	done := make(chan claimResult, 1)
 	ctx, cancel := context.WithCancel(h.ctx())
 	defer cancel()
 	us.armed.Store(true)
 	go func() {
-		runs, _, err := c.Claim(ctx, s, coordinator.DefaultQueue, 1, false)
-		done <- result{len(runs), err}
+		runs, st, err := c.Claim(ctx, s, coordinator.DefaultQueue, 1, false)
+		done <- claimResult{runs, st, err}
 	}()
 	<-us.writing
 	cancel() // the caller gives up on the claim (a worker's Stop)
@@ -194,8 +187,8 @@ func testClaimResolveUnreachable(t *testing.T, h *harness) {
 	_ = s.Close(cctx)
 	select {
 	case r := <-done:
-		if r.err == nil || r.runs != 0 {
-			t.Fatalf("claim on an unreachable store: %d runs, %v; want an error", r.runs, r.err)
+		if r.err == nil || len(r.runs) != 0 {
+			t.Fatalf("claim on an unreachable store: %d runs, %v; want an error", len(r.runs), r.err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("a claim resolving its commit on an unreachable store did not return when its session ended")
