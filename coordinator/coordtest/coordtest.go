@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, reapReviewTests...)
 	tests = append(tests, claimReviewTests...)
 	tests = append(tests, opsReviewTests...)
+	tests = append(tests, maintReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
