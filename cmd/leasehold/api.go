@@ -47,13 +47,14 @@ package main
 // where only kind is required. Unknown fields are refused.
 //
 // Errors are {"error":"one line saying what was wrong and what to do"} with
-// 400 for bad input (malformed JSON, unknown field, unknown kind or state,
-// bad id, oversized payload), 413 for a body over the size limit, 404 for
-// an unknown job or endpoint, 405 for a wrong method, 409 for an operation
-// the job's state does not allow, 500 otherwise. A refused request writes
-// nothing.
+// 400 for bad input (malformed JSON or text not UTF-8, unknown field,
+// unknown kind or state, bad id, oversized payload), 413 for a body over
+// the size limit, 404 for an unknown job or endpoint, 405 for a wrong
+// method, 409 for an operation the job's state does not allow, 500
+// otherwise. A refused request writes nothing.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/worker"
@@ -392,22 +394,46 @@ func (a *api) batchBody() bodySpec {
 }
 
 // decodeBody decodes one JSON object of at most spec.limit bytes into v,
-// refusing unknown fields and trailing data.
+// refusing unknown fields, trailing data and text that is not UTF-8.
 func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, spec.limit)
-	dec := json.NewDecoder(r.Body)
+	// Read whole (the decoder would buffer the object anyway) to check
+	// the encoding first: encoding/json turns a string's invalid UTF-8
+	// into U+FFFD without a word, so that two different unique keys
+	// would become one, and keeps a payload's raw, so that the job's JSON
+	// is not JSON to stricter clients.
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return bodyError(err, spec)
+	}
+	if at := invalidUTF8(body); at >= 0 {
+		return badRequest("request body is not valid UTF-8 (at byte %d): send JSON text in UTF-8, with binary data encoded (base64 or hex, say)", at)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return bodyError(err, spec)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return bodyError(err, spec)
-		}
 		return badRequest("request body has more after its JSON object: send exactly one object")
 	}
 	return nil
+}
+
+// invalidUTF8 returns the offset of the first byte of b that is not valid
+// UTF-8, or -1.
+func invalidUTF8(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 func bodyError(err error, spec bodySpec) error {

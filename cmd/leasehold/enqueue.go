@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apicall"
@@ -90,6 +91,9 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 			}
 			raw = b
 		}
+		if at := invalidUTF8(raw); at >= 0 {
+			return req, usagef("payload is not valid UTF-8 (at byte %d): JSON text is UTF-8; encode binary data (base64 or hex, say)", at)
+		}
 		var v any
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return req, usagef(`payload is not valid JSON (%s): pass a JSON object such as '{"ms":100}'`, strings.TrimPrefix(err.Error(), "json: "))
@@ -98,6 +102,12 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 	}
 	if err := coordinator.ValidateQueue(o.queue); err != nil {
 		return req, usagef("%s", cleanCoordError(err))
+	}
+	// Sent as JSON, a key that is not UTF-8 would reach the daemon with
+	// its bad bytes replaced by U+FFFD: as another key, maybe a live
+	// job's, and this job would not be enqueued.
+	if !utf8.ValidString(o.uniqueKey) {
+		return req, usagef("%s is not valid UTF-8: encode a binary key (hex or base64, say)", flagLabel(cmd, "unique-key"))
 	}
 	if o.count < 1 {
 		return req, usagef("--count %d: want 1 or more", o.count)
@@ -228,7 +238,9 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 					ce.msg = fmt.Sprintf("enqueued %d of %d jobs (their ids are printed), then: %s", done, o.count, ce.msg)
 				}
 			}
-			if o.json {
+			// The jobs enqueued so far, if any: a failure before the
+			// first prints nothing, as with one job (not "null").
+			if o.json && len(all) > 0 {
 				_ = printJSON(stdout, all)
 			}
 			return err

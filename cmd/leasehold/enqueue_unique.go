@@ -30,6 +30,9 @@ func addUniqueFlags(cmd *cobra.Command, u *uniqueFlags) {
 // apply validates the flags and sets them on req.
 func (u *uniqueFlags) apply(req *createRequest) error {
 	if u.metadata != "" {
+		if at := invalidUTF8([]byte(u.metadata)); at >= 0 {
+			return usagef("--metadata is not valid UTF-8 (at byte %d): JSON text is UTF-8; encode binary data (base64 or hex, say)", at)
+		}
 		if !json.Valid([]byte(u.metadata)) {
 			return usagef(`--metadata is not valid JSON: pass e.g. '{"tenant":"acme"}'`)
 		}
