@@ -251,6 +251,11 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	if !json.Valid(p.Payload) {
 		return fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
 	}
+	// json.Valid takes invalid UTF-8 inside strings; stored raw, it would
+	// make the job's JSON unreadable to strict clients.
+	if !utf8.Valid(p.Payload) {
+		return fmt.Errorf("%w: payload is not valid UTF-8: JSON text is UTF-8; encode binary data (base64 or hex, say)", ErrInvalid)
+	}
 	if len(p.UniqueKey) > maxUniqueKeyLen {
 		return fmt.Errorf("%w: unique key is %d bytes, over the %d-byte limit", ErrInvalid, len(p.UniqueKey), maxUniqueKeyLen)
 	}
@@ -261,6 +266,9 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	}
 	if len(p.Metadata) > 0 && !json.Valid(p.Metadata) {
 		return fmt.Errorf("%w: metadata is not valid JSON", ErrInvalid)
+	}
+	if !utf8.Valid(p.Metadata) {
+		return fmt.Errorf("%w: metadata is not valid UTF-8: JSON text is UTF-8; encode binary data (base64 or hex, say)", ErrInvalid)
 	}
 	if len(p.Metadata) > MaxMetadataBytes {
 		return fmt.Errorf("%w: metadata is %d bytes, over the %d-byte limit", ErrInvalid, len(p.Metadata), MaxMetadataBytes)

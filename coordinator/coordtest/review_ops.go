@@ -22,6 +22,7 @@ var opsReviewTests = []suiteTest{
 	{"ListRefusesBadKind", testListRefusesBadKind},
 	{"CountsMissNoJobMovingDuringTheScan", testCountsMissNoMovingJob},
 	{"RefusalsSayWhatToDo", testRefusalsSayWhatToDo},
+	{"TextNotUTF8Refused", testTextNotUTF8Refused},
 }
 
 // testScheduledJobOverStoreLimit (ADR 0018): a scheduled job is written
@@ -176,5 +177,25 @@ func testRefusalsSayWhatToDo(t *testing.T, h *harness) {
 	_, err = h.c.EnqueueBatch(h.ctx(), []coordinator.EnqueueParams{{Kind: "k", UniqueKey: "a"}, {Kind: "k", UniqueKey: "a"}})
 	if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "enqueue only one of them") {
 		t.Errorf("EnqueueBatch of two jobs with one unique key: %v", err)
+	}
+}
+
+// testTextNotUTF8Refused: json.Valid takes invalid UTF-8 inside strings,
+// and a payload or metadata stored so made the job's JSON unreadable to
+// strict clients; both are refused, and nothing is written.
+func testTextNotUTF8Refused(t *testing.T, h *harness) {
+	bad := json.RawMessage("{\"a\":\"\xff\"}")
+	for name, p := range map[string]coordinator.EnqueueParams{
+		"payload":  {Kind: "k", Payload: bad},
+		"metadata": {Kind: "k", Metadata: bad},
+	} {
+		if _, err := h.c.Enqueue(h.ctx(), p); !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "UTF-8") {
+			t.Errorf("Enqueue with a %s that is not UTF-8: %v, want ErrInvalid saying so", name, err)
+		}
+	}
+	for st, n := range h.counts() {
+		if n != 0 {
+			t.Errorf("%d %s jobs written by refused enqueues", n, st)
+		}
 	}
 }
