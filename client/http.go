@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apicall"
@@ -196,6 +197,17 @@ func toWire(p coordinator.EnqueueParams) wireCreate {
 }
 
 func (b *httpBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams) ([]InsertResult, error) {
+	for i, p := range ps {
+		// JSON encoding would turn its bad bytes into U+FFFD: another
+		// key, maybe a live job's, and the insert would find that job.
+		if !utf8.ValidString(p.UniqueKey) {
+			err := fmt.Errorf("%w: unique key is not valid UTF-8: encode a binary key (hex or base64, say)", coordinator.ErrInvalid)
+			if len(ps) > 1 {
+				err = fmt.Errorf("job %d: %w", i, err)
+			}
+			return nil, err
+		}
+	}
 	if len(ps) == 1 {
 		var res wireJob
 		if err := b.call(ctx, http.MethodPost, "/v1/jobs", nil, toWire(ps[0]), &res, b.timeout); err != nil {

@@ -154,6 +154,14 @@ func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.C
 		if _, err := c.Insert(ctx, Echo{}, &client.InsertOpts{Unique: &coordinator.UniqueOpts{ByPeriod: -time.Hour}}); !errors.Is(err, coordinator.ErrInvalid) {
 			t.Errorf("negative unique period: %v", err)
 		}
+		// Over HTTP, JSON encoding would turn the bad bytes into U+FFFD:
+		// another key, maybe a live job's, and no error.
+		if _, err := c.Insert(ctx, Echo{}, &client.InsertOpts{UniqueKey: "k\xff"}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("unique key not UTF-8: %v", err)
+		}
+		if _, err := c.Insert(ctx, client.RawArgs{KindName: "echo", Payload: json.RawMessage("{\"msg\":\"\xff\"}")}, nil); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("payload not UTF-8: %v", err)
+		}
 		if _, err := c.Get(ctx, "nope"); !errors.Is(err, coordinator.ErrInvalid) {
 			t.Errorf("bad id: %v", err)
 		}
