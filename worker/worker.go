@@ -119,7 +119,7 @@ func (cfg Config) withDefaults(c *coordinator.Coordinator) (Config, error) {
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = coordinator.NewWorkerID()
 	}
-	if cfg.Concurrency < 0 || cfg.DefaultTimeout < 0 || cfg.AbandonGrace < 0 || cfg.PollInterval < 0 {
+	if cfg.Concurrency < 0 || cfg.DefaultTimeout < 0 || cfg.AbandonGrace < 0 || cfg.PollInterval < 0 || cfg.ReapInterval < 0 {
 		return cfg, fmt.Errorf("%w: negative worker setting", coordinator.ErrInvalid)
 	}
 	for _, q := range cfg.Queues {
@@ -179,6 +179,10 @@ type Worker struct {
 	stopped    chan struct{}
 	force      chan struct{} // closed by a Stop whose ctx ended while another drained
 	forceOnce  sync.Once
+	// drainCut is when Stop cut its drain short (its ctx, or a concurrent
+	// Stop's, ended): outcome writes that keep failing stop retrying
+	// AbandonGrace later (see record).
+	drainCut atomic.Pointer[time.Time]
 	// startMu orders starting handlers before Stop's drain: once stopping
 	// is set, runs of claims that land are given back, not started.
 	startMu     sync.Mutex
@@ -864,6 +868,9 @@ func (w *Worker) runFinisher(f func()) {
 		defer idle.Stop()
 		for {
 			f()
+			// Idle, it must not keep the run it recorded (its job,
+			// payload, result) alive until the next.
+			f = nil
 			idle.Reset(finisherIdle)
 			select {
 			case f = <-w.finishQ:
@@ -908,7 +915,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 		w.released()
 	})
 	done := make(chan struct{})
-	var herr error
+	var herr, cause error
 	var trace string
 	go func() {
 		returned := false
@@ -918,6 +925,11 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 				// goroutine: the attempt failed.
 				herr = errors.New("handler exited its goroutine without returning (runtime.Goexit)")
 			}
+			// What had ended the context when the handler returned
+			// decides the outcome, not what ends it meanwhile (Stop's
+			// drain deadline, say, which would release a failed
+			// attempt's job without counting it).
+			cause = context.Cause(ctx)
 			releaseSlot()
 			close(done)
 		}()
@@ -945,11 +957,13 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 				w.abandoned.Add(1)
 				releaseSlot()
 				w.runLog(r).Error("handler ignores its cancelled context: ending its run without it", slog.Any("cause", context.Cause(ctx)), slog.Duration("grace", w.cfg.AbandonGrace))
-				w.record(sess, r, job, ctx, fmt.Errorf("handler did not return within %s of its context's cancellation (%v)", w.cfg.AbandonGrace, context.Cause(ctx)), "", a)
+				// Not cause: the handler's goroutine may still set it.
+				ended := context.Cause(ctx)
+				w.record(sess, r, job, ended, fmt.Errorf("handler did not return within %s of its context's cancellation (%v)", w.cfg.AbandonGrace, ended), "", a)
 				return
 			}
 		}
-		w.record(sess, r, job, ctx, herr, trace, a)
+		w.record(sess, r, job, cause, herr, trace, a)
 	}
 }
 
@@ -990,15 +1004,15 @@ func (w *Worker) runLog(r *coordinator.Run) *slog.Logger {
 	return w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
 }
 
-// record writes the outcome of a run under its fence.
-func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, ctx context.Context, herr error, trace string, a *active) {
+// record writes the outcome of a run under its fence. cause is what had
+// ended the run's context when its handler returned (nil if nothing had).
+func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, cause error, herr error, trace string, a *active) {
 	out := Outcome{Job: j.Job, Token: r.Token(), HandlerErr: herr, Started: a.started, Ended: time.Now()}
 	defer func() {
 		if w.cfg.OnOutcome != nil {
 			w.cfg.OnOutcome(out)
 		}
 	}()
-	cause := context.Cause(ctx)
 	if lost := r.Lost(); lost != nil || errors.Is(cause, coordinator.ErrSessionExpired) || !sess.Valid() {
 		out.Op, out.Err = "abandon", lost
 		if lost == nil {
@@ -1052,7 +1066,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			return r.Fail(ctx, herr, w.failOpts(&j.Job, coordinator.FailOpts{RetryAt: retryAt.at}))
 		}
 	default:
-		if errors.Is(cause, context.DeadlineExceeded) && ctx.Err() != nil {
+		if errors.Is(cause, context.DeadlineExceeded) {
 			herr = fmt.Errorf("attempt timed out: %w", herr)
 		}
 		out.Op = "fail"
@@ -1110,6 +1124,16 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			w.runLog(r).Error("cannot record outcome; the job stays running until this daemon's session ends, then it is reaped and run again", slog.Any("err", err))
 			return
 		}
+		if cut := w.drainCut.Load(); cut != nil && time.Since(*cut) >= w.cfg.AbandonGrace {
+			// The worker stops, its drain deadline AbandonGrace past. A
+			// store that refuses writes while it renews the lease (etcd
+			// out of space, say) would otherwise hold Stop for ever: the
+			// job stays running until Stop closes the session, whose
+			// revoke leaves it to be re-queued (by a reaper, or in
+			// embedded mode at the next open).
+			w.runLog(r).Error("cannot record outcome before the worker stops; the job is re-queued once the session's lease is revoked", slog.Any("err", err))
+			return
+		}
 		w.runLog(r).Warn("recording outcome failed; retrying", slog.Any("err", err))
 		select {
 		case <-wctx.Done():
@@ -1127,8 +1151,10 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 // ctx's error if the drain did not finish in time. A handler that ignores
 // its cancelled context is waited for up to Config.AbandonGrace more, then
 // abandoned (its outcome recorded without it), so Stop may return that
-// long after ctx ends. A Stop called while another runs waits for it, but
-// cuts the drain short as its own ctx ends.
+// long after ctx ends; an outcome write that keeps failing is retried as
+// long, then given up (its job is re-queued once the session's lease is
+// revoked). A Stop called while another runs waits for it, but cuts the
+// drain short as its own ctx ends.
 func (w *Worker) Stop(ctx context.Context) error {
 	if !w.stopBegun.CompareAndSwap(false, true) {
 		select {
@@ -1170,11 +1196,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 				err = fmt.Errorf("worker: drain: %w", ctx.Err())
 				w.log.Warn("drain deadline passed: cancelling running handlers", slog.Int("running", n))
 			}
-			w.runCancel(ErrShutdown)
+			w.cutDrain()
 			<-drained
 		case <-w.force:
 			w.log.Warn("drain deadline of a concurrent Stop passed: cancelling running handlers", slog.Int("running", w.Running()))
-			w.runCancel(ErrShutdown)
+			w.cutDrain()
 			<-drained
 		}
 		w.runCancel(ErrShutdown)
@@ -1192,4 +1218,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.log.Info("worker stopped")
 	}()
 	return err
+}
+
+// cutDrain ends Stop's drain early: running handlers are cancelled (cause
+// ErrShutdown), and outcome writes that keep failing give up AbandonGrace
+// from now.
+func (w *Worker) cutDrain() {
+	now := time.Now()
+	w.drainCut.Store(&now)
+	w.runCancel(ErrShutdown)
 }

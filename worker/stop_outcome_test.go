@@ -1,0 +1,87 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// refusingWrites refuses every transaction once refuse is set, while lease
+// renewals go on: as etcd out of space (its NOSPACE alarm) does.
+type refusingWrites struct {
+	kv.Store
+	refuse atomic.Bool
+}
+
+func (s *refusingWrites) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if s.refuse.Load() {
+		return kv.TxnResult{}, errors.New("etcdserver: mvcc: database space exceeded")
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// TestStopGivesUpOutcomeTheStoreKeepsRefusing: an outcome write that the
+// store keeps refusing while the session renews is retried for
+// AbandonGrace after Stop's deadline, then given up, and Stop returns; it
+// retried for ever, and Stop never returned.
+func TestStopGivesUpOutcomeTheStoreKeepsRefusing(t *testing.T) {
+	st := &refusingWrites{}
+	e := newEnv(t, func(s kv.Store) kv.Store { st.Store = s; return st })
+	started := make(chan struct{})
+	outcomes := make(chan worker.Outcome, 1)
+	w, err := worker.New(e.c, worker.Config{
+		AbandonGrace: 50 * time.Millisecond,
+		OnOutcome:    func(o worker.Outcome) { outcomes <- o },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("k", func(ctx context.Context, j *worker.Job) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	<-started
+	st.refuse.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(ctx) }()
+	watchdog := time.NewTimer(20 * time.Second)
+	defer watchdog.Stop()
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Stop = %v, want its ctx's error", err)
+		}
+	case <-watchdog.C:
+		st.refuse.Store(false) // let the stuck Stop end
+		t.Fatal("Stop does not return while the store refuses the outcome write")
+	}
+	if o := <-outcomes; o.Op != "release" || o.Err == nil {
+		t.Fatalf("outcome %s err %v, want a release that was not recorded", o.Op, o.Err)
+	}
+}
+
+// TestNegativeIntervalsRefused: a negative ReapInterval is refused as the
+// other negative settings are; it was accepted, and the claim loop then
+// looked for orphaned claims before every claim (and a reaper scanned
+// without pause).
+func TestNegativeIntervalsRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	for _, cfg := range []worker.Config{{PollInterval: -time.Second}, {ReapInterval: -time.Second}} {
+		if _, err := worker.New(e.c, cfg); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("worker.New(poll %s, reap %s) = %v, want ErrInvalid", cfg.PollInterval, cfg.ReapInterval, err)
+		}
+	}
+}
