@@ -62,7 +62,8 @@ type PeriodicState struct {
 	LastJobID      string     `json:"last_job_id,omitempty"`
 	LastEnqueuedAt *time.Time `json:"last_enqueued_at,omitempty"`
 	// Enqueued and Skipped count the ticks enqueued and those skipped
-	// because they were older than the catch-up window.
+	// because they were older than the catch-up window (of a spec with a
+	// seconds field, about a million at most per downtime).
 	Enqueued int `json:"enqueued"`
 	Skipped  int `json:"skipped,omitempty"`
 	// NextAt is the next tick.
@@ -101,7 +102,14 @@ func ParseSchedule(spec string) (sched cron.Schedule, err error) {
 	if cd, ok := sched.(cron.ConstantDelaySchedule); ok && cd.Delay < time.Second {
 		return nil, fmt.Errorf("%w: cron spec %q: @every needs at least 1s", ErrInvalid, spec)
 	}
-	if rest, ok := strings.CutPrefix(spec, "@every "); ok {
+	// robfig/cron rounds an @every under 1s up to 1s: check what was
+	// written, after any time zone (which @every does not use).
+	body := spec
+	if full != "CRON_TZ=UTC "+spec {
+		_, body, _ = strings.Cut(spec, " ")
+		body = strings.TrimSpace(body)
+	}
+	if rest, ok := strings.CutPrefix(body, "@every "); ok {
 		if d, err := time.ParseDuration(strings.TrimSpace(rest)); err != nil || d < time.Second {
 			return nil, fmt.Errorf("%w: cron spec %q: @every needs a duration of at least 1s, e.g. \"@every 10m\"", ErrInvalid, spec)
 		}
@@ -347,9 +355,7 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 		cutoff := now.Add(-e.CatchUp)
 		perTxn := c.ticksPerTxn(e)
 		var due []time.Time
-		var last time.Time
-		skipped := 0
-		t := e.sched.Next(base)
+		t, last, skipped := skipBefore(e.sched, e.sched.Next(base), cutoff)
 		for !t.IsZero() && !t.After(now) && len(due) < perTxn {
 			if t.Before(cutoff) {
 				skipped++
@@ -418,6 +424,67 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 			return t, nil
 		}
 		// More ticks are due than one transaction takes: go on.
+	}
+}
+
+// maxSkipWalk bounds the ticks older than the catch-up window that
+// skipBefore walks one by one.
+const maxSkipWalk = 1 << 20
+
+// skipBefore returns sched's first tick from t (a tick, or zero) that is
+// not before cutoff, the last tick before cutoff (zero if none), and how
+// many ticks before cutoff it passed. After a long downtime a schedule can
+// have billions of such ticks (@every 1s down a month is 2.6 million):
+// walking them tick by tick held the periodic loop (every schedule's
+// ticks) for minutes to hours. An @every schedule's ticks are t plus whole
+// delays, counted exactly at once; a cron spec's are walked up to
+// maxSkipWalk, then the rest are jumped over uncounted (only a spec with a
+// seconds field gets that far: a year of every minute is 525,600 ticks).
+func skipBefore(sched cron.Schedule, t, cutoff time.Time) (next, last time.Time, n int) {
+	if t.IsZero() || !t.Before(cutoff) {
+		return t, time.Time{}, 0
+	}
+	// Next(t) is t+Delay once t is on a whole second, as every tick after
+	// the first is (Delay is whole seconds).
+	if cd, ok := sched.(cron.ConstantDelaySchedule); ok && cd.Delay > 0 && cd.Delay%time.Second == 0 && t.Nanosecond() == 0 {
+		for t.Before(cutoff) { // twice, or more past 292 years (Sub saturates)
+			k := max(cutoff.Sub(t)/cd.Delay, 1)
+			last, t, n = t.Add((k-1)*cd.Delay), t.Add(k*cd.Delay), n+int(k)
+		}
+		return t, last, n
+	}
+	for ; !t.IsZero() && t.Before(cutoff); t = sched.Next(t) {
+		if n == maxSkipWalk {
+			return sched.Next(cutoff.Add(-time.Nanosecond)), lastBefore(sched, t, cutoff), n + 1
+		}
+		last = t
+		n++
+	}
+	return t, last, n
+}
+
+// lastBefore returns sched's last tick before cutoff, at or after from (a
+// tick before cutoff), looking back from cutoff over doubling spans.
+func lastBefore(sched cron.Schedule, from, cutoff time.Time) time.Time {
+	for span := time.Second; ; span *= 2 {
+		at := cutoff.Add(-span)
+		if !at.After(from) {
+			at = from.Add(-time.Nanosecond)
+		}
+		p := sched.Next(at)
+		if !p.IsZero() && p.Before(cutoff) {
+			for i := 0; i < maxSkipWalk; i++ {
+				q := sched.Next(p)
+				if q.IsZero() || !q.Before(cutoff) {
+					break
+				}
+				p = q
+			}
+			return p
+		}
+		if !at.After(from) {
+			return from
+		}
 	}
 }
 
