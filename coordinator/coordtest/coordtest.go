@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, claimReviewTests...)
 	tests = append(tests, opsReviewTests...)
 	tests = append(tests, maintReviewTests...)
+	tests = append(tests, runReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
