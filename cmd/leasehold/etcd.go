@@ -2,7 +2,13 @@ package main
 
 import (
 	"context"
+
+	"net"
+	"net/url"
 	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -47,6 +53,12 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	if err != nil {
 		return err
 	}
+	// etcd checks most of these only after it has created the data
+	// directory, exits 1 with a stack trace on some, and panics on a bad
+	// log level: bad input is refused here, before anything is written.
+	if err := o.validate(); err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
@@ -60,5 +72,82 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 		return failf("%v", err)
 	}
 	log.Info("etcd member stopped", "name", o.cfg.Name)
+	return nil
+}
+
+// etcdLogLevels are the levels --etcd-log-level takes.
+var etcdLogLevels = []string{"debug", "info", "warn", "error"}
+
+// maxEtcdElection is the longest election timeout etcd accepts.
+const maxEtcdElection = 50 * time.Second
+
+// validate refuses bad flags with a usage error.
+func (o *etcdOpts) validate() error {
+	c := o.cfg
+	if strings.TrimSpace(c.Dir) == "" {
+		return usagef("--data is empty: name the member's data directory")
+	}
+	if strings.TrimSpace(c.Name) == "" || strings.ContainsAny(c.Name, "=,") {
+		return usagef("--name %q: want a name without '=' or ',', such as m1", c.Name)
+	}
+	if err := checkEtcdURL("--listen-client", c.ClientURL); err != nil {
+		return err
+	}
+	if err := checkEtcdURL("--listen-peer", c.PeerURL); err != nil {
+		return err
+	}
+	if c.InitialCluster != "" {
+		var names []string
+		for _, m := range strings.Split(c.InitialCluster, ",") {
+			name, u, ok := strings.Cut(strings.TrimSpace(m), "=")
+			if !ok || name == "" {
+				return usagef("--initial-cluster %q: %q is not NAME=PEER_URL", c.InitialCluster, m)
+			}
+			if err := checkEtcdURL("--initial-cluster member "+name, u); err != nil {
+				return err
+			}
+			names = append(names, name)
+		}
+		if !slices.Contains(names, c.Name) {
+			return usagef("--initial-cluster %q does not name this member %q: add %s=%s", c.InitialCluster, c.Name, c.Name, c.PeerURL)
+		}
+	}
+	if !slices.Contains(etcdLogLevels, c.LogLevel) {
+		return usagef("--etcd-log-level %q: want %s", c.LogLevel, strings.Join(etcdLogLevels, ", "))
+	}
+	if c.HeartbeatInterval < time.Millisecond {
+		return usagef("--heartbeat-interval %s: want at least 1ms, such as 100ms", c.HeartbeatInterval)
+	}
+	if c.ElectionTimeout < 5*c.HeartbeatInterval || c.ElectionTimeout > maxEtcdElection {
+		return usagef("--election-timeout %s: want at least 5 times --heartbeat-interval (%s) and at most %s", c.ElectionTimeout, c.HeartbeatInterval, maxEtcdElection)
+	}
+	if r := c.AutoCompactionRetention; r != "" {
+		// etcd's periodic mode takes a duration, or a number of hours.
+		d, err := time.ParseDuration(r)
+		if err != nil {
+			var h int64
+			h, err = strconv.ParseInt(r, 10, 64)
+			d = time.Duration(h) * time.Hour
+		}
+		if err != nil || d < 0 {
+			return usagef("--auto-compaction-retention %q: want a duration such as 5m or 1h", r)
+		}
+	}
+	return nil
+}
+
+// checkEtcdURL refuses what etcd cannot listen on: want http(s)://HOST:PORT.
+func checkEtcdURL(flag, s string) error {
+	u, err := url.Parse(s)
+	bad := err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+		(u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil
+	if !bad {
+		_, port, perr := net.SplitHostPort(u.Host)
+		n, nerr := strconv.Atoi(port)
+		bad = perr != nil || nerr != nil || n < 1 || n > 65535
+	}
+	if bad {
+		return usagef("%s %q: want a URL such as http://127.0.0.1:2379", flag, s)
+	}
 	return nil
 }

@@ -52,6 +52,9 @@ of 'jobs cancel' come from the command line only.) Exit codes: 0 success,
 			if _, err := newLogger(g, io.Discard); err != nil {
 				return withCommand(cmdName(cmd), err)
 			}
+			if err := checkEmptyToken(cmd); err != nil {
+				return err
+			}
 			if err := checkStore(cmd); err != nil {
 				return err
 			}
@@ -159,6 +162,31 @@ func bindEnv(cmd *cobra.Command) error {
 		}
 	})
 	return err
+}
+
+// checkEmptyToken refuses a daemon that ends up without an API token
+// although one was asked for, empty: LEASEHOLD_API_TOKEN="$TOKEN" or
+// LEASEHOLD_API_TOKEN_FILE="$F" with the variable unset, or an empty
+// --api-token-file (from any source). Such a daemon would take changes
+// from anyone. (bindEnv ignores empty variables, and an empty
+// --api-token the daemon refuses itself: see runDaemon.)
+func checkEmptyToken(cmd *cobra.Command) error {
+	token, file := cmd.Flags().Lookup("api-token"), cmd.Flags().Lookup("api-token-file")
+	if topCommand(cmd) != "daemon" || token == nil || file == nil ||
+		strings.TrimSpace(token.Value.String()) != "" || strings.TrimSpace(file.Value.String()) != "" {
+		return nil
+	}
+	for _, name := range []string{"api-token", "api-token-file"} {
+		f := cmd.Flags().Lookup(name)
+		env := envName(name)
+		if v, ok := os.LookupEnv(env); ok && strings.TrimSpace(v) == "" && !f.Changed {
+			return withCommand(cmdName(cmd), usagef("%s is set but empty: give the token, or unset it to run without one", env))
+		}
+	}
+	if flagSource(cmd, "api-token-file") > 0 {
+		return withCommand(cmdName(cmd), usagef("%s is set but empty: name the token's file, or leave it unset to run without a token", flagLabel(cmd, "api-token-file")))
+	}
+	return nil
 }
 
 // jobEnv reports whether the variable name describes the job that an
