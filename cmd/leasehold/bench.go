@@ -53,6 +53,7 @@ tenth of the jobs. --json prints one JSON object per phase.`,
 	f := cmd.Flags()
 	f.StringVar(&o.mode, "mode", "", "embedded or shared (default: shared with --etcd, else embedded)")
 	f.StringVar(&o.data, "data", "", "embedded store directory (default: a temporary one)")
+	noEnv(cmd, "data") // LEASEHOLD_DATA is the daemon's store
 	f.StringSliceVar(&o.etcd, "etcd", nil, "etcd endpoints (default in shared mode: an embedded member)")
 	f.IntVar(&o.jobs, "jobs", bench.DefaultJobs, "jobs of the insert and drain phases")
 	f.IntVar(&o.concurrency, "concurrency", bench.DefaultConcurrency, "worker slots (of each daemon)")

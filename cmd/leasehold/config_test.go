@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -185,3 +186,23 @@ func TestDaemonReadsConfigFile(t *testing.T) {
 }
 
 func jsonUnmarshal(s string, v any) error { return json.Unmarshal([]byte(s), v) }
+
+// LEASEHOLD_DATA names the daemon's store: bench and etcd, which take a
+// --data of their own, must not read it (a benchmark's jobs, or an etcd
+// member, would land in the daemon's store).
+func TestDataOfBenchAndEtcdNotFromEnv(t *testing.T) {
+	t.Setenv("LEASEHOLD_DATA", filepath.Join(t.TempDir(), "daemon-store"))
+	for _, name := range []string{"bench", "etcd"} {
+		root := newRootCmd(strings.NewReader(""), io.Discard, io.Discard)
+		cmd, _, err := root.Find([]string{name})
+		if err != nil || cmd.Name() != name {
+			t.Fatalf("command %s: %v", name, err)
+		}
+		if err := bindEnv(cmd); err != nil {
+			t.Fatal(err)
+		}
+		if f := cmd.Flags().Lookup("data"); f.Changed || f.Value.String() != f.DefValue {
+			t.Errorf("%s --data = %q from LEASEHOLD_DATA, want its default %q", name, f.Value.String(), f.DefValue)
+		}
+	}
+}

@@ -37,6 +37,7 @@ single member by default; for a static cluster start each member with the same
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.cfg.Dir, "data", "./etcd-data", "data directory of the member")
+	noEnv(cmd, "data") // LEASEHOLD_DATA is the daemon's store
 	f.StringVar(&o.cfg.Name, "name", "default", "member name")
 	f.StringVar(&o.cfg.ClientURL, "listen-client", "http://127.0.0.1:2379", "client URL (listened on and advertised)")
 	f.StringVar(&o.cfg.PeerURL, "listen-peer", "http://127.0.0.1:2380", "peer URL (listened on and advertised)")

@@ -137,7 +137,7 @@ func envName(flag string) string {
 func bindEnv(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if err != nil || f.Changed || f.Name == "help" {
+		if err != nil || f.Changed || f.Name == "help" || len(f.Annotations[noEnvAnnotation]) > 0 {
 			return
 		}
 		name := envName(f.Name)
@@ -198,11 +198,20 @@ func jobEnv(name string) bool {
 }
 
 // envAnnotation marks a flag set from its environment variable;
-// configAnnotation one set from the config file (config.go).
+// configAnnotation one set from the config file (config.go);
+// noEnvAnnotation one that its variable does not set (noEnv).
 const (
 	envAnnotation    = "leasehold-from-env"
 	configAnnotation = "leasehold-from-config"
+	noEnvAnnotation  = "leasehold-no-env"
 )
+
+// noEnv makes flag name of cmd one that no environment variable sets: the
+// --data of bench and etcd, whose LEASEHOLD_DATA, exported for the daemon,
+// would put a benchmark's jobs or an etcd member in the daemon's store.
+func noEnv(cmd *cobra.Command, name string) {
+	_ = cmd.Flags().SetAnnotation(name, noEnvAnnotation, []string{"true"})
+}
 
 // fromEnv returns the environment variable that set flag name, if one did.
 func fromEnv(cmd *cobra.Command, name string) (string, bool) {
