@@ -606,6 +606,19 @@ func report(cfg config, in *CheckInput, rep *Report, lanes int, wall time.Time, 
 		fmt.Fprintf(stdout, "FAIL: %d unexpected process exits or failed restarts: %s\n", len(rep.Anomalies), rep.Anomalies[0])
 		code = 1
 	}
+	// In shared mode the store's history is what places every write at its
+	// revision; without it the checks that need it (unfenced-write,
+	// reap-while-owned, double-claim, phantom-write, token-unknown,
+	// index-mismatch, write-after-final) did not run, and a clean verdict
+	// would claim more than was checked.
+	if code == 0 && !cfg.expectViolations && in.Mode == "shared" && !in.LogOK {
+		why := rep.StoreLog
+		if why == "" {
+			why = "not recorded as complete"
+		}
+		fmt.Fprintf(stdout, "FAIL: the store log is incomplete (%s): its checks did not run; run again\n", why)
+		code = 3
+	}
 	// A run that completed no job or injected no fault tested nothing: it
 	// never passes.
 	if done := res.States[string(coordinator.StateCompleted)]; done == 0 || nFaults == 0 {

@@ -167,6 +167,18 @@ func faultTarget(f *Fault) string {
 	return fmt.Sprint(f.Members)
 }
 
+// A pause's, a partition's or a latency's end is stamped before the harness lifts it,
+// not after: the daemon records its held-up events (a start whose claim
+// reply waited, a verdict) as soon as it runs again, and the checker
+// excuses a late event only if it was recorded at or after the fault's
+// end (pausedRecording). Stamped after the SIGCONT or the heal, the end
+// could fall after such an event and turn it into a token-order,
+// stale-write or cancel-dropped violation that did not happen.
+//
+// liftedHook runs right after a fault is lifted; a test stands it in for
+// the daemon's first event.
+var liftedHook = func() {}
+
 func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 	// The fault's own context: the harness's end interrupts the waiting,
 	// never the repair.
@@ -206,10 +218,11 @@ func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 			return err
 		}
 		h.sleep(ctx, p.Dur)
+		f.End = time.Now() // before lifting it: see liftedHook
 		if err := d.proc.signal(syscall.SIGCONT, false); err != nil {
 			return err
 		}
-		f.End = time.Now()
+		liftedHook()
 	case fPartition, fPartitionReq, fPartitionReply:
 		toServer, toClient := p.Kind != fPartitionReply, p.Kind != fPartitionReq
 		f.Start = time.Now()
@@ -217,10 +230,11 @@ func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 			x.BlackholeDirection(toServer, toClient)
 		}
 		h.sleep(ctx, p.Dur)
+		f.End = time.Now() // before lifting it: see liftedHook
 		for _, x := range d.proxies {
 			x.Heal()
 		}
-		f.End = time.Now()
+		liftedHook()
 	case fLatency:
 		lat := time.Duration(150+p.Pick%250) * time.Millisecond
 		f.Note = fmt.Sprintf("%s each way", lat)
@@ -229,10 +243,11 @@ func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 			x.Delay(lat)
 		}
 		h.sleep(ctx, p.Dur)
+		f.End = time.Now() // before lifting it: see liftedHook
 		for _, x := range d.proxies {
 			x.Heal()
 		}
-		f.End = time.Now()
+		liftedHook()
 	case fDropConns:
 		f.Start = time.Now()
 		end := f.Start.Add(p.Dur)
