@@ -2,6 +2,9 @@ package coordinator
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +34,11 @@ type groupItem struct {
 	lead chan struct{} // closed when this item's caller must lead
 }
 
+// errNotSent marks an outcome that the group commit never sent to the
+// store (its context ended first): it was not applied, so a retry need not
+// allow for it.
+var errNotSent = errors.New("not sent to the store")
+
 // maxGroup bounds the transactions applied together.
 const maxGroup = 512
 
@@ -45,6 +53,18 @@ func (g *groupCommit) apply(ctx context.Context, t kv.Txn) (*kv.TxnResult, error
 		case <-it.done:
 			return it.res, it.err
 		case <-it.lead:
+		case <-ctx.Done():
+			// A caller whose context ends while it waits for the batch in
+			// flight does not wait for it (up to the latest deadline of
+			// others): it leaves, unsent, unless it was taken meanwhile.
+			if g.leave(it) {
+				return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+			}
+			select {
+			case <-it.done:
+				return it.res, it.err
+			case <-it.lead:
+			}
 		}
 		g.mu.Lock()
 	}
@@ -66,6 +86,24 @@ func (g *groupCommit) apply(ctx context.Context, t kv.Txn) (*kv.TxnResult, error
 	return it.res, it.err
 }
 
+// leave takes it out of the queue, unless a batch took it or it was made
+// leader (then it must lead). It reports whether it left.
+func (g *groupCommit) leave(it *groupItem) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := slices.Index(g.queue, it)
+	if i < 0 {
+		return false
+	}
+	select {
+	case <-it.lead:
+		return false
+	default:
+	}
+	g.queue = slices.Delete(g.queue, i, i+1)
+	return true
+}
+
 // run applies batch and delivers each item's result. The store call is
 // bounded by the latest deadline in the batch: every write is fenced, so
 // one item outliving another's deadline is safe.
@@ -76,6 +114,10 @@ func (g *groupCommit) run(batch []*groupItem) {
 		}
 	}()
 	if len(batch) == 1 {
+		if err := batch[0].ctx.Err(); err != nil {
+			batch[0].err = fmt.Errorf("%w: %w", errNotSent, err)
+			return
+		}
 		res, err := g.c.store.Txn(batch[0].ctx, batch[0].txn)
 		batch[0].res, batch[0].err = &res, err
 		return
@@ -85,7 +127,7 @@ func (g *groupCommit) run(batch []*groupItem) {
 	live := batch[:0:0]
 	for _, it := range batch {
 		if err := it.ctx.Err(); err != nil {
-			it.err = err
+			it.err = fmt.Errorf("%w: %w", errNotSent, err)
 			continue
 		}
 		d, ok := it.ctx.Deadline()

@@ -264,7 +264,7 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 		res = &one
 	}
 	if err != nil {
-		if final {
+		if final && !errors.Is(err, errNotSent) {
 			r.uncertain = append(r.uncertain, rec)
 			r.uncertainAgain = r.uncertainAgain || again
 		}
@@ -290,6 +290,12 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 				// Whether the earlier write landed is still unknown: not
 				// refused, and the run not lost; a retry asks again.
 				return fmt.Errorf("coordinator: %s job %s: read the record back: %w", op, j.ID, err)
+			}
+			if applied && !final {
+				// The run ended with that write: this one is not recorded.
+				// The run is left open for the outcome's own retry, which
+				// finds the same and is accepted.
+				return fmt.Errorf("%w: %s of job %s after its run ended (an earlier outcome whose reply was lost was applied)", ErrWrongState, op, j.ID)
 			}
 			if applied {
 				// The final write whose reply was lost had been applied:
