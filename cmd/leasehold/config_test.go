@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
