@@ -349,6 +349,9 @@ func (s *Store) KeepAliveOnce(ctx context.Context, id kv.LeaseID) (time.Duration
 		case s.renewing <- struct{}{}:
 			defer func() { <-s.renewing }()
 			ttl, err := s.renew(ctx, id)
+			if errors.Is(err, kv.ErrClosed) {
+				return 0, err
+			}
 			if err != nil {
 				return 0, mapErr("keepalive", err)
 			}
@@ -380,6 +383,12 @@ func (s *Store) renew(ctx context.Context, id kv.LeaseID) (time.Duration, error)
 		}
 		s.kaCancel()
 		s.ka, s.kaCancel = nil, nil
+		if s.ctx.Err() != nil {
+			// Close cancelled the stream under the renewal: report that,
+			// not the cancellation it caused (which reads as a failure
+			// worth retrying).
+			return 0, kv.ErrClosed
+		}
 		conv := clientv3.ContextError(ctx, err)
 		retry, auth := retryRenewal(err, conv)
 		if ctx.Err() != nil || !retry || auth && authRetried {

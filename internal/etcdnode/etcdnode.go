@@ -80,10 +80,23 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("etcdnode: bad URL %q: want http://HOST:PORT", u)
 		}
 	}
-	if !strings.Contains(c.InitialCluster, c.Name+"=") {
+	if !namesMember(c.InitialCluster, c.Name) {
 		return c, fmt.Errorf("etcdnode: --initial-cluster %q does not name this member %q", c.InitialCluster, c.Name)
 	}
 	return c, nil
+}
+
+// namesMember reports whether the initial cluster "name=peerURL,..." has a
+// member called name, as etcd reads it (no spaces trimmed). A substring
+// match is not enough: "m1" is not a member of "xm1=...", and etcd, which
+// would refuse it, creates the data directory first.
+func namesMember(initialCluster, name string) bool {
+	for _, m := range strings.Split(initialCluster, ",") {
+		if n, _, ok := strings.Cut(m, "="); ok && n == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Node is a running member.

@@ -91,3 +91,18 @@ func TestCloseTwice(t *testing.T) {
 	n.Close()
 	n.Close()
 }
+
+// A member whose name only ends another member's name ("xm1=" holds "m1=")
+// is not in the initial cluster: refused before etcd creates its data directory.
+func TestInitialClusterNamesMemberExactly(t *testing.T) {
+	for _, ic := range []string{"m10=http://127.0.0.1:1", "am1=http://127.0.0.1:1", "m2=http://127.0.0.1:1,xm1=http://127.0.0.1:2"} {
+		if _, err := (Config{Name: "m1", InitialCluster: ic}).withDefaults(); err == nil {
+			t.Errorf("initial cluster %q accepted for member m1", ic)
+		}
+	}
+	for _, ic := range []string{"m1=http://127.0.0.1:1", "m10=http://127.0.0.1:1,m1=http://127.0.0.1:2"} {
+		if _, err := (Config{Name: "m1", InitialCluster: ic}).withDefaults(); err != nil {
+			t.Errorf("initial cluster %q refused for member m1: %v", ic, err)
+		}
+	}
+}
