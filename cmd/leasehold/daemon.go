@@ -180,7 +180,17 @@ func (o *daemonOpts) validate() error {
 		return err
 	}
 	o.token = token
-	return o.validateFeatures()
+	if err := o.validateFeatures(); err != nil {
+		return err
+	}
+	if !o.etcd.shared() {
+		// Opening the directory creates it and re-queues the jobs left
+		// running: refuse what the coordinator and worker would refuse
+		// (a --max-payload over what Pebble takes, say) before that. The
+		// daemon opens Pebble with its default transaction limit.
+		return checkStoreConfig(kv.Limits{MaxBytes: localstore.MaxTxnBytesDefault}, o.coordConfig(), o.workerConfig(false))
+	}
+	return nil
 }
 
 func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
@@ -225,11 +235,19 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	defer cancel()
 	defer onSignals(ctx, cancel, log)()
 
-	var store kv.Store
 	shared := o.etcd.shared()
+	ccfg := o.coordConfig()
+	ccfg.Logger, ccfg.OnReap = log, m.onReap
+
+	var store kv.Store
 	if shared {
 		cli, es, err := o.etcd.dial(ctx, log)
 		if err != nil {
+			if ctx.Err() != nil {
+				// A signal cut the dial short: a stop, not a failure.
+				log.Info("stopped: signal received while connecting to etcd")
+				return nil
+			}
 			return err
 		}
 		defer func() { _ = cli.Close() }()
@@ -253,13 +271,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		}
 	}()
 
-	coord, err := coordinator.New(store, coordinator.Config{
-		Namespace:       o.etcd.namespace,
-		Logger:          log,
-		Retention:       o.retention,
-		MaxPayloadBytes: int(o.maxPayload),
-		OnReap:          m.onReap,
-	})
+	coord, err := coordinator.New(store, ccfg)
 	if err != nil {
 		if errors.Is(err, coordinator.ErrInvalid) {
 			return usagef("%s", cleanCoordError(err))
@@ -271,6 +283,12 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		// running is gone: re-queue them all now, in one batch.
 		n, err := coord.Reap(ctx, nil, nil)
 		if err != nil {
+			if ctx.Err() != nil {
+				// A signal cut the re-queueing short; the next start
+				// re-queues what is left.
+				log.Info("stopped: signal received while re-queueing the jobs left running")
+				return nil
+			}
 			return failf("re-queueing the jobs left running: %v", cleanCoordError(err))
 		}
 		log.Info(fmt.Sprintf("re-queued %d jobs left running", n), slog.Int("jobs", n))
@@ -287,24 +305,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		kinds["history"] = historyKind(h)
 		onOutcome = h.onOutcome
 	}
-	wcfg := worker.Config{
-		WorkerID:       workerID,
-		OnOutcome:      onOutcome,
-		Concurrency:    o.concurrency,
-		Queues:         o.queues,
-		DefaultTimeout: o.defaultTimeout,
-		LeaseTTL:       o.leaseTTL,
-		Logger:         log,
-		Maintain:       true,
-		// Shared mode: reap the jobs of daemons that lost their lease,
-		// and spread claims so daemons do not all race for one job.
-		Reap:         shared,
-		ReapInterval: o.reapInterval,
-		Spread:       shared,
-		// Periodic jobs, enqueued while this daemon leads maintenance.
-		Periodic:         o.periodicJobs,
-		QueueConcurrency: o.queueConcurrency,
-	}
+	wcfg := o.workerConfig(shared)
+	wcfg.WorkerID, wcfg.OnOutcome, wcfg.Logger = workerID, onOutcome, log
 	m.workerHooks(&wcfg)
 	w, err := worker.New(coord, wcfg)
 	if err != nil {
@@ -375,6 +377,57 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	wcancel()
 	log.Info("stopped")
 	return runErr
+}
+
+// coordConfig returns the coordinator settings of the daemon's flags,
+// without its logger and hooks.
+func (o *daemonOpts) coordConfig() coordinator.Config {
+	return coordinator.Config{Namespace: o.etcd.namespace, Retention: o.retention, MaxPayloadBytes: int(o.maxPayload)}
+}
+
+// workerConfig returns the worker settings of the daemon's flags, without
+// its id, logger and hooks.
+func (o *daemonOpts) workerConfig(shared bool) worker.Config {
+	return worker.Config{
+		Concurrency:    o.concurrency,
+		Queues:         o.queues,
+		DefaultTimeout: o.defaultTimeout,
+		LeaseTTL:       o.leaseTTL,
+		Maintain:       true,
+		// Shared mode: reap the jobs of daemons that lost their lease,
+		// and spread claims so daemons do not all race for one job.
+		Reap:         shared,
+		ReapInterval: o.reapInterval,
+		Spread:       shared,
+		// Periodic jobs, enqueued while this daemon leads maintenance.
+		Periodic:         o.periodicJobs,
+		QueueConcurrency: o.queueConcurrency,
+	}
+}
+
+// limitsOnly is a store that has only limits: coordinator.New and
+// worker.New read nothing else, so it checks their settings before the
+// real store is opened.
+type limitsOnly struct {
+	kv.Store
+	lim kv.Limits
+}
+
+func (s limitsOnly) Limits() kv.Limits { return s.lim }
+
+// checkStoreConfig returns the usage error coordinator.New or worker.New
+// would return over a store with limits lim.
+func checkStoreConfig(lim kv.Limits, ccfg coordinator.Config, wcfg worker.Config) error {
+	ccfg.Logger = slog.New(slog.DiscardHandler)
+	coord, err := coordinator.New(limitsOnly{lim: lim}, ccfg)
+	if err == nil {
+		wcfg.Logger = ccfg.Logger
+		_, err = worker.New(coord, wcfg)
+	}
+	if errors.Is(err, coordinator.ErrInvalid) {
+		return usagef("%s", cleanCoordError(err))
+	}
+	return nil
 }
 
 // newHTTPServer returns the daemon's HTTP server of a, and the function
