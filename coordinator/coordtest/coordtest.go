@@ -151,7 +151,13 @@ func (h *harness) watchAvailable() <-chan struct{} { return h.watchWith(h.c) }
 
 func (h *harness) claimOne(s *coordinator.Session) *coordinator.Run {
 	h.t.Helper()
-	runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	return h.claimOneFrom(h.c, s)
+}
+
+// claimOneFrom is claimOne through coordinator c.
+func (h *harness) claimOneFrom(c *coordinator.Coordinator, s *coordinator.Session) *coordinator.Run {
+	h.t.Helper()
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
 	if err != nil {
 		h.t.Fatalf("Claim: %v", err)
 	}

@@ -41,16 +41,13 @@ func testLostReleaseReplyReclaimed(t *testing.T, h *harness) {
 	fs := &flakyStore{Store: h.store}
 	c := h.coordinator(fs, coordinator.Config{})
 	s := h.session(c)
-	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
-	if err != nil || len(runs) != 1 {
-		t.Fatalf("Claim: %d runs, %v", len(runs), err)
-	}
+	run := h.claimOneFrom(c, s)
 	fs.fail.Store(1) // applied, reply lost
-	if err := runs[0].Release(h.ctx()); !errors.Is(err, errReplyLost) {
+	if err := run.Release(h.ctx()); !errors.Is(err, errReplyLost) {
 		t.Fatalf("first release: %v", err)
 	}
 	other := h.claimOne(h.session(h.c))
-	err = runs[0].Release(h.ctx())
+	err := run.Release(h.ctx())
 	if errors.Is(err, fence.ErrLeaseLost) || !errors.Is(err, coordinator.ErrUnknownOutcome) {
 		t.Fatalf("retried release after the job was claimed again: %v; want ErrUnknownOutcome, not ErrLeaseLost", err)
 	}
@@ -84,22 +81,19 @@ func testLostFinalReplyUnreadable(t *testing.T, h *harness) {
 	fs := &readFailStore{flakyStore: &flakyStore{Store: h.store}}
 	c := h.coordinator(fs, coordinator.Config{})
 	s := h.session(c)
-	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
-	if err != nil || len(runs) != 1 {
-		t.Fatalf("Claim: %d runs, %v", len(runs), err)
-	}
+	run := h.claimOneFrom(c, s)
 	fs.fail.Store(1) // applied, reply lost
-	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
+	if err := run.Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
 		t.Fatalf("first complete: %v", err)
 	}
 	fs.failRead.Store(1) // the retry cannot read the record back
-	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); errors.Is(err, fence.ErrLeaseLost) || err != nil && !errors.Is(err, errReadFailed) {
+	if err := run.Complete(h.ctx(), json.RawMessage(`1`)); errors.Is(err, fence.ErrLeaseLost) || err != nil && !errors.Is(err, errReadFailed) {
 		t.Fatalf("retried complete with the record unreadable: %v; want the read error (or nil), not ErrLeaseLost", err)
 	}
-	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); err != nil && !errors.Is(err, coordinator.ErrWrongState) {
+	if err := run.Complete(h.ctx(), json.RawMessage(`1`)); err != nil && !errors.Is(err, coordinator.ErrWrongState) {
 		t.Fatalf("second retry: %v; want its own write found applied", err)
 	}
-	if err := runs[0].Lost(); err != nil {
+	if err := run.Lost(); err != nil {
 		t.Fatalf("run lost: %v", err)
 	}
 	h.wantState(j.ID, coordinator.StateCompleted)

@@ -71,16 +71,13 @@ func testRetryTooLargeToRunAgain(t *testing.T, h *harness) {
 		t.Fatal(err)
 	}
 	s := h.session(c)
-	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
-	if err != nil || len(runs) != 1 {
-		t.Fatalf("Claim: %d runs, %v", len(runs), err)
-	}
+	run := h.claimOneFrom(c, s)
 	// The checkpoint still fits twice; the discard's long error (a panic's
 	// stack, say) is stored once, as a finished job is.
-	if err := runs[0].Checkpoint(h.ctx(), json.RawMessage(`"`+strings.Repeat("c", 140<<10)+`"`)); err != nil {
+	if err := run.Checkpoint(h.ctx(), json.RawMessage(`"`+strings.Repeat("c", 140<<10)+`"`)); err != nil {
 		t.Fatal(err)
 	}
-	if err := runs[0].Fail(h.ctx(), errors.New(strings.Repeat("e", 40<<10)), coordinator.FailOpts{Discard: true}); err != nil {
+	if err := run.Fail(h.ctx(), errors.New(strings.Repeat("e", 40<<10)), coordinator.FailOpts{Discard: true}); err != nil {
 		t.Fatal(err)
 	}
 	h.wantState(r.Job.ID, coordinator.StateDiscarded)

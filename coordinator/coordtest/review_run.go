@@ -92,18 +92,15 @@ func testCheckpointAfterLostOutcome(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	fs := &flakyStore{Store: h.store}
 	c := h.coordinator(fs, coordinator.Config{})
-	runs, _, err := c.Claim(h.ctx(), h.session(c), coordinator.DefaultQueue, 1, false)
-	if err != nil || len(runs) != 1 {
-		t.Fatalf("Claim: %d runs, %v", len(runs), err)
-	}
+	run := h.claimOneFrom(c, h.session(c))
 	fs.fail.Store(1) // applied, reply lost
-	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
+	if err := run.Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
 		t.Fatalf("first complete: %v", err)
 	}
-	if err := runs[0].Checkpoint(h.ctx(), json.RawMessage(`{"step":2}`)); !errors.Is(err, coordinator.ErrWrongState) {
+	if err := run.Checkpoint(h.ctx(), json.RawMessage(`{"step":2}`)); !errors.Is(err, coordinator.ErrWrongState) {
 		t.Errorf("checkpoint after the run's outcome was applied: %v, want ErrWrongState (it was not written)", err)
 	}
-	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); err != nil {
+	if err := run.Complete(h.ctx(), json.RawMessage(`1`)); err != nil {
 		t.Errorf("retried complete: %v, want it found applied", err)
 	}
 	if got := h.wantState(j.ID, coordinator.StateCompleted); strings.Contains(string(got.Checkpoint), "step") {

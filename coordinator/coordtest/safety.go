@@ -79,12 +79,9 @@ func testLostFinalReplyTakenOver(t *testing.T, h *harness) {
 	fs := &flakyStore{Store: h.store}
 	c := h.coordinator(fs, coordinator.Config{})
 	s := h.session(c)
-	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
-	if err != nil || len(runs) != 1 {
-		t.Fatalf("Claim: %d runs, %v", len(runs), err)
-	}
+	run := h.claimOneFrom(c, s)
 	fs.drop.Store(1) // the write fails before it reaches the store
-	if err := runs[0].Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
+	if err := run.Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
 		t.Fatalf("first complete: %v", err)
 	}
 	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
@@ -94,7 +91,7 @@ func testLostFinalReplyTakenOver(t *testing.T, h *harness) {
 		t.Fatalf("Reap = %d, %v; want 1", n, err)
 	}
 	// The session has not noticed (long TTL): the retry reaches the store.
-	err = runs[0].Complete(h.ctx(), json.RawMessage(`1`))
+	err := run.Complete(h.ctx(), json.RawMessage(`1`))
 	if !errors.Is(err, fence.ErrLeaseLost) && !errors.Is(err, coordinator.ErrUnknownOutcome) {
 		t.Fatalf("retried complete after the job was reaped: %v; want ErrLeaseLost or ErrUnknownOutcome", err)
 	}
