@@ -84,6 +84,11 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	defer cancel()
 	if _, err := firstStatus(cctx, cli, cfg.Endpoints); err != nil {
 		_ = cli.Close()
+		if ctx.Err() != nil {
+			// The caller gave up (a signal, its own deadline), not the
+			// endpoints: say that, with the endpoints' state as it was.
+			return nil, fmt.Errorf("etcdkv: dial %v: interrupted before an endpoint answered (%w): %w", cfg.Endpoints, context.Cause(ctx), err)
+		}
 		return nil, fmt.Errorf("etcdkv: dial: no etcd endpoint answered within %v: %w", ccfg.DialTimeout, err)
 	}
 	return cli, nil

@@ -139,3 +139,41 @@ func TestDialUnreachable(t *testing.T) {
 		t.Fatalf("error %q should name the endpoint and be a deadline", err)
 	}
 }
+
+// A dial whose caller gave up (a signal during a daemon's start) says so:
+// it must not blame the endpoints for not answering "within 5s".
+func TestDialInterruptedSaysSo(t *testing.T) {
+	// A listener that accepts and never answers: the dial waits on it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ep := "http://" + ln.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	type dialed struct{ err error }
+	done := make(chan dialed, 1)
+	go func() {
+		cli, err := Dial(ctx, Config{Endpoints: []string{ep}, DialTimeout: time.Minute})
+		if cli != nil {
+			_ = cli.Close()
+		}
+		done <- dialed{err}
+	}()
+	conn, err := ln.Accept() // the dial is under way
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	cancel()
+	d := <-done
+	if d.err == nil {
+		t.Fatal("an interrupted Dial succeeded")
+	}
+	if !errors.Is(d.err, context.Canceled) {
+		t.Errorf("error %q is not context.Canceled", d.err)
+	}
+	if strings.Contains(d.err.Error(), "answered within") || !strings.Contains(d.err.Error(), "interrupted") {
+		t.Errorf("error %q should say the dial was interrupted, not blame the endpoints", d.err)
+	}
+}
