@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -80,6 +81,9 @@ func parseExec(s string) (execSpec, error) {
 // its output open), and the daemon reaps those it inherited (reapGroup).
 func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 	return func(ctx context.Context, j *worker.Job) error {
+		// Done by startExecGuard already in a daemon; here for any other
+		// caller.
+		_ = inheritedFDsCloseOnExec()
 		// The command waits at execGate until the guard knows its group.
 		gate, opener, err := os.Pipe()
 		if err != nil {
@@ -183,6 +187,32 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 		}
 	}
 }
+
+// inheritedFDsCloseOnExec marks every descriptor above stderr
+// close-on-exec, once, so that a command or the exec guard gets only
+// stdin, stdout, stderr and what is passed to it on purpose (ExtraFiles,
+// which exec duplicates in the child). Go opens its own descriptors
+// close-on-exec; the others are those the daemon inherited from its parent
+// without it (a supervisor's pipe or socket), and a long-running command
+// holding one would keep that parent waiting for EOF on it. The daemon's
+// own use of them is unaffected.
+var inheritedFDsCloseOnExec = sync.OnceValue(func() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	// Linux before 5.11: one at a time.
+	dir, derr := os.ReadDir("/proc/self/fd")
+	if derr != nil {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: %v; listing /proc/self/fd: %w", err, derr)
+	}
+	for _, e := range dir {
+		if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+			syscall.CloseOnExec(fd) // EBADF for the directory's own fd, closed since
+		}
+	}
+	return nil
+})
 
 // execGroups are the process groups of the commands running now.
 var execGroups = &groupSet{groups: map[int]bool{}}

@@ -59,6 +59,11 @@ func execGuard(in io.Reader) int {
 // execGroups report to it. The returned function, called once the worker
 // has stopped, ends the guard and waits for it.
 func startExecGuard(stderr io.Writer, log *slog.Logger) (stop func(), err error) {
+	// Before the guard and any command start: neither gets what the
+	// daemon inherited.
+	if err := inheritedFDsCloseOnExec(); err != nil {
+		log.Warn("--exec commands may inherit descriptors this daemon inherited (a supervisor waiting for EOF on one waits for them too)", slog.Any("err", err))
+	}
 	// This very binary, even if it was replaced on disk since it started
 	// (an upgrade in progress); its path where there is no /proc.
 	self := "/proc/self/exe"

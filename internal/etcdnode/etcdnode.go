@@ -9,12 +9,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/soheilhy/cmux"
+	"go.etcd.io/etcd/client/pkg/v3/logutil"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
 )
 
 // Config describes one member. The zero value of each field means its
@@ -104,6 +112,7 @@ type Node struct {
 	e         *embed.Etcd
 	cfg       Config
 	closeOnce sync.Once
+	stopping  *atomic.Bool // set before e.Close: see quietStopCore
 }
 
 // Start starts the member and waits until it serves or ctx ends. A member
@@ -128,6 +137,12 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	ec.TickMs = uint(cfg.HeartbeatInterval / time.Millisecond)
 	ec.ElectionMs = uint(cfg.ElectionTimeout / time.Millisecond)
 	ec.LogLevel = cfg.LogLevel
+	stopping := new(atomic.Bool)
+	lg, err := newLogger(cfg.LogLevel, stopping)
+	if err != nil {
+		return nil, fmt.Errorf("etcdnode: member %s: build etcd's logger: %w", cfg.Name, err)
+	}
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	if cfg.QuotaBytes > 0 {
 		ec.QuotaBackendBytes = cfg.QuotaBytes
 	}
@@ -135,18 +150,19 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcdnode: start member %s in %s: %w", cfg.Name, cfg.Dir, err)
 	}
+	n := &Node{e: e, cfg: cfg, stopping: stopping}
 	select {
 	case <-e.Server.ReadyNotify():
-		return &Node{e: e, cfg: cfg}, nil
+		return n, nil
 	case err := <-e.Err():
-		e.Close()
+		n.Close()
 		return nil, fmt.Errorf("etcdnode: member %s: %w", cfg.Name, err)
 	case <-e.Server.StopNotify():
-		e.Close()
+		n.Close()
 		return nil, fmt.Errorf("etcdnode: member %s stopped before it was ready: %s", cfg.Name, stoppedWhy(cfg))
 	case <-ctx.Done():
 		e.Server.Stop()
-		e.Close()
+		n.Close()
 		return nil, fmt.Errorf("etcdnode: member %s not ready: %w", cfg.Name, ctx.Err())
 	}
 }
@@ -177,4 +193,69 @@ func stoppedWhy(cfg Config) string {
 }
 
 // Close stops the member. Later calls do nothing.
-func (n *Node) Close() { n.closeOnce.Do(n.e.Close) }
+func (n *Node) Close() {
+	n.closeOnce.Do(func() {
+		n.stopping.Store(true)
+		n.e.Close()
+	})
+}
+
+// newLogger builds etcd's logger as etcd itself would (JSON on stderr, at
+// level), except that once stopping is set the errors of listeners being
+// closed are logged at level info (quietStopCore).
+func newLogger(level string, stopping *atomic.Bool) (*zap.Logger, error) {
+	c := logutil.DefaultZapLoggerConfig
+	c.OutputPaths, c.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
+	c.Level = zap.NewAtomicLevelAt(logutil.ConvertToZapLevel(level))
+	return c.Build(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
+		return &quietStopCore{Core: core, stopping: stopping}
+	}))
+}
+
+// quietStopCore logs at level info what etcd logs at levels warn and error
+// once Close has begun, about the error of a listener or server that Close
+// closed: its serving goroutines each log one at level error, four on
+// every clean stop, although nothing failed. Any other error, and any
+// error before the stop, keeps its level.
+type quietStopCore struct {
+	zapcore.Core
+	stopping *atomic.Bool
+}
+
+func (c *quietStopCore) With(fields []zapcore.Field) zapcore.Core {
+	return &quietStopCore{Core: c.Core.With(fields), stopping: c.stopping}
+}
+
+func (c *quietStopCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if ent.Level >= zapcore.WarnLevel && c.stopping.Load() {
+		return ce.AddCore(ent, c) // Write decides, seeing the error
+	}
+	return c.Core.Check(ent, ce)
+}
+
+func (c *quietStopCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
+	if ent.Level >= zapcore.WarnLevel && c.stopping.Load() && closedListener(fields) {
+		ent.Level, ent.Stack = zapcore.InfoLevel, ""
+	}
+	if !c.Core.Enabled(ent.Level) {
+		return nil
+	}
+	return c.Core.Write(ent, fields)
+}
+
+// closedListener reports whether fields hold an error that says a
+// listener or server was closed.
+func closedListener(fields []zapcore.Field) bool {
+	for _, f := range fields {
+		err, ok := f.Interface.(error)
+		if f.Type != zapcore.ErrorType || !ok {
+			continue
+		}
+		if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) ||
+			errors.Is(err, cmux.ErrServerClosed) || errors.Is(err, cmux.ErrListenerClosed) ||
+			errors.Is(err, grpc.ErrServerStopped) {
+			return true
+		}
+	}
+	return false
+}
