@@ -176,6 +176,12 @@ type EtcdConfig struct {
 	// client send requests that large unless Config.MaxCallSendMsgSize
 	// says otherwise.
 	Limits etcdkv.Options
+	// MaxPayloadBytes is the daemons' --max-payload when they run with
+	// one: Insert refuses larger payloads, as they do. Default: theirs,
+	// 1 MiB or what fits the store's request limit (Limits) twice; a
+	// value over that fit is refused by Dial (see
+	// coordinator.Config.MaxPayloadBytes).
+	MaxPayloadBytes int
 }
 
 // Dial connects to etcd and returns a client on it (shared mode: no daemon
@@ -189,7 +195,7 @@ func Dial(ctx context.Context, cfg EtcdConfig, o *Options) (*Client, error) {
 		return nil, err
 	}
 	store := etcdkv.New(cli, cfg.Limits)
-	coord, err := coordinator.New(store, coordinator.Config{Namespace: cfg.Namespace})
+	coord, err := coordinator.New(store, coordinator.Config{Namespace: cfg.Namespace, MaxPayloadBytes: cfg.MaxPayloadBytes})
 	if err != nil {
 		_ = store.Close()
 		_ = cli.Close()

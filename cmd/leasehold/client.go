@@ -117,7 +117,7 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 	}
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
-		return usagef("%s", msg)
+		return &cliError{code: exitUsage, msg: msg, status: resp.StatusCode}
 	case http.StatusNotFound:
 		if ok && strings.HasPrefix(msg, "job not found") {
 			msg += ": check the id with 'leasehold jobs list' (finished jobs are deleted after the daemon's --retention)"

@@ -103,7 +103,7 @@ interrupted and re-queued. A second signal stops it at once.`,
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "how long running jobs may finish at stop before they are interrupted")
 	f.DurationVar(&o.retention, "retention", coordinator.DefaultRetention, "how long finished jobs are kept")
 	f.DurationVar(&o.defaultTimeout, "default-timeout", 0, "bound on an attempt of a job that sets no timeout (0: none)")
-	f.Var(&o.maxPayload, "max-payload", "largest job payload accepted (e.g. 1MiB, 256KiB, 65536; default 1MiB embedded, 664KiB on etcd: a job is written twice in one request, under etcd's 1.5MiB limit)")
+	addMaxPayloadFlag(cmd, &o.maxPayload, "largest job payload accepted (e.g. 1MiB, 256KiB, 65536; default 1MiB embedded, 664KiB on etcd: a job is written twice in one request, under etcd's 1.5MiB limit)")
 	f.StringVar(&o.apiToken, "api-token", "", "require this bearer token on every state-changing API request (prefer LEASEHOLD_API_TOKEN or --api-token-file)")
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "read the API token from this file (one line)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate (PEM; with --tls-key)")
@@ -152,8 +152,9 @@ func (o *daemonOpts) validate() error {
 		return usagef("--retention %s: want a positive duration such as 24h", o.retention)
 	case o.defaultTimeout < 0:
 		return usagef("--default-timeout %s is negative", o.defaultTimeout)
-	case o.maxPayload < 0:
-		return usagef("--max-payload %s: want a size such as 1MiB", o.maxPayload)
+	}
+	if err := checkMaxPayload("--max-payload", o.maxPayload); err != nil {
+		return err
 	}
 	if len(o.queues) == 0 {
 		return usagef("--queues is empty: pass at least one queue")

@@ -58,7 +58,7 @@ of inserting a second one; its id is printed and stderr says so.`,
 		RunE: action(func(cmd *cobra.Command, args []string) error { return runEnqueue(cmd, o, args) }),
 	}
 	f := cmd.Flags()
-	addTargetFlags(cmd, &o.target)
+	addWriteTargetFlags(cmd, &o.target)
 	f.IntVar(&o.count, "count", 1, "number of identical jobs to enqueue")
 	f.StringVar(&o.queue, "queue", coordinator.DefaultQueue, "queue")
 	f.IntVar(&o.priority, "priority", coordinator.DefaultPriority, "priority from 1 (first) to 4 (last)")
@@ -76,6 +76,9 @@ of inserting a second one; its id is printed and stderr says so.`,
 // sends nothing.
 func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRequest, error) {
 	if err := o.target.etcd.validate(); err != nil {
+		return createRequest{}, err
+	}
+	if err := o.target.useMaxPayload(cmd); err != nil {
 		return createRequest{}, err
 	}
 	req := createRequest{Kind: args[0], Queue: o.queue, UniqueKey: o.uniqueKey}

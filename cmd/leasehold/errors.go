@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 )
 
@@ -21,6 +22,9 @@ type cliError struct {
 	code int
 	msg  string
 	bare bool // printed without the command name
+	// status is the HTTP status of the API answer the error reports (0:
+	// none), for commands whose input cannot be what a 400 is about.
+	status int
 }
 
 func (e *cliError) Error() string { return e.msg }
@@ -59,7 +63,19 @@ func withCommand(name string, err error) error {
 	if ce.bare || name == "" {
 		return ce
 	}
-	return &cliError{code: ce.code, msg: name + ": " + ce.msg, bare: true}
+	return &cliError{code: ce.code, msg: name + ": " + ce.msg, bare: true, status: ce.status}
+}
+
+// refusedNotBadInput makes an API's bad-request answer a failure (exit 1)
+// for a command that checked all its input before the request: the
+// refusal is then about the state of what it acts on, not about what was
+// typed. Other errors are returned as they are.
+func refusedNotBadInput(err error) error {
+	var ce *cliError
+	if errors.As(err, &ce) && ce.code == exitUsage && ce.status == http.StatusBadRequest {
+		return &cliError{code: exitFailure, msg: ce.msg, bare: ce.bare, status: ce.status}
+	}
+	return err
 }
 
 // reportError prints err on one line to w.

@@ -304,7 +304,9 @@ func newJobsWaitCmd() *cobra.Command {
 		Long: `Wait until the given jobs are final and print each one's id and final state,
 or with --all until no job is scheduled, available, running or retryable.
 Progress is shown on stderr when it is a terminal. Exits 0 once everything
-waited for is final, whatever the final states; 1 if --timeout passes first.`,
+waited for is final, whatever the final states; 1 if --timeout passes first,
+after printing the jobs as they are (a line per final job; with --json every
+job, or with --all the counts, as on success).`,
 		Args: argsBetween(0, -1, "[ID... | --all] [--timeout DUR]"),
 		RunE: action(func(cmd *cobra.Command, args []string) error { return runJobsWait(cmd, o, args) }),
 	}
@@ -345,13 +347,13 @@ func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
 	p := newMeter(cmd.ErrOrStderr(), "waiting")
 	defer p.clear()
 	if o.all {
-		return waitAll(ctx, c, o, cmd.OutOrStdout(), p)
+		return waitAll(ctx, cmd.Context(), c, o, cmd.OutOrStdout(), p)
 	}
-	return waitIDs(ctx, c, o, ids, cmd.OutOrStdout(), p)
+	return waitIDs(ctx, cmd.Context(), c, o, ids, cmd.OutOrStdout(), p)
 }
 
-func waitIDs(ctx context.Context, c *client, o *waitOpts, ids []string, out io.Writer, p *meter) error {
-	var final []*coordinator.Job
+func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, out io.Writer, p *meter) error {
+	final := make([]*coordinator.Job, 0, len(ids))
 	for i, id := range ids {
 		for {
 			p.update(i, len(ids), id+" is not final yet")
@@ -364,16 +366,15 @@ func waitIDs(ctx context.Context, c *client, o *waitOpts, ids []string, out io.W
 			cancel()
 			if ctx.Err() != nil {
 				p.clear()
-				return failf("timed out after %s: %d of %d jobs are not final yet (%s first): raise %s or wait again", o.timeout, len(ids)-i, len(ids), id, o.timeoutFlag)
+				return waitIDsTimedOut(parent, c, o, ids, final, out)
 			}
 			if err != nil {
 				return err
 			}
 			if res.Job.State.Final() {
 				p.clear()
-				if o.json {
-					final = append(final, res.Job)
-				} else {
+				final = append(final, res.Job)
+				if !o.json {
 					fmt.Fprintf(out, "%s %s\n", res.Job.ID, res.Job.State)
 				}
 				break
@@ -387,15 +388,67 @@ func waitIDs(ctx context.Context, c *client, o *waitOpts, ids []string, out io.W
 	return nil
 }
 
-func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *meter) error {
+// waitIDsTimedOut ends a wait for ids whose timeout passed once the first
+// len(final) were final. It reads the others as they are now (with a
+// context of their own: the wait's has expired) so that the output is
+// what a script expects either way: with --json the array of every job,
+// else a line per final job. The error counts the jobs not final.
+func waitIDsTimedOut(parent context.Context, c *client, o *waitOpts, ids []string, final []*coordinator.Job, out io.Writer) error {
+	jobs := final
+	var notFinal []string
+	rest := ids[len(final):]
+	rctx, cancel := context.WithTimeout(parent, requestTimeout)
+	defer cancel()
+	for k, id := range rest {
+		res, err := c.getJob(rctx, id, 0)
+		if err != nil {
+			// Unknown is not final; the timeout is what to report.
+			notFinal = append(notFinal, rest[k:]...)
+			break
+		}
+		jobs = append(jobs, res.Job)
+		switch {
+		case !res.Job.State.Final():
+			notFinal = append(notFinal, id)
+		case !o.json:
+			fmt.Fprintf(out, "%s %s\n", res.Job.ID, res.Job.State)
+		}
+	}
+	if o.json {
+		if err := printJSON(out, jobs); err != nil {
+			return err
+		}
+	}
+	if len(notFinal) == 0 {
+		return nil // all final after all, as the timeout passed
+	}
+	return failf("timed out after %s: %d of %d jobs are not final yet (%s first): raise %s or wait again", o.timeout, len(notFinal), len(ids), notFinal[0], o.timeoutFlag)
+}
+
+func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer, p *meter) error {
 	var last *statsResponse
 	base := -1 // final jobs at the first poll
 	for {
 		st, err := c.stats(ctx)
 		if ctx.Err() != nil {
 			p.clear()
+			// The counts as they are now, with a context of their own
+			// (the wait's has expired); else those of the last poll.
+			rctx, cancel := context.WithTimeout(parent, requestTimeout)
+			if now, err := c.stats(rctx); err == nil {
+				last = now
+			}
+			cancel()
+			if last != nil && pendingTotal(last.Counts) == 0 {
+				return printAllFinal(out, o, last) // all final after all
+			}
 			pending := ""
 			if last != nil {
+				if o.json {
+					if err := printJSON(out, last.Counts); err != nil {
+						return err
+					}
+				}
 				pending = ": " + pendingCounts(last.Counts)
 			}
 			return failf("timed out after %s with jobs not final yet%s: raise %s or wait again", o.timeout, pending, o.timeoutFlag)
@@ -410,12 +463,7 @@ func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *mete
 		}
 		if pending == 0 {
 			p.done(st.Total-base, st.Total-base, "")
-			if o.json {
-				return printJSON(out, st.Counts)
-			}
-			fmt.Fprintf(out, "all jobs final: completed=%d discarded=%d cancelled=%d\n",
-				st.Counts[coordinator.StateCompleted], st.Counts[coordinator.StateDiscarded], st.Counts[coordinator.StateCancelled])
-			return nil
+			return printAllFinal(out, o, st)
 		}
 		p.update(st.Total-pending-base, st.Total-base, pendingCounts(st.Counts))
 		select {
@@ -423,6 +471,16 @@ func waitAll(ctx context.Context, c *client, o *waitOpts, out io.Writer, p *mete
 		case <-time.After(waitAllPoll):
 		}
 	}
+}
+
+// printAllFinal prints the counts of a wait --all that ended.
+func printAllFinal(out io.Writer, o *waitOpts, st *statsResponse) error {
+	if o.json {
+		return printJSON(out, st.Counts)
+	}
+	fmt.Fprintf(out, "all jobs final: completed=%d discarded=%d cancelled=%d\n",
+		st.Counts[coordinator.StateCompleted], st.Counts[coordinator.StateDiscarded], st.Counts[coordinator.StateCancelled])
+	return nil
 }
 
 var pendingStates = []coordinator.State{coordinator.StateScheduled, coordinator.StateAvailable, coordinator.StateRunning, coordinator.StateRetryable}

@@ -44,13 +44,16 @@ func newJobsRetryCmd() *cobra.Command {
 		Long: `Make a discarded or cancelled job available again now, keeping its history
 (errors, attempts, checkpoint); if it had used all its attempts it gets one
 more. A scheduled or retryable job is made available now. A running,
-available or completed job is refused with a message saying why (exit 1).`,
+available or completed job, or one whose record has grown too large to run
+again, is refused with a message saying why (exit 1).`,
 		Args: argsBetween(1, 1, "ID [--json]"),
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			id := args[0]
 			j, err := callJob(cmd, &tgt, http.MethodPost, id, "/retry", true)
 			if err != nil {
-				return err
+				// The id is checked before the request: a 400 is about
+				// the job (grown too large to run again, ADR 0018).
+				return refusedNotBadInput(err)
 			}
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), j)

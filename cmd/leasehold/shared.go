@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -43,6 +45,29 @@ func addEtcdFlags(cmd *cobra.Command, e *etcdFlags, withNamespace bool) {
 }
 
 func (e *etcdFlags) shared() bool { return len(e.endpoints) > 0 }
+
+// addMaxPayloadFlag adds --max-payload (LEASEHOLD_MAX_PAYLOAD) to cmd, a
+// daemon's limit on payloads; help says what it means to cmd.
+func addMaxPayloadFlag(cmd *cobra.Command, v *sizeValue, help string) {
+	cmd.Flags().Var(v, "max-payload", help)
+}
+
+// checkMaxPayload validates --max-payload (named label, as the user set
+// it) before any store is opened. 0 is the default for the store; one
+// larger than the store fits is refused when the coordinator is built
+// (see maxPayloadError).
+func checkMaxPayload(label string, v sizeValue) error {
+	if v < 0 {
+		return usagef("%s %s: want a size such as 1MiB", label, v)
+	}
+	return nil
+}
+
+// maxPayloadError is the usage error of a --max-payload the store does not
+// fit (coordinator.New's ErrInvalid, which says the largest that does).
+func maxPayloadError(label string, v sizeValue, err error) error {
+	return usagef("%s %s: %s: pass the --max-payload the daemons run with (and, if the etcd servers run with a larger --max-request-bytes, that as --etcd-max-request-bytes)", label, v, cleanCoordError(err))
+}
 
 func (e *etcdFlags) validate() error {
 	for _, ep := range e.endpoints {
@@ -103,6 +128,30 @@ type target struct {
 	server string
 	etcd   etcdFlags
 	auth   clientAuth
+	// maxPayload is the daemons' --max-payload, for the shared-mode
+	// commands that write jobs (0: the default for the store), and
+	// maxPayloadFlag names it as the user set it (see useMaxPayload).
+	maxPayload     sizeValue
+	maxPayloadFlag string
+}
+
+// sharedMaxPayloadHelp is the help of --max-payload of a command that
+// writes jobs.
+const sharedMaxPayloadHelp = "shared mode (--etcd): the payload limit to apply, the daemons' --max-payload if they run with one (default as theirs: 664KiB under etcd's default --max-request-bytes)"
+
+// addWriteTargetFlags adds the flags of addTargetFlags and, for a command
+// that writes jobs, --max-payload: in shared mode the command checks
+// payloads itself, and must apply the limit the cluster's daemons do.
+func addWriteTargetFlags(cmd *cobra.Command, t *target) {
+	addTargetFlags(cmd, t)
+	addMaxPayloadFlag(cmd, &t.maxPayload, sharedMaxPayloadHelp)
+}
+
+// useMaxPayload validates --max-payload of cmd (see addWriteTargetFlags)
+// before any request is made, and keeps its name for errors.
+func (t *target) useMaxPayload(cmd *cobra.Command) error {
+	t.maxPayloadFlag = flagLabel(cmd, "max-payload")
+	return checkMaxPayload(t.maxPayloadFlag, t.maxPayload)
 }
 
 func addTargetFlags(cmd *cobra.Command, t *target) {
@@ -128,10 +177,14 @@ func (t *target) client(ctx context.Context) (*client, error) {
 	if err != nil {
 		return nil, err
 	}
-	coord, err := coordinator.New(store, coordinator.Config{Namespace: t.etcd.namespace, Logger: slog.New(slog.DiscardHandler)})
+	coord, err := coordinator.New(store, coordinator.Config{Namespace: t.etcd.namespace, MaxPayloadBytes: int(t.maxPayload), Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		_ = store.Close()
 		_ = cli.Close()
+		if t.maxPayload > 0 && errors.Is(err, coordinator.ErrInvalid) {
+			label := cmp.Or(t.maxPayloadFlag, "--max-payload")
+			return nil, maxPayloadError(label, t.maxPayload, err)
+		}
 		return nil, usagef("%s", cleanCoordError(err))
 	}
 	c, err := newClient("http://etcd")

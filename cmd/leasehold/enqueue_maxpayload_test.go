@@ -1,0 +1,44 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/leasehold/leasehold/coordinator/etcdtest"
+)
+
+// In shared mode enqueue checks payloads against the --max-payload the
+// cluster's daemons run with (flag or LEASEHOLD_MAX_PAYLOAD), not the
+// default, and refuses one the store cannot fit, naming the flag.
+func TestEnqueueSharedMaxPayload(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.MaxRequestBytes = 8 << 20 }))
+	ep := strings.Join(srv.Endpoints(), ",")
+	payload := `"` + strings.Repeat("x", 1536<<10) + `"` // over the default 1 MiB
+	base := []string{"enqueue", "echo", "-", "--etcd", ep, "--etcd-max-request-bytes", "8MiB"}
+
+	r := runCLI(t, nil, payload, base...)
+	checkOneLineError(t, "1.5 MiB payload with the default --max-payload", r, 2, "payload")
+
+	for name, env := range map[string][]string{"--max-payload": nil, "LEASEHOLD_MAX_PAYLOAD": {"LEASEHOLD_MAX_PAYLOAD=2MiB"}} {
+		args := base
+		if env == nil {
+			args = append(append([]string(nil), base...), "--max-payload", "2MiB")
+		}
+		r = runCLI(t, env, payload, args...)
+		if r.code != 0 || len(strings.TrimSpace(r.stdout)) != 26 {
+			t.Errorf("1.5 MiB payload with %s 2MiB: exit %d\nstdout: %s\nstderr: %s", name, r.code, r.stdout, r.stderr)
+		}
+	}
+
+	r = runCLI(t, nil, payload, append(append([]string(nil), base...), "--max-payload", "2MiB", "--count", "3")...)
+	if r.code != 0 || len(strings.Fields(r.stdout)) != 3 {
+		t.Errorf("three 1.5 MiB payloads with --max-payload 2MiB: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+
+	r = runCLI(t, nil, "{}", append(append([]string(nil), base...), "--max-payload", "8MiB")...)
+	checkOneLineError(t, "--max-payload over what the store fits", r, 2, "--max-payload 8MiB")
+	r = runCLI(t, []string{"LEASEHOLD_MAX_PAYLOAD=8MiB"}, "{}", base...)
+	checkOneLineError(t, "LEASEHOLD_MAX_PAYLOAD over what the store fits", r, 2, "LEASEHOLD_MAX_PAYLOAD 8MiB")
+}
