@@ -324,7 +324,7 @@ const checkEtcd = "check the etcd endpoints (--etcd) and that the cluster is hea
 // payloadHint is what to do about a payload over the limit.
 func (a *api) payloadHint() string {
 	if a.cfg.CLI {
-		return "send a smaller payload (or, if the etcd servers run with a larger --max-request-bytes, pass it as --etcd-max-request-bytes)"
+		return "send a smaller payload (or, if the cluster runs with a larger --max-payload, pass it as --max-payload; if the etcd servers run with a larger --max-request-bytes, pass that as --etcd-max-request-bytes)"
 	}
 	return "send a smaller payload (or raise the daemon's --max-payload)"
 }

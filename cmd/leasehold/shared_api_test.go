@@ -53,6 +53,9 @@ func TestSharedCLIAPIErrorsSpeakToTheCLI(t *testing.T) {
 	if strings.Contains(msg, "daemon") {
 		t.Errorf("payload over the limit: %q names a daemon; the CLI's own limit applies", msg)
 	}
+	if !strings.Contains(msg, "--max-payload") {
+		t.Errorf("payload over the limit: %q does not say that the CLI takes the cluster's --max-payload", msg)
+	}
 
 	store.failRanges.Store(true)
 	code, msg = cliCall(t, h, ctx, "GET", "/v1/stats", "")
