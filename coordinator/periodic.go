@@ -35,7 +35,8 @@ const maxTicksPerTxn = 32
 // leader change, or two leaders briefly overlapping, never enqueues a tick
 // twice. A tick that fell due while no leader ran is enqueued late if it is
 // within CatchUp of now, and skipped (counted in Skipped) if older. The
-// job's unique key is "periodic:NAME:TICK", which shows which tick it was.
+// job's unique key is "periodic:NAME:TICK", which shows which tick it was;
+// a tick whose key a job already holds is skipped (and counted) too.
 type PeriodicJob struct {
 	// Name identifies the schedule (its stored state); letters, digits
 	// and _ . : -.
@@ -61,9 +62,10 @@ type PeriodicState struct {
 	LastTick       *time.Time `json:"last_tick,omitempty"`
 	LastJobID      string     `json:"last_job_id,omitempty"`
 	LastEnqueuedAt *time.Time `json:"last_enqueued_at,omitempty"`
-	// Enqueued and Skipped count the ticks enqueued and those skipped
-	// because they were older than the catch-up window (of a spec with a
-	// seconds field, about a million at most per downtime).
+	// Enqueued and Skipped count the ticks enqueued and those skipped:
+	// older than the catch-up window (of a spec with a seconds field,
+	// about a million at most per downtime), or whose unique key a job
+	// already held (a user's job enqueued with that key).
 	Enqueued int `json:"enqueued"`
 	Skipped  int `json:"skipped,omitempty"`
 	// NextAt is the next tick.
@@ -102,7 +104,8 @@ func ParseSchedule(spec string) (sched cron.Schedule, err error) {
 	if cd, ok := sched.(cron.ConstantDelaySchedule); ok && cd.Delay < time.Second {
 		return nil, fmt.Errorf("%w: cron spec %q: @every needs at least 1s", ErrInvalid, spec)
 	}
-	// robfig/cron rounds an @every under 1s up to 1s: check what was
+	// robfig/cron rounds an @every under 1s up to 1s, and truncates one
+	// to whole seconds (@every 1500ms ran every second): check what was
 	// written, after any time zone (which @every does not use).
 	body := spec
 	if full != "CRON_TZ=UTC "+spec {
@@ -110,8 +113,12 @@ func ParseSchedule(spec string) (sched cron.Schedule, err error) {
 		body = strings.TrimSpace(body)
 	}
 	if rest, ok := strings.CutPrefix(body, "@every "); ok {
-		if d, err := time.ParseDuration(strings.TrimSpace(rest)); err != nil || d < time.Second {
+		d, err := time.ParseDuration(strings.TrimSpace(rest))
+		if err != nil || d < time.Second {
 			return nil, fmt.Errorf("%w: cron spec %q: @every needs a duration of at least 1s, e.g. \"@every 10m\"", ErrInvalid, spec)
+		}
+		if d%time.Second != 0 {
+			return nil, fmt.Errorf("%w: cron spec %q: @every runs in whole seconds only: use whole seconds, e.g. \"@every 2s\"", ErrInvalid, spec)
 		}
 	}
 	if ss, ok := sched.(*cron.SpecSchedule); ok && ss.Location != nil && ss.Location != time.UTC {
@@ -378,38 +385,60 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 			c.log.Warn("periodic job: ticks older than the catch-up window skipped", slog.String("periodic", e.Name),
 				slog.Int("skipped", skipped), slog.Duration("catch_up", e.CatchUp))
 		}
-		var nested []kv.Op
-		var jobs []*Job
-		for _, tick := range due {
+		built := make([]*Job, len(due))
+		for i, tick := range due {
 			p := e.Job
 			p.UniqueKey = "periodic:" + e.Name + ":" + tick.UTC().Format(time.RFC3339)
 			j, err := c.buildJob(ctx, &p, now)
 			if err != nil {
 				return time.Time{}, fmt.Errorf("periodic job %s: %w", e.Name, err)
 			}
+			built[i] = j
+		}
+		// A tick whose unique key a job already holds (a user's job
+		// enqueued with that key) is not enqueued: it is skipped, and
+		// counted and logged so. The keys read free are compared in the
+		// write, so one taken meanwhile refuses it and the ticks are read
+		// again: the counts are exact.
+		holders, err := c.uniqueHolders(ctx, built)
+		if err != nil {
+			return time.Time{}, fmt.Errorf("coordinator: enqueue ticks of periodic job %s: %w", e.Name, err)
+		}
+		cmps := []kv.Cmp{kv.ModRevisionIs(key, kv.Equal, rev)}
+		var nested []kv.Op
+		var jobs []*Job
+		var ticks []time.Time
+		for i, j := range built {
+			if holders[i] != "" {
+				continue
+			}
 			uk := c.keys.unique(j.UniqueKey)
 			_, puts := c.keys.put(j)
+			cmps = append(cmps, kv.Missing(uk))
 			nested = append(nested, kv.Nested(kv.Txn{
 				If:   []kv.Cmp{kv.Missing(uk)},
 				Then: append(puts, kv.Put(uk, []byte(j.ID), 0)),
 			}))
 			jobs = append(jobs, j)
+			ticks = append(ticks, due[i])
 		}
 		if len(jobs) > 0 {
 			st.LastJobID = jobs[len(jobs)-1].ID
 			st.LastEnqueuedAt = &now
 			st.Enqueued += len(jobs)
 		}
+		st.Skipped += len(due) - len(jobs)
 		b, _ := json.Marshal(st)
 		res, err := c.store.Txn(ctx, kv.Txn{
-			If:   []kv.Cmp{kv.ModRevisionIs(key, kv.Equal, rev)},
+			If:   cmps,
 			Then: append(nested, kv.Put(key, b, 0)),
 		})
 		if err != nil {
 			return time.Time{}, fmt.Errorf("coordinator: enqueue ticks of periodic job %s: %w", e.Name, err)
 		}
 		if !res.Succeeded {
-			// Another leader moved the schedule: read what it did.
+			// Another leader moved the schedule, or a job took a tick's
+			// unique key: read again.
 			if conflicts++; conflicts > 16 {
 				return time.Time{}, fmt.Errorf("coordinator: enqueue ticks of periodic job %s: %w", e.Name, ErrConflict)
 			}
@@ -417,7 +446,13 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 		}
 		for i, j := range jobs {
 			if r := res.Results[i].Txn; r != nil && r.Succeeded {
-				c.log.Info("periodic job enqueued", slog.String("periodic", e.Name), slog.String("job", j.ID), slog.String("tick", due[i].Format(time.RFC3339)))
+				c.log.Info("periodic job enqueued", slog.String("periodic", e.Name), slog.String("job", j.ID), slog.String("tick", ticks[i].Format(time.RFC3339)))
+			}
+		}
+		for i, j := range built {
+			if holders[i] != "" {
+				c.log.Warn("periodic job tick skipped: a job already holds its unique key", slog.String("periodic", e.Name),
+					slog.String("tick", due[i].Format(time.RFC3339)), slog.String("unique_key", j.UniqueKey), slog.String("holder", holders[i]))
 			}
 		}
 		if t.IsZero() || t.After(now) {
@@ -425,6 +460,29 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 		}
 		// More ticks are due than one transaction takes: go on.
 	}
+}
+
+// uniqueHolders returns, for each job, the id of the job that holds its
+// unique key, or "" if the key is free.
+func (c *Coordinator) uniqueHolders(ctx context.Context, jobs []*Job) ([]string, error) {
+	out := make([]string, len(jobs))
+	if len(jobs) == 0 {
+		return out, nil
+	}
+	reads := make([]kv.Op, len(jobs))
+	for i, j := range jobs {
+		reads[i] = kv.Get(c.keys.unique(j.UniqueKey))
+	}
+	res, err := c.store.Txn(ctx, kv.Txn{Then: reads})
+	if err != nil {
+		return nil, fmt.Errorf("read unique keys: %w", err)
+	}
+	for i, r := range res.Results {
+		if r.KV != nil {
+			out[i] = string(r.KV.Value)
+		}
+	}
+	return out, nil
 }
 
 // maxSkipWalk bounds the ticks older than the catch-up window that

@@ -13,7 +13,7 @@ import (
 )
 
 // periodicFlagHelp documents --periodic.
-const periodicFlagHelp = `enqueue a job on a cron schedule, as 'NAME|SPEC|KIND[|PAYLOAD_JSON]' (e.g. 'nightly|0 3 * * *|report|{"full":true}'; SPEC is 5 cron fields, 6 with seconds first, @hourly/@daily/..., '@every 10m', optionally prefixed with CRON_TZ=Zone; UTC by default), or as a JSON object {"name","spec","kind","payload","queue","priority","max_attempts","timeout","catch_up"}; repeatable (LEASEHOLD_PERIODIC: one per line). Only the elected maintenance leader enqueues, each tick once; ticks missed while no daemon led are caught up within catch_up (default 1h)`
+const periodicFlagHelp = `enqueue a job on a cron schedule, as 'NAME|SPEC|KIND[|PAYLOAD_JSON]' (e.g. 'nightly|0 3 * * *|report|{"full":true}'; SPEC is 5 cron fields, 6 with seconds first, @hourly/@daily/..., '@every 10m' (whole seconds), optionally prefixed with CRON_TZ=Zone; UTC by default), or as a JSON object {"name","spec","kind","payload","queue","priority","max_attempts","timeout","catch_up"}; repeatable (LEASEHOLD_PERIODIC: one per line). Only the elected maintenance leader enqueues, each tick once; ticks missed while no daemon led are caught up within catch_up (default 1h)`
 
 // periodicSpec is the JSON form of --periodic.
 type periodicSpec struct {
@@ -143,8 +143,9 @@ func newPeriodicCmd() *cobra.Command {
 		Long: `List the periodic jobs that a maintenance leader has run (declared with
 'leasehold daemon --periodic' or worker.Config.Periodic): name, schedule,
 kind, queue, last tick enqueued, the next tick, and how many ticks were
-enqueued and skipped (older than the catch-up window). A next run in the past
-means no leader is running the schedule now.`,
+enqueued and skipped (older than the catch-up window, or their unique key
+already held by a job). A next run in the past means no leader is running the
+schedule now.`,
 		Args: argsBetween(0, 0, "[--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
 			var res periodicResponse

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,6 +24,8 @@ var periodicReviewTests = []suiteTest{
 	{"PeriodicDSTWildcardHoursUnchanged", testPeriodicDSTWildcard},
 	{"UniqueHolderDeletedDuringEnqueue", testUniqueHolderDeleted},
 	{"GlobalLimitSlotFreedByEveryOutcome", testSlotFreedByEveryOutcome},
+	{"PeriodicEveryNeedsWholeSeconds", testPeriodicEveryWholeSeconds},
+	{"PeriodicTickHeldByAJobIsSkipped", testPeriodicTickHeld},
 }
 
 // clockedAt returns a coordinator on h's store and namespace with a clock
@@ -324,5 +327,116 @@ func testSlotFreedByEveryOutcome(t *testing.T, h *harness) {
 		if x.Name == q && x.Held != 1 {
 			t.Fatalf("queue %s holds %d slots, want 1", q, x.Held)
 		}
+	}
+}
+
+// testPeriodicEveryWholeSeconds: an @every that is not a whole number of
+// seconds (robfig/cron truncates it: @every 1500ms ran every second) is
+// refused, saying to use whole seconds, before anything is written.
+func testPeriodicEveryWholeSeconds(t *testing.T, h *harness) {
+	for _, spec := range []string{"@every 1500ms", "@every 1.5s", "@every 1m0.5s", "CRON_TZ=Europe/Paris @every 2500ms"} {
+		_, err := coordinator.ParseSchedule(spec)
+		if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "whole seconds") || strings.Contains(err.Error(), "\n") {
+			t.Errorf("ParseSchedule(%q): %v, want ErrInvalid saying to use whole seconds", spec, err)
+		}
+		pj := coordinator.PeriodicJob{Name: "frac", Spec: spec, Job: coordinator.EnqueueParams{Kind: "frac"}}
+		if err := h.c.ValidatePeriodic([]coordinator.PeriodicJob{pj}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("ValidatePeriodic(%q): %v, want ErrInvalid", spec, err)
+		}
+		if _, err := h.c.EnqueueDueTicks(h.ctx(), pj); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("EnqueueDueTicks(%q): %v, want ErrInvalid", spec, err)
+		}
+		// Refused at once, before the loop (which a cancelled context
+		// ends).
+		ctx, cancel := context.WithCancel(h.ctx())
+		cancel()
+		if err := h.c.RunPeriodic(ctx, []coordinator.PeriodicJob{pj}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("RunPeriodic(%q): %v, want ErrInvalid", spec, err)
+		}
+	}
+	for _, spec := range []string{"@every 2s", "@every 90s", "@every 1m30s", "@every 1h"} {
+		if _, err := coordinator.ParseSchedule(spec); err != nil {
+			t.Errorf("ParseSchedule(%q): %v", spec, err)
+		}
+	}
+	if st, err := h.c.ListPeriodic(h.ctx()); err != nil || len(st) != 0 {
+		t.Errorf("refused schedules wrote state: %+v, %v", st, err)
+	}
+}
+
+// recordLogs is a slog handler that keeps every record.
+type recordLogs struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (r *recordLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recordLogs) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.recs = append(r.recs, rec.Clone())
+	return nil
+}
+func (r *recordLogs) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recordLogs) WithGroup(string) slog.Handler      { return r }
+
+// messages returns the messages logged with periodic=name, each with its
+// attributes as key=value.
+func (r *recordLogs) messages(name string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, rec := range r.recs {
+		line, ours := rec.Message, false
+		rec.Attrs(func(a slog.Attr) bool {
+			ours = ours || (a.Key == "periodic" && a.Value.String() == name)
+			line += " " + a.String()
+			return true
+		})
+		if ours {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// testPeriodicTickHeld: a tick whose unique key a job already holds (a
+// user's job enqueued with that key) enqueues nothing: it is counted as
+// skipped, not as enqueued, and logged as skipped, naming the holder.
+func testPeriodicTickHeld(t *testing.T, h *harness) {
+	logs := &recordLogs{}
+	c := h.coordinator(h.store, coordinator.Config{Logger: slog.New(logs)})
+	pj := coordinator.PeriodicJob{Name: "held", Spec: "@every 10m", Job: coordinator.EnqueueParams{Kind: "held"}}
+	st, err := c.EnqueueDueTicks(h.ctx(), pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := st.NextAt
+	user := h.enqueue(coordinator.EnqueueParams{Kind: "user", UniqueKey: "periodic:held:" + first.UTC().Format(time.RFC3339)})
+	h.clock.Advance(10 * time.Minute)
+	if st, err = c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(h.jobsOf("held")); n != 0 {
+		t.Fatalf("%d tick jobs enqueued over a held unique key", n)
+	}
+	if st.Enqueued != 0 || st.Skipped != 1 || st.LastTick == nil || !st.LastTick.Equal(first) || st.LastJobID != "" {
+		t.Fatalf("state after a held tick: %+v; want enqueued 0, skipped 1, last tick %v, no job", st, first)
+	}
+	msgs := logs.messages("held")
+	if len(msgs) != 1 || strings.Contains(msgs[0], "enqueued") || !strings.Contains(msgs[0], "skipped") || !strings.Contains(msgs[0], user.ID) {
+		t.Fatalf("logged %q; want one line saying the tick was skipped, naming job %s", msgs, user.ID)
+	}
+	// The next tick, its key free, is enqueued and counted as such.
+	h.clock.Advance(10 * time.Minute)
+	if st, err = c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+		t.Fatal(err)
+	}
+	jobs := h.jobsOf("held")
+	if len(jobs) != 1 || st.Enqueued != 1 || st.Skipped != 1 || st.LastJobID != jobs[0].ID {
+		t.Fatalf("next tick: %d jobs, state %+v", len(jobs), st)
+	}
+	if msgs := logs.messages("held"); len(msgs) != 2 || !strings.Contains(msgs[1], "enqueued") || !strings.Contains(msgs[1], jobs[0].ID) {
+		t.Fatalf("logged %q; want the second tick logged as enqueued", msgs)
 	}
 }
