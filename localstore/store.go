@@ -86,10 +86,14 @@ type lease struct {
 // disturbed. Every key that a previous process attached to a lease is
 // deleted at once, in one synced transaction of one new revision, since the
 // process that held those leases is gone; [Store.RecoveredLeasedKeys] says
-// how many.
+// how many. A backup made by [Store.Backup] is refused (ErrBackup): it is
+// opened only after [Restore].
 func Open(dir string, opts Options) (*Store, error) {
 	opts = opts.WithDefaults()
 	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if err := refuseBackup(dir); err != nil {
 		return nil, err
 	}
 	lock, err := lockDir(dir)

@@ -1,0 +1,187 @@
+package localstore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// A backup taken while writes go on holds every write acknowledged before
+// it; restored with a bump larger than the writes the store made after it,
+// the restored store hands out revisions (fencing tokens) above every one
+// the original handed out, after the backup too. The backup itself is left
+// as it was and can be restored again.
+func TestBackupRestore(t *testing.T) {
+	dataDir, backupDir := t.TempDir(), filepath.Join(t.TempDir(), "backup")
+	s := openDir(t, dataDir, Options{})
+	for i := range 100 {
+		mustPut(t, s, fmt.Sprintf("before/%03d", i), "v", 0)
+	}
+	lease, err := s.Grant(ctxT(t), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, "leased", "v", lease)
+	acked := mustPut(t, s, "last-before", "v", 0)
+
+	// Writers keep committing during the backup.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				mustPut(t, s, fmt.Sprintf("during/%d/%d", w, i), "v", 0)
+			}
+		})
+	}
+	info, err := s.Backup(ctxT(t), backupDir)
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Fatalf("Backup: %v", err)
+	}
+	if info.Revision < acked || info.Source != dataDir {
+		t.Fatalf("backup %+v: want revision at least %d, source %s", info, acked, dataDir)
+	}
+	if got, err := ReadBackup(backupDir); err != nil || got.Revision != info.Revision {
+		t.Fatalf("ReadBackup: %+v, %v; want revision %d", got, err, info.Revision)
+	}
+	var after int64
+	for i := range 50 {
+		after = mustPut(t, s, fmt.Sprintf("after/%03d", i), "v", 0)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	for round := range 2 { // the backup restores twice: it is not changed
+		restored := filepath.Join(t.TempDir(), "restored")
+		const bump = 10_000 // more than the writes after the backup
+		rev, err := Restore(restored, backupDir, bump)
+		if err != nil {
+			t.Fatalf("round %d: Restore: %v", round, err)
+		}
+		if rev != info.Revision+bump {
+			t.Fatalf("round %d: Restore says revision %d, want %d", round, rev, info.Revision+bump)
+		}
+		r := openDir(t, restored, Options{})
+		for i := range 100 {
+			if kv := mustGet(t, r, fmt.Sprintf("before/%03d", i)); kv == nil {
+				t.Fatalf("round %d: before/%03d, acknowledged before the backup, is missing", round, i)
+			}
+		}
+		if mustGet(t, r, "last-before") == nil {
+			t.Fatalf("round %d: the last write before the backup is missing", round)
+		}
+		if mustGet(t, r, "after/000") != nil {
+			t.Fatalf("round %d: a write made after the backup is in it", round)
+		}
+		// The previous process's leases are gone, as at any open.
+		if mustGet(t, r, "leased") != nil || r.RecoveredLeasedKeys() != 1 {
+			t.Fatalf("round %d: leased key kept (recovered %d)", round, r.RecoveredLeasedKeys())
+		}
+		if next := mustPut(t, r, "new", "v", 0); next <= after {
+			t.Fatalf("round %d: first revision after the restore %d, not above %d, handed out by the original after the backup", round, next, after)
+		}
+		if err := r.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A backup is not a data directory: opening it is refused, and leaves it
+// untouched, since it would hand out revisions the lost store handed out.
+func TestOpenRefusesBackup(t *testing.T) {
+	s := openTemp(t, Options{})
+	mustPut(t, s, "k", "v", 0)
+	backupDir := filepath.Join(t.TempDir(), "b")
+	if _, err := s.Backup(ctxT(t), backupDir); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Open(backupDir, Options{}); !errors.Is(err, ErrBackup) {
+		if err == nil {
+			_ = r.Close()
+		}
+		t.Fatalf("Open of a backup: %v, want ErrBackup", err)
+	}
+	if _, err := os.Stat(filepath.Join(backupDir, lockFileName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused Open wrote a lock file in the backup (%v)", err)
+	}
+	// Nor is it bumped in place: it is restored into a new directory.
+	if _, err := Restore(backupDir, "", 0); !errors.Is(err, ErrBackup) {
+		t.Fatalf("Restore of a backup in place: %v, want ErrBackup", err)
+	}
+}
+
+func TestBackupRefusals(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openDir(t, dataDir, Options{})
+	mustPut(t, s, "k", "v", 0)
+	exists := t.TempDir()
+	for _, dir := range []string{exists, filepath.Join(dataDir, "backup"), dataDir, filepath.Dir(dataDir)} {
+		if _, err := s.Backup(ctxT(t), dir); !errors.Is(err, ErrBackup) {
+			t.Errorf("Backup to %s: %v, want ErrBackup", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "backup")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a refused backup inside the data directory created it (%v)", err)
+	}
+	// Restore needs a backup as its source, and an empty target.
+	if _, err := Restore(filepath.Join(t.TempDir(), "r"), exists, 0); !errors.Is(err, ErrBackup) {
+		t.Errorf("Restore from a directory that is not a backup: %v, want ErrBackup", err)
+	}
+	backupDir := filepath.Join(t.TempDir(), "b")
+	if _, err := s.Backup(ctxT(t), backupDir); err != nil {
+		t.Fatal(err)
+	}
+	full := t.TempDir()
+	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Restore(full, backupDir, 0); !errors.Is(err, ErrBackup) {
+		t.Errorf("Restore into a non-empty directory: %v, want ErrBackup", err)
+	}
+	if _, err := Restore(filepath.Join(t.TempDir(), "r"), backupDir, -1); !errors.Is(err, ErrBackup) {
+		t.Errorf("Restore with a negative bump: %v, want ErrBackup", err)
+	}
+}
+
+// A data directory put back from a snapshot is bumped in place; an open
+// one is refused.
+func TestRestoreInPlace(t *testing.T) {
+	dir := t.TempDir()
+	s := openDir(t, dir, Options{})
+	last := mustPut(t, s, "k", "v", 0)
+	if _, err := Restore(dir, "", 0); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Restore of an open store: %v, want ErrLocked", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rev, err := Restore(dir, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev != last+DefaultRevisionBump {
+		t.Fatalf("Restore: revision %d, want %d", rev, last+DefaultRevisionBump)
+	}
+	r := openDir(t, dir, Options{})
+	if next := mustPut(t, r, "k2", "v", 0); next <= rev {
+		t.Fatalf("first revision after the bump %d, want above %d", next, rev)
+	}
+	if mustGet(t, r, "k") == nil {
+		t.Fatal("key lost by the bump")
+	}
+	if _, err := Restore(t.TempDir(), "", 0); !errors.Is(err, ErrBackup) {
+		t.Fatalf("Restore in place of a directory without a store: %v, want ErrBackup", err)
+	}
+}
