@@ -46,6 +46,7 @@ const maxConfigBytes = 1 << 20
 var connectionKeys = []string{
 	"server", "server-ca", "api-token", "api-token-file",
 	"etcd", "etcd-ca", "etcd-cert", "etcd-key", "etcd-user", "etcd-password", "etcd-max-request-bytes", "namespace",
+	"max-payload", // the daemons' limit, which shared-mode enqueue applies too
 	"log-format", "log-level",
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -30,6 +32,16 @@ func TestEnqueueSharedMaxPayload(t *testing.T) {
 		if r.code != 0 || len(strings.TrimSpace(r.stdout)) != 26 {
 			t.Errorf("1.5 MiB payload with %s 2MiB: exit %d\nstdout: %s\nstderr: %s", name, r.code, r.stdout, r.stderr)
 		}
+	}
+
+	// The daemons' config file, shared with the CLI, sets it too.
+	cfg := filepath.Join(t.TempDir(), "leasehold.yaml")
+	if err := os.WriteFile(cfg, []byte("max-payload: 2MiB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = runCLI(t, nil, payload, append(append([]string(nil), base...), "--config", cfg)...)
+	if r.code != 0 || len(strings.TrimSpace(r.stdout)) != 26 {
+		t.Errorf("1.5 MiB payload with max-payload 2MiB in the config file: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 
 	r = runCLI(t, nil, payload, append(append([]string(nil), base...), "--max-payload", "2MiB", "--count", "3")...)
