@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,11 +144,32 @@ func Restore(dir, from string, bump int64) (int64, error) {
 	if bump == 0 {
 		bump = DefaultRevisionBump
 	}
-	if from != "" {
-		if err := copyBackup(dir, from); err != nil {
-			return 0, err
+	if from == "" {
+		return bumpRevision(dir, bump)
+	}
+	_, statErr := os.Stat(dir)
+	if err := copyBackup(dir, from); err != nil {
+		return 0, err
+	}
+	rev, err := bumpRevision(dir, bump)
+	if err != nil {
+		// A copy without its bump must not be left to be opened: it would
+		// hand out the lost store's tokens again.
+		if errors.Is(statErr, os.ErrNotExist) {
+			_ = os.RemoveAll(dir)
+		} else {
+			_ = os.RemoveAll(filepath.Join(dir, pebbleDir))
+			_ = os.Remove(filepath.Join(dir, lockFileName))
 		}
-	} else if _, err := os.Stat(filepath.Join(dir, pebbleDir)); err != nil {
+		return 0, err
+	}
+	return rev, nil
+}
+
+// bumpRevision raises the revision and lease counters of the stopped store
+// in dir by bump, durably, and returns the revision counter after it.
+func bumpRevision(dir string, bump int64) (int64, error) {
+	if _, err := os.Stat(filepath.Join(dir, pebbleDir)); err != nil {
 		return 0, fmt.Errorf("%w: %s holds no store (%v): pass a data directory, or a backup with its source", ErrBackup, dir, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, backupMarker)); err == nil {
@@ -178,6 +200,9 @@ func Restore(dir, from string, bump int64) (int64, error) {
 	}
 	if rev < 1 {
 		rev = 1 // an empty store is at revision 1
+	}
+	if rev > math.MaxInt64/2-bump || seq > math.MaxInt64/2-bump {
+		return 0, fmt.Errorf("%w: revision bump %d would take the counters (revision %d) past half their range: pass a smaller one", ErrBackup, bump, rev)
 	}
 	b := db.NewBatch()
 	defer b.Close()
@@ -214,8 +239,10 @@ func copyBackup(dir, from string) error {
 		return fmt.Errorf("localstore: restore into %s: %w", dir, err)
 	}
 	// Copied, not linked: Pebble may recycle a WAL file, overwriting it in
-	// place, which would change the backup through a link.
+	// place, which would change the backup through a link. A copy that
+	// fails is removed, leaving dir empty for another try.
 	if err := copyDir(filepath.Join(dir, pebbleDir), filepath.Join(from, pebbleDir)); err != nil {
+		_ = os.RemoveAll(filepath.Join(dir, pebbleDir))
 		return fmt.Errorf("localstore: restore into %s: copy the backup: %w", dir, err)
 	}
 	return nil

@@ -3,6 +3,7 @@ package localstore
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
@@ -152,6 +153,28 @@ func TestBackupRefusals(t *testing.T) {
 	}
 	if _, err := Restore(filepath.Join(t.TempDir(), "r"), backupDir, -1); !errors.Is(err, ErrBackup) {
 		t.Errorf("Restore with a negative bump: %v, want ErrBackup", err)
+	}
+	huge := filepath.Join(t.TempDir(), "r")
+	if _, err := Restore(huge, backupDir, math.MaxInt64-1); !errors.Is(err, ErrBackup) {
+		t.Errorf("Restore with a bump that overflows the counter: %v, want ErrBackup", err)
+	}
+	if _, err := os.Stat(huge); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a copy left without its bump (%v): it would hand out the lost store's tokens again", err)
+	}
+	// A failed copy leaves the target empty: unreadable backup files.
+	broken := filepath.Join(t.TempDir(), "broken")
+	if err := os.MkdirAll(filepath.Join(broken, pebbleDir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(broken, backupMarker), []byte(`{"revision":1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "t")
+	if _, err := Restore(target, broken, 0); err == nil {
+		t.Error("Restore of a backup holding a directory succeeded")
+	}
+	if ents, _ := os.ReadDir(target); len(ents) != 0 {
+		t.Errorf("a failed copy left %d entries in the target", len(ents))
 	}
 }
 

@@ -22,6 +22,8 @@ package main
 //	GET  /v1/workers       200 {"workers":[WORKER,...]}
 //	GET  /v1/stats         200 {"counts":{"scheduled":N,...},"total":N}
 //	GET  /v1/health        200 {"status":"ok"}   (also GET /healthz)
+//	POST /v1/backup        body: {"dir":"/abs/path"}   (embedded mode; backup.go)
+//	    200 {"revision":N,"created_at":...,"source":...,"dir":...}
 //
 // and the operations of ops_api.go (retry, delete, bulk cancel, queues,
 // periodic jobs).
@@ -160,6 +162,9 @@ type apiConfig struct {
 	Metrics *metrics
 	// Auth guards state-changing requests (see auth.go).
 	Auth authConfig
+	// Backup takes backups for POST /v1/backup: the embedded daemon's
+	// store; nil in shared mode (backup.go).
+	Backup backuper
 }
 
 // api serves the HTTP API. It is an http.Handler.
@@ -200,6 +205,7 @@ func newAPI(cfg apiConfig) *api {
 	a.mux.HandleFunc("POST /v1/jobs/{id}/cancel", a.cancelJob)
 	a.mux.HandleFunc("GET /v1/workers", a.listWorkers)
 	a.mux.HandleFunc("GET /v1/stats", a.stats)
+	a.mux.HandleFunc("POST /v1/backup", a.backup)
 	a.mux.HandleFunc("GET /v1/health", a.health)
 	a.mux.HandleFunc("GET /healthz", a.health)
 	a.mux.HandleFunc("GET /readyz", a.ready)

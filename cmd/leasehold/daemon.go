@@ -241,6 +241,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	ccfg.Logger, ccfg.OnReap = log, m.onReap
 
 	var store kv.Store
+	var backup backuper // embedded mode: POST /v1/backup
 	if shared {
 		cli, es, err := o.etcd.dial(ctx, log)
 		if err != nil {
@@ -264,6 +265,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			return failf("cannot open data directory %s: %s", o.data, msg)
 		}
 		store = m.instrumentStore(ls, "pebble")
+		backup = ls
 		log.Info("store opened", slog.String("dir", ls.Dir()))
 	}
 	defer func() {
@@ -326,7 +328,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	}
 	srv, stopHTTP := newHTTPServer(newAPI(apiConfig{
 		Coord: coord, Kinds: kinds, Shared: shared, MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(),
-		Worker: w, Metrics: m, Auth: authConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)},
+		Worker: w, Metrics: m, Auth: authConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)}, Backup: backup,
 	}), tlsCfg, log)
 
 	// The session the worker opens in Start derives from Start's context:

@@ -79,6 +79,7 @@ of 'jobs cancel' come from the command line only.) Exit codes: 0 success,
 	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd(), newEtcdCmd(g), newBenchCmd(g))
 	root.AddCommand(newConfigCmd())
 	root.AddCommand(newQueuesCmd(), newPeriodicCmd())
+	root.AddCommand(newBackupCmd(), newRestoreCmd())
 	return root
 }
 

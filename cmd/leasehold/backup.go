@@ -1,0 +1,227 @@
+package main
+
+// Backups of the embedded store: POST /v1/backup and 'leasehold backup' ask
+// the daemon for one (a Pebble checkpoint, taken while it serves);
+// 'leasehold restore', offline, turns one into a data directory with its
+// revision counter raised (localstore.Restore, ADR 0020). Shared mode
+// backs up etcd itself.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/leasehold/leasehold/localstore"
+	"github.com/spf13/cobra"
+)
+
+// backupTimeout bounds 'leasehold backup': a backup to another filesystem
+// copies the whole store rather than link it.
+const backupTimeout = time.Hour
+
+// maxRevisionBump bounds --bump-revision far below where the counter
+// would overflow.
+const maxRevisionBump = 1 << 60
+
+// backuper takes backups of the daemon's store: *localstore.Store.
+type backuper interface {
+	Backup(ctx context.Context, dir string) (localstore.BackupInfo, error)
+}
+
+// backupRequest is the body of POST /v1/backup.
+type backupRequest struct {
+	Dir string `json:"dir"`
+}
+
+// backupResponse answers POST /v1/backup.
+type backupResponse struct {
+	localstore.BackupInfo
+	Dir string `json:"dir"`
+}
+
+// sharedBackupHint is the answer to a backup asked of shared mode, whose
+// jobs live in etcd.
+const sharedBackupHint = "shared mode keeps the jobs in etcd, which leasehold does not back up: back it up with 'etcdctl snapshot save FILE' and restore with 'etcdutl snapshot restore FILE --bump-revision 1000000000 --mark-compacted'"
+
+var backupBody = bodySpec{
+	limit:   64 << 10,
+	fields:  "the field is " + jsonFields(backupRequest{}),
+	example: `{"dir":"/var/backups/leasehold-1"}`,
+	tooBig:  "send a shorter path",
+}
+
+// backup serves POST /v1/backup.
+func (a *api) backup(w http.ResponseWriter, r *http.Request) {
+	if err := checkQuery(r); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	if a.cfg.Backup == nil {
+		a.fail(w, r, badRequest("%s", sharedBackupHint))
+		return
+	}
+	var req backupRequest
+	if err := decodeBody(w, r, backupBody, &req); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	switch {
+	case req.Dir == "":
+		a.fail(w, r, badRequest(`dir is missing: send %s, an absolute path on the daemon's host that does not exist yet`, backupBody.example))
+		return
+	case strings.ContainsRune(req.Dir, 0):
+		a.fail(w, r, badRequest("dir holds a NUL byte: send a path without it"))
+		return
+	case !filepath.IsAbs(req.Dir):
+		a.fail(w, r, badRequest("dir %q is not an absolute path: send an absolute path on the daemon's host (a relative one would name a place in the daemon's working directory)", truncateString(req.Dir, 200)))
+		return
+	}
+	info, err := a.cfg.Backup.Backup(r.Context(), req.Dir)
+	if errors.Is(err, localstore.ErrBackup) {
+		a.fail(w, r, badRequest("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: ")))
+		return
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, backupResponse{BackupInfo: info, Dir: filepath.Clean(req.Dir)})
+}
+
+// --- leasehold backup ---
+
+func newBackupCmd() *cobra.Command {
+	var tgt target
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "backup DIR",
+		Short: "Have the daemon write a backup of its embedded store to DIR",
+		Long: `Have the daemon (embedded mode) write a consistent backup of its store to DIR,
+an absolute path on the daemon's host that does not exist yet, while it keeps
+serving. The backup holds every job change acknowledged before the command;
+its files are hard links where DIR is on the store's filesystem. A backup is
+not a data directory: the daemon refuses to open one. Restore it with
+'leasehold restore --from DIR --data NEWDIR', which raises its revision
+counter so that fencing tokens stay above those handed out after the backup.
+In shared mode, back up etcd instead ('etcdctl snapshot save').`,
+		Example: `  leasehold backup /var/backups/leasehold-$(date +%F)
+  leasehold backup /var/backups/leasehold-1 --server http://127.0.0.1:7420 --json`,
+		Args: argsBetween(1, 1, "DIR [--server URL] [--json]"),
+		RunE: action(func(cmd *cobra.Command, args []string) error { return runBackup(cmd, &tgt, args[0], asJSON) }),
+	}
+	addTargetFlags(cmd, &tgt)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the backup's description as JSON")
+	return cmd
+}
+
+func runBackup(cmd *cobra.Command, tgt *target, dir string, asJSON bool) error {
+	// The daemon writes DIR: a relative path would be resolved in its
+	// working directory, not in the shell's.
+	if !filepath.IsAbs(dir) {
+		return usagef("DIR %q is not an absolute path: pass an absolute path on the daemon's host (the daemon writes the backup)", dir)
+	}
+	if tgt.etcd.shared() {
+		// No daemon store to ask for: say so without dialing etcd.
+		return usagef("%s", sharedBackupHint)
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), backupTimeout)
+	defer cancel()
+	c, err := tgt.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	var res backupResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/backup", nil, backupRequest{Dir: dir}, &res); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(cmd.OutOrStdout(), res)
+	}
+	if _, err := fmt.Fprintf(cmd.OutOrStdout(), "backup written to %s at revision %d; restore it with: leasehold restore --from %s --data NEWDIR\n", res.Dir, res.Revision, res.Dir); err != nil {
+		return failf("write output: %v", err)
+	}
+	return nil
+}
+
+// --- leasehold restore ---
+
+type restoreOpts struct {
+	data string
+	from string
+	bump int64
+}
+
+func newRestoreCmd() *cobra.Command {
+	o := &restoreOpts{}
+	cmd := &cobra.Command{
+		Use:   "restore --data DIR [--from BACKUP] [--bump-revision N]",
+		Short: "Make a data directory from a backup (or bump one put back from a snapshot)",
+		Long: `Offline, with no daemon on DIR: make DIR a data directory to start the daemon
+on in place of a lost or rolled-back store.
+
+With --from, BACKUP (written by 'leasehold backup') is copied into DIR, which
+must not exist or be empty; the backup is left as it was. Without it, DIR is
+an existing data directory that went back in time (a filesystem or VM
+snapshot put back, a copy of a stopped daemon's directory) and is changed
+in place.
+
+Either way the revision counter is raised by --bump-revision (default
+1,000,000,000): fencing tokens are revisions, and the lost store may have
+handed out tokens above the copy's after the copy was taken; every token the
+restored store hands out must be above them. The jobs are as they were in
+the copy: those that were running are re-queued when the daemon starts, and
+those that finished after the copy run again. --data is read from the
+command line only (not from LEASEHOLD_DATA).`,
+		Example: `  leasehold restore --from /var/backups/leasehold-1 --data /var/lib/leasehold-restored
+  leasehold restore --data /var/lib/leasehold    # put back from a VM snapshot`,
+		Args: argsBetween(0, 0, "--data DIR [--from BACKUP] [--bump-revision N]"),
+		RunE: action(func(cmd *cobra.Command, _ []string) error { return runRestore(cmd, o) }),
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.data, "data", "", "data directory to make (new or empty with --from; an existing, stopped one without)")
+	// Restoring over the daemon's store must be asked for by name: an
+	// exported LEASEHOLD_DATA does not do it.
+	noEnv(cmd, "data")
+	f.StringVar(&o.from, "from", "", "backup directory written by 'leasehold backup'")
+	f.Int64Var(&o.bump, "bump-revision", localstore.DefaultRevisionBump, "raise the revision counter by this much: more than the revisions the lost store may have made after the copy")
+	return cmd
+}
+
+func runRestore(cmd *cobra.Command, o *restoreOpts) error {
+	switch {
+	case o.data == "":
+		return usagef("--data is missing: pass the data directory to restore into (a new one with --from BACKUP; the existing, stopped one to bump in place without)")
+	case o.bump < 0:
+		return usagef("--bump-revision %d is negative: pass a positive number (default %d)", o.bump, int64(localstore.DefaultRevisionBump))
+	case o.bump > maxRevisionBump:
+		return usagef("--bump-revision %d is over %d: pass a smaller number (default %d)", o.bump, int64(maxRevisionBump), int64(localstore.DefaultRevisionBump))
+	case o.bump == 0:
+		// 0 would be the library's default; say what is meant instead.
+		return usagef("--bump-revision 0 would leave tokens the lost store handed out reusable: pass a positive number (default %d)", int64(localstore.DefaultRevisionBump))
+	}
+	rev, err := localstore.Restore(o.data, o.from, o.bump)
+	switch {
+	case errors.Is(err, localstore.ErrBackup):
+		return failf("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: backup: "))
+	case errors.Is(err, localstore.ErrLocked):
+		return failf("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: "))
+	case err != nil:
+		return failf("%s: check the directories and their permissions, then run it again into a new --data", strings.TrimPrefix(oneLine(err.Error()), "localstore: "))
+	}
+	what := fmt.Sprintf("restored %s into %s", o.from, o.data)
+	if o.from == "" {
+		what = "bumped " + o.data + " in place"
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: revision counter raised by %d to %d\n"+
+		"next: start the daemon with --data %s; jobs running in the copy are re-queued at start, and jobs that finished after it will run again\n",
+		what, o.bump, rev, o.data)
+	if err != nil {
+		return failf("write output: %v", err)
+	}
+	return nil
+}
