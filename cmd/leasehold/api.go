@@ -258,7 +258,7 @@ func (j *jsonFallback) WriteHeader(code int) {
 	switch code {
 	case http.StatusNotFound:
 		j.swallowed = true
-		writeError(j.statusWriter, code, fmt.Sprintf("no endpoint %s %s: the API is under /v1/ (jobs, workers, stats, health, queues, periodic)", j.r.Method, j.r.URL.Path))
+		writeError(j.statusWriter, code, fmt.Sprintf("no endpoint %s %s: the API is under /v1/ (jobs, workers, stats, health, queues, periodic, backup)", j.r.Method, j.r.URL.Path))
 	case http.StatusMethodNotAllowed:
 		j.swallowed = true
 		writeError(j.statusWriter, code, fmt.Sprintf("method %s is not allowed on %s: use %s", j.r.Method, j.r.URL.Path, j.Header().Get("Allow")))
