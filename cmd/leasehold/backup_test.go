@@ -238,8 +238,8 @@ func TestBackupCLI(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "b")
 
 	code, out, errs := runInProcess("backup", dir, "--server", srv.URL)
-	if code != exitFailure || !strings.Contains(errs, "missing or wrong API token") {
-		t.Errorf("backup without the token: exit %d, stderr %q; want 1 asking for the token", code, errs)
+	if code != exitFailure || out != "" || !strings.Contains(errs, "missing or wrong API token") {
+		t.Errorf("backup without the token: exit %d, stdout %q, stderr %q; want 1 asking for the token, nothing printed", code, out, errs)
 	}
 	code, out, errs = runInProcess("backup", dir, "--server", srv.URL, "--api-token", "s3cret")
 	info, err := localstore.ReadBackup(dir)
