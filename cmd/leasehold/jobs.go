@@ -389,22 +389,35 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 }
 
 // waitIDsTimedOut ends a wait for ids whose timeout passed once the first
-// len(final) were final. It reads the others as they are now (with a
-// context of their own: the wait's has expired) so that the output is
-// what a script expects either way: with --json the array of every job,
-// else a line per final job. The error counts the jobs not final.
+// len(final) were final. It reads the others as they are now (each with a
+// context of its own: the wait's has expired, and one shared budget would
+// run out on a long list) so that the output is what a script expects
+// either way: with --json the array of every job, else a line per final
+// job. The error counts the jobs not final, a job that could not be read
+// among them, and names the first such job: it is missing from the output.
 func waitIDsTimedOut(parent context.Context, c *client, o *waitOpts, ids []string, final []*coordinator.Job, out io.Writer) error {
 	jobs := final
 	var notFinal []string
+	unread := ""
 	rest := ids[len(final):]
-	rctx, cancel := context.WithTimeout(parent, requestTimeout)
-	defer cancel()
 	for k, id := range rest {
+		rctx, cancel := context.WithTimeout(parent, requestTimeout)
 		res, err := c.getJob(rctx, id, 0)
+		gaveUp := rctx.Err() != nil
+		cancel()
 		if err != nil {
-			// Unknown is not final; the timeout is what to report.
-			notFinal = append(notFinal, rest[k:]...)
-			break
+			// Unknown is not final. The others are read all the same,
+			// unless the daemon did not answer in time: then neither
+			// would it for them.
+			if unread == "" {
+				unread = fmt.Sprintf("; job %s could not be read: %s", id, oneLine(err.Error()))
+			}
+			if gaveUp {
+				notFinal = append(notFinal, rest[k:]...)
+				break
+			}
+			notFinal = append(notFinal, id)
+			continue
 		}
 		jobs = append(jobs, res.Job)
 		switch {
@@ -422,7 +435,7 @@ func waitIDsTimedOut(parent context.Context, c *client, o *waitOpts, ids []strin
 	if len(notFinal) == 0 {
 		return nil // all final after all, as the timeout passed
 	}
-	return failf("timed out after %s: %d of %d jobs are not final yet (%s first): raise %s or wait again", o.timeout, len(notFinal), len(ids), notFinal[0], o.timeoutFlag)
+	return failf("timed out after %s: %d of %d jobs are not final yet (%s first%s): raise %s or wait again", o.timeout, len(notFinal), len(ids), notFinal[0], unread, o.timeoutFlag)
 }
 
 func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer, p *meter) error {

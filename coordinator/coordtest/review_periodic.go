@@ -26,6 +26,7 @@ var periodicReviewTests = []suiteTest{
 	{"GlobalLimitSlotFreedByEveryOutcome", testSlotFreedByEveryOutcome},
 	{"PeriodicEveryNeedsWholeSeconds", testPeriodicEveryWholeSeconds},
 	{"PeriodicTickHeldByAJobIsSkipped", testPeriodicTickHeld},
+	{"PeriodicTickKeyTakenDuringItsWriteIsSkipped", testPeriodicTickTakenMeanwhile},
 }
 
 // clockedAt returns a coordinator on h's store and namespace with a clock
@@ -438,5 +439,53 @@ func testPeriodicTickHeld(t *testing.T, h *harness) {
 	}
 	if msgs := logs.messages("held"); len(msgs) != 2 || !strings.Contains(msgs[1], "enqueued") || !strings.Contains(msgs[1], jobs[0].ID) {
 		t.Fatalf("logged %q; want the second tick logged as enqueued", msgs)
+	}
+}
+
+// testPeriodicTickTakenMeanwhile: a tick whose unique key was free when
+// its schedule read it, and is taken by a user's job before the tick's
+// write commits, is skipped and counted so (the write compares the keys
+// read free): not counted as enqueued, with no job written.
+func testPeriodicTickTakenMeanwhile(t *testing.T, h *harness) {
+	logs := &recordLogs{}
+	gate := kvtest.NewGate(h.store)
+	gate.Match = func(x kv.Txn) bool { // the schedule's write
+		for _, op := range x.Then {
+			if op.Type == kv.OpPut && strings.HasSuffix(op.Key, "p/taken") {
+				return true
+			}
+		}
+		return false
+	}
+	c := h.coordinator(gate, coordinator.Config{Logger: slog.New(logs)})
+	pj := coordinator.PeriodicJob{Name: "taken", Spec: "@every 10m", Job: coordinator.EnqueueParams{Kind: "taken"}}
+	st, err := c.EnqueueDueTicks(h.ctx(), pj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := st.NextAt
+	h.clock.Advance(10 * time.Minute)
+	gate.Arm()
+	type result struct {
+		st  coordinator.PeriodicState
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		st, err := c.EnqueueDueTicks(h.ctx(), pj)
+		done <- result{st, err}
+	}()
+	<-gate.Held() // the tick's key read free; its write not committed
+	user := h.enqueue(coordinator.EnqueueParams{Kind: "user", UniqueKey: "periodic:taken:" + tick.UTC().Format(time.RFC3339)})
+	gate.Open()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := len(h.jobsOf("taken")); n != 0 || r.st.Enqueued != 0 || r.st.Skipped != 1 || r.st.LastJobID != "" {
+		t.Fatalf("tick whose key was taken during its write: %d jobs, state %+v; want none, enqueued 0, skipped 1", n, r.st)
+	}
+	if msgs := logs.messages("taken"); len(msgs) != 1 || !strings.Contains(msgs[0], "skipped") || !strings.Contains(msgs[0], user.ID) {
+		t.Fatalf("logged %q; want one line saying the tick was skipped, naming job %s", msgs, user.ID)
 	}
 }
