@@ -87,7 +87,11 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 		if ctx.Err() != nil {
 			// The caller gave up (a signal, its own deadline), not the
 			// endpoints: say that, with the endpoints' state as it was.
-			return nil, fmt.Errorf("etcdkv: dial %v: interrupted before an endpoint answered (%w): %w", cfg.Endpoints, context.Cause(ctx), err)
+			why := "interrupted"
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				why = "the caller's deadline passed"
+			}
+			return nil, fmt.Errorf("etcdkv: dial %v: %s before an endpoint answered (%w): %w", cfg.Endpoints, why, context.Cause(ctx), err)
 		}
 		return nil, fmt.Errorf("etcdkv: dial: no etcd endpoint answered within %v: %w", ccfg.DialTimeout, err)
 	}
