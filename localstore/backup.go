@@ -27,6 +27,13 @@ var ErrBackup = errors.New("localstore: backup")
 // revision counter.
 const backupMarker = "leasehold-backup.json"
 
+// unfinishedBackup and unfinishedRestore mark a directory that a backup or
+// a restore is writing, until it is done: Open refuses both.
+const (
+	unfinishedBackup  = "leasehold-backup.unfinished"
+	unfinishedRestore = "leasehold-restore.unfinished"
+)
+
 // discardLogger drops what Pebble logs while Backup and Restore open a
 // copy: its informational lines would read as the store's own.
 var discardLogger = slog.New(slog.DiscardHandler)
@@ -53,11 +60,13 @@ type BackupInfo struct {
 // transaction acknowledged before the call (and maybe some that commit
 // during it), and is on disk when Backup returns. Its sstables are hard
 // links where dir is on the same filesystem as the store, so it takes
-// little time and space at first.
+// little time and space at first. dir is created by the call, readable by
+// its user only (a backup holds every payload).
 //
-// A backup is not a data directory: Open refuses it. [Restore] turns a copy
-// of it into one, raising the revision counter so that fencing tokens
-// stay above those the lost store handed out after the backup.
+// A backup is not a data directory: Open refuses it, and one cut short by
+// a crash. [Restore] turns a copy of it into one, raising the revision
+// counter so that fencing tokens stay above those the lost store handed
+// out after the backup.
 func (s *Store) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return BackupInfo{}, err
@@ -67,13 +76,8 @@ func (s *Store) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: %w", dir, err)
 	}
 	abs = filepath.Clean(abs)
-	if within(abs, s.lock.dir) || within(s.lock.dir, abs) {
+	if real := resolvePath(abs); within(real, s.lock.key) || within(s.lock.key, real) {
 		return BackupInfo{}, fmt.Errorf("%w: %s overlaps the data directory %s: pass a directory outside it", ErrBackup, abs, s.lock.dir)
-	}
-	if _, err := os.Lstat(abs); err == nil {
-		return BackupInfo{}, fmt.Errorf("%w: %s exists: pass a directory that does not exist yet", ErrBackup, abs)
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: %w", abs, err)
 	}
 	s.mu.Lock()
 	if err := s.beginLocked(); err != nil {
@@ -83,25 +87,64 @@ func (s *Store) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	s.mu.Unlock()
 	defer s.ops.Done()
 
-	// Pebble's checkpoint first syncs the WAL (so it covers every
-	// acknowledged transaction), then links or copies a consistent view.
-	// Until the marker is written the directory is not a backup; a
-	// failure removes it.
-	if err := s.db.Checkpoint(filepath.Join(abs, pebbleDir), pebble.WithFlushedWAL()); err != nil {
-		_ = os.RemoveAll(abs)
+	// The directory is created here, exclusively, so that a failure
+	// removes only what this call made (not a backup another call is
+	// writing there), and readable by the daemon's user only: it holds
+	// every job's payload.
+	if err := mkdirDurable(vfs.Default, filepath.Dir(abs)); err != nil {
 		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: %w", abs, err)
 	}
-	info := BackupInfo{CreatedAt: time.Now().UTC(), Source: s.lock.dir}
-	if info.Revision, err = readRevision(filepath.Join(abs, pebbleDir), true); err != nil {
-		_ = os.RemoveAll(abs)
-		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: read it back: %w", abs, err)
+	if err := os.Mkdir(abs, 0o700); errors.Is(err, os.ErrExist) {
+		return BackupInfo{}, fmt.Errorf("%w: %s exists: pass a directory that does not exist yet", ErrBackup, abs)
+	} else if err != nil {
+		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: %w", abs, err)
 	}
-	if err := writeMarker(abs, info); err != nil {
-		_ = os.RemoveAll(abs)
+	if err := syncDir(filepath.Dir(abs)); err != nil {
+		_ = os.Remove(abs)
+		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: %w", abs, err)
+	}
+	info, err := s.backupInto(abs)
+	if err != nil {
+		// The store first: the mark that Open refuses goes last.
+		if os.RemoveAll(filepath.Join(abs, pebbleDir)) == nil {
+			_ = os.RemoveAll(abs)
+		}
 		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: %w", abs, err)
 	}
 	s.log.Info("localstore: backup written", "dir", abs, "revision", info.Revision)
 	return info, nil
+}
+
+// backupInto writes the backup into the new, empty directory dir. Until
+// the marker is written, dir holds the file unfinishedBackup, which Open
+// refuses: a crash mid-way leaves a complete but unbumped store there, or
+// a partial one. The marker is written once the checkpoint is on disk, so
+// a marked directory is a complete backup.
+func (s *Store) backupInto(dir string) (BackupInfo, error) {
+	if err := writeFileDurable(dir, unfinishedBackup, "a backup being written, or cut short: not a data directory\n"); err != nil {
+		return BackupInfo{}, err
+	}
+	crashPoint(dir, "backup: begun")
+	// Pebble's checkpoint first syncs the WAL (so it covers every
+	// acknowledged transaction), then links or copies a consistent view,
+	// and syncs it.
+	if err := s.db.Checkpoint(filepath.Join(dir, pebbleDir), pebble.WithFlushedWAL()); err != nil {
+		return BackupInfo{}, err
+	}
+	crashPoint(dir, "backup: checkpoint written")
+	info := BackupInfo{CreatedAt: time.Now().UTC(), Source: s.lock.dir}
+	var err error
+	if info.Revision, err = readRevision(filepath.Join(dir, pebbleDir), true); err != nil {
+		return BackupInfo{}, fmt.Errorf("read it back: %w", err)
+	}
+	if err := writeMarker(dir, info); err != nil {
+		return BackupInfo{}, err
+	}
+	crashPoint(dir, "backup: marker written")
+	if err := os.Remove(filepath.Join(dir, unfinishedBackup)); err != nil {
+		return BackupInfo{}, err
+	}
+	return info, syncDir(dir)
 }
 
 // ReadBackup returns what dir's marker says, or an error wrapping ErrBackup
@@ -109,6 +152,9 @@ func (s *Store) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 func ReadBackup(dir string) (BackupInfo, error) {
 	b, err := os.ReadFile(filepath.Join(dir, backupMarker))
 	if errors.Is(err, os.ErrNotExist) {
+		if exists(filepath.Join(dir, unfinishedBackup)) {
+			return BackupInfo{}, fmt.Errorf("%w: %s is a backup that was cut short: remove it and take another", ErrBackup, dir)
+		}
 		return BackupInfo{}, fmt.Errorf("%w: %s is not a backup (no %s in it)", ErrBackup, dir, backupMarker)
 	}
 	if err != nil {
@@ -125,10 +171,12 @@ func ReadBackup(dir string) (BackupInfo, error) {
 // or rolled-back store, and returns its revision counter after the bump.
 //
 // With from set, from is a backup made by [Store.Backup] and dir must not
-// exist (or be empty): the backup is copied into dir and left as it is, so
-// that it can be restored again. With from empty, dir is an existing data
-// directory that went back in time (a filesystem or VM snapshot put back,
-// a copy of a stopped store) and is bumped in place; it must not be open.
+// exist (or be empty) and be outside from: the backup is copied into dir
+// and left as it is, so that it can be restored again. Until the copy is
+// bumped, Open refuses dir, even after a crash. With from empty, dir is an
+// existing data directory that went back in time (a filesystem or VM
+// snapshot put back, a copy of a stopped store) and is bumped in place; it
+// must not be open.
 //
 // Either way the revision counter is raised by bump (DefaultRevisionBump
 // when 0): fencing tokens are revisions, and the lost store may have handed
@@ -147,21 +195,64 @@ func Restore(dir, from string, bump int64) (int64, error) {
 	if from == "" {
 		return bumpRevision(dir, bump)
 	}
-	_, statErr := os.Stat(dir)
-	if err := copyBackup(dir, from); err != nil {
+	if _, err := ReadBackup(from); err != nil {
 		return 0, err
 	}
-	rev, err := bumpRevision(dir, bump)
+	if d, f := resolvePath(dir), resolvePath(from); within(d, f) || within(f, d) {
+		return 0, fmt.Errorf("%w: %s overlaps the backup %s: restore into a directory outside it", ErrBackup, dir, from)
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		return 0, fmt.Errorf("%w: %s is not empty: restore into a new directory", ErrBackup, dir)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
+	}
+	_, statErr := os.Stat(dir)
+	if err := mkdirDurable(vfs.Default, dir); err != nil {
+		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
+	}
+	rev, err := restoreInto(dir, from, bump)
 	if err != nil {
-		// A copy without its bump must not be left to be opened: it would
-		// hand out the lost store's tokens again.
-		if errors.Is(statErr, os.ErrNotExist) {
-			_ = os.RemoveAll(dir)
-		} else {
-			_ = os.RemoveAll(filepath.Join(dir, pebbleDir))
+		// Removed, so that neither a copy without its bump (it would hand
+		// out the lost store's tokens again) nor a partial one is opened:
+		// the store first, the mark that Open refuses last.
+		if os.RemoveAll(filepath.Join(dir, pebbleDir)) == nil {
 			_ = os.Remove(filepath.Join(dir, lockFileName))
+			if errors.Is(statErr, os.ErrNotExist) {
+				_ = os.RemoveAll(dir)
+			} else {
+				_ = os.Remove(filepath.Join(dir, unfinishedRestore))
+			}
 		}
 		return 0, err
+	}
+	return rev, nil
+}
+
+// restoreInto copies the backup from into the empty directory dir and
+// bumps it. Until the bump is on disk, dir holds the file
+// unfinishedRestore, which Open refuses: a crash mid-way leaves an
+// unbumped or partial copy there.
+func restoreInto(dir, from string, bump int64) (int64, error) {
+	if err := writeFileDurable(dir, unfinishedRestore, "a restore in progress, or cut short: not a data directory yet\n"); err != nil {
+		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
+	}
+	crashPoint(dir, "restore: begun")
+	// Copied, not linked: Pebble may recycle a WAL file, overwriting it in
+	// place, which would change the backup through a link.
+	if err := copyDir(filepath.Join(dir, pebbleDir), filepath.Join(from, pebbleDir)); err != nil {
+		return 0, fmt.Errorf("localstore: restore into %s: copy the backup: %w", dir, err)
+	}
+	crashPoint(dir, "restore: copied")
+	rev, err := bumpStore(dir, bump)
+	if err != nil {
+		return 0, err
+	}
+	crashPoint(dir, "restore: bumped")
+	if err := os.Remove(filepath.Join(dir, unfinishedRestore)); err != nil {
+		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
 	}
 	return rev, nil
 }
@@ -172,9 +263,15 @@ func bumpRevision(dir string, bump int64) (int64, error) {
 	if _, err := os.Stat(filepath.Join(dir, pebbleDir)); err != nil {
 		return 0, fmt.Errorf("%w: %s holds no store (%v): pass a data directory, or a backup with its source", ErrBackup, dir, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, backupMarker)); err == nil {
-		return 0, fmt.Errorf("%w: %s is a backup: restore it into a new directory instead (give it as the source)", ErrBackup, dir)
+	if err := refuseBackup(dir); err != nil {
+		return 0, err
 	}
+	return bumpStore(dir, bump)
+}
+
+// bumpStore raises the counters of the stopped store in dir by bump, in
+// one synced batch.
+func bumpStore(dir string, bump int64) (int64, error) {
 	lock, err := lockDir(dir)
 	if err != nil {
 		return 0, err
@@ -222,30 +319,6 @@ func bumpRevision(dir string, bump int64) (int64, error) {
 		return 0, fmt.Errorf("localstore: restore %s: close: %w", lock.dir, err)
 	}
 	return rev + bump, nil
-}
-
-// copyBackup copies the store of backup from into dir, which must not exist
-// or be empty, durably.
-func copyBackup(dir, from string) error {
-	if _, err := ReadBackup(from); err != nil {
-		return err
-	}
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
-		return fmt.Errorf("%w: %s is not empty: restore into a new directory", ErrBackup, dir)
-	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("localstore: restore into %s: %w", dir, err)
-	}
-	if err := mkdirDurable(vfs.Default, dir); err != nil {
-		return fmt.Errorf("localstore: restore into %s: %w", dir, err)
-	}
-	// Copied, not linked: Pebble may recycle a WAL file, overwriting it in
-	// place, which would change the backup through a link. A copy that
-	// fails is removed, leaving dir empty for another try.
-	if err := copyDir(filepath.Join(dir, pebbleDir), filepath.Join(from, pebbleDir)); err != nil {
-		_ = os.RemoveAll(filepath.Join(dir, pebbleDir))
-		return fmt.Errorf("localstore: restore into %s: copy the backup: %w", dir, err)
-	}
-	return nil
 }
 
 // copyDir copies the regular files of directory from into a new directory
@@ -354,14 +427,73 @@ func writeMarker(dir string, info BackupInfo) error {
 	return syncDir(dir)
 }
 
-// refuseBackup fails when dir is a backup: opening it would hand out
-// fencing tokens the lost store may have handed out already.
+// refuseBackup fails when dir is a backup, or a backup or restore that has
+// not finished: opening it would hand out fencing tokens the lost store
+// may have handed out already.
 func refuseBackup(dir string) error {
-	if _, err := os.Stat(filepath.Join(dir, backupMarker)); err == nil {
+	switch {
+	case exists(filepath.Join(dir, backupMarker)):
 		return fmt.Errorf("%w: %s is a backup, not a data directory: restore it into a new one (leasehold restore --from %s --data NEWDIR)", ErrBackup, dir, dir)
+	case exists(filepath.Join(dir, unfinishedBackup)):
+		return fmt.Errorf("%w: %s is a backup that was cut short, not a data directory: remove it, and take another backup", ErrBackup, dir)
+	case exists(filepath.Join(dir, unfinishedRestore)):
+		return fmt.Errorf("%w: %s is a restore that was cut short: remove it, and run leasehold restore into it again", ErrBackup, dir)
 	}
 	return nil
 }
+
+// exists reports whether path names a file (Lstat: a dangling symlink
+// counts).
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// writeFileDurable creates the file name in dir with content, and syncs it
+// and dir.
+func writeFileDurable(dir, name, content string) error {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// resolvePath returns path, absolute and clean, with the symlinks of its
+// longest existing prefix resolved: two spellings of one place compare
+// equal even when the place does not exist yet.
+func resolvePath(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return filepath.Clean(path)
+	}
+	abs = filepath.Clean(abs)
+	var rest []string
+	for d := abs; ; d = filepath.Dir(d) {
+		if real, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(append([]string{real}, rest...)...)
+		}
+		if filepath.Dir(d) == d {
+			return abs
+		}
+		rest = append([]string{filepath.Base(d)}, rest...)
+	}
+}
+
+// crashPoint is called after each durable step of a backup or restore of
+// dir; tests copy dir there to see what a crash would leave.
+var crashPoint = func(dir, step string) {}
 
 // within reports whether path is dir or inside it (both absolute, clean).
 func within(path, dir string) bool {

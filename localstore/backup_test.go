@@ -208,3 +208,99 @@ func TestRestoreInPlace(t *testing.T) {
 		t.Fatalf("Restore in place of a directory without a store: %v, want ErrBackup", err)
 	}
 }
+
+// Backups asked at once to one directory: one writes it, the others are
+// refused without touching it (each failure removes only what its own
+// call created).
+func TestConcurrentBackupsToOneDirectory(t *testing.T) {
+	s := openTemp(t, Options{})
+	mustPut(t, s, "k", "v", 0)
+	for round := range 20 {
+		dir := filepath.Join(t.TempDir(), "b")
+		start := make(chan struct{})
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				<-start
+				_, errs[i] = s.Backup(ctxT(t), dir)
+			})
+		}
+		close(start)
+		wg.Wait()
+		ok := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				ok++
+			case !errors.Is(err, ErrBackup):
+				t.Errorf("round %d: a Backup racing another to its directory: %v, want ErrBackup (it exists)", round, err)
+			}
+		}
+		if ok != 1 {
+			t.Fatalf("round %d: %d of %d backups succeeded, want 1 (%v)", round, ok, len(errs), errs)
+		}
+		if _, err := ReadBackup(dir); err != nil {
+			t.Fatalf("round %d: the backup that succeeded is gone: %v", round, err)
+		}
+		if _, err := Restore(filepath.Join(t.TempDir(), "r"), dir, 10); err != nil {
+			t.Fatalf("round %d: Restore of the backup that succeeded: %v", round, err)
+		}
+	}
+}
+
+// The backup holds every job's payload: only the daemon's user reads it.
+func TestBackupIsPrivate(t *testing.T) {
+	s := openTemp(t, Options{})
+	mustPut(t, s, "k", "secret", 0)
+	dir := filepath.Join(t.TempDir(), "b")
+	if _, err := s.Backup(ctxT(t), dir); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Fatalf("backup directory mode %v: others may read the payloads", perm)
+	}
+}
+
+// The data directory is recognised through a symlink: a backup into it is
+// refused.
+func TestBackupIntoDataDirThroughSymlinkRefused(t *testing.T) {
+	dataDir := t.TempDir()
+	s := openDir(t, dataDir, Options{})
+	mustPut(t, s, "k", "v", 0)
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dataDir, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(link, "backup"), filepath.Join(link, pebbleDir, "backup")} {
+		if _, err := s.Backup(ctxT(t), dir); !errors.Is(err, ErrBackup) {
+			t.Errorf("Backup to %s (inside the data directory): %v, want ErrBackup", dir, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "backup")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a backup was written inside the data directory (%v)", err)
+	}
+}
+
+// A restore into the backup itself is refused, and leaves the backup as
+// it was: restorable.
+func TestRestoreInsideBackupRefused(t *testing.T) {
+	s := openTemp(t, Options{})
+	mustPut(t, s, "k", "v", 0)
+	backupDir := filepath.Join(t.TempDir(), "b")
+	if _, err := s.Backup(ctxT(t), backupDir); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{filepath.Join(backupDir, pebbleDir, "r"), filepath.Join(backupDir, "r"), backupDir + "/"} {
+		if _, err := Restore(dir, backupDir, 10); !errors.Is(err, ErrBackup) {
+			t.Errorf("Restore into %s: %v, want ErrBackup", dir, err)
+		}
+	}
+	if _, err := Restore(filepath.Join(t.TempDir(), "r"), backupDir, 10); err != nil {
+		t.Fatalf("the backup no longer restores: %v", err)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -81,6 +82,12 @@ func (a *api) backup(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	info, err := a.cfg.Backup.Backup(r.Context(), req.Dir)
+	if ctxErr := r.Context().Err(); err != nil && ctxErr != nil && !errors.Is(err, ctxErr) {
+		// The client left during the backup (interrupted, or past its
+		// timeout): a.fail logs nothing then, and nobody else would learn
+		// that the backup failed.
+		a.log.Error("backup failed after its client left", slog.String("dir", req.Dir), slog.Any("err", err))
+	}
 	if errors.Is(err, localstore.ErrBackup) {
 		a.fail(w, r, badRequest("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: ")))
 		return

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -385,5 +386,35 @@ func TestRestoreCLI(t *testing.T) {
 	}
 	if err := rs.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// cancellingBackuper fails as a backup would after its client went away
+// mid-way (the request's context is cancelled by then).
+type cancellingBackuper struct{ cancel context.CancelFunc }
+
+func (b cancellingBackuper) Backup(context.Context, string) (localstore.BackupInfo, error) {
+	b.cancel()
+	return localstore.BackupInfo{}, errors.New("localstore: backup to /x: no space left on device")
+}
+
+// A backup that fails after its client disconnected (a CLI interrupted, or
+// past its timeout) still leaves a trace in the daemon's log: nobody else
+// learns that it failed.
+func TestBackupAPIFailureAfterClientLeftIsLogged(t *testing.T) {
+	log := quietLogger(t)
+	coord, err := coordinator.New(tempLocal(t, log), coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged syncBuffer
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := newAPI(apiConfig{Coord: coord, Logger: slog.New(slog.NewTextHandler(&logged, nil)), Backup: cancellingBackuper{cancel}})
+	req := httptest.NewRequestWithContext(ctx, "POST", "http://127.0.0.1:7420/v1/backup", strings.NewReader(`{"dir":"/x"}`))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if !strings.Contains(logged.String(), "no space left on device") {
+		t.Errorf("a backup that failed after its client left: answered %d, logged %q; want the cause logged", rec.Code, logged.String())
 	}
 }
