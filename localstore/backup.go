@@ -409,22 +409,7 @@ func writeMarker(dir string, info BackupInfo) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, backupMarker), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return writeFileDurable(dir, backupMarker, string(b)+"\n")
 }
 
 // refuseBackup fails when dir is a backup, or a backup or restore that has
