@@ -31,17 +31,21 @@ single member by default; for a static cluster start each member with the same
 --initial-cluster. For production, run etcd itself.`,
 		Example: `  leasehold etcd --data ./etcd-1
   leasehold etcd --name m1 --data ./m1 --listen-client http://127.0.0.1:2379 --listen-peer http://127.0.0.1:2380 \
-      --initial-cluster m1=http://127.0.0.1:2380,m2=http://127.0.0.1:2382,m3=http://127.0.0.1:2384`,
-		Args: argsBetween(0, 0, "[--data DIR] [--name N] [--listen-client URL] [--listen-peer URL] [--initial-cluster ...]"),
+      --initial-cluster m1=http://127.0.0.1:2380,m2=http://127.0.0.1:2382,m3=http://127.0.0.1:2384
+  leasehold etcd --data ./etcd-1 --listen-client http://0.0.0.0:2379 --advertise-client http://10.0.0.1:2379 \
+      --listen-peer http://0.0.0.0:2380 --advertise-peer http://10.0.0.1:2380`,
+		Args: argsBetween(0, 0, "[--data DIR] [--name N] [--listen-client URL] [--listen-peer URL] [--advertise-client URL] [--advertise-peer URL] [--initial-cluster ...]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error { return runEtcd(cmd, g, o) }),
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.cfg.Dir, "data", "./etcd-data", "data directory of the member")
 	noEnv(cmd, "data") // LEASEHOLD_DATA is the daemon's store
 	f.StringVar(&o.cfg.Name, "name", "default", "member name")
-	f.StringVar(&o.cfg.ClientURL, "listen-client", "http://127.0.0.1:2379", "client URL (listened on and advertised)")
-	f.StringVar(&o.cfg.PeerURL, "listen-peer", "http://127.0.0.1:2380", "peer URL (listened on and advertised)")
-	f.StringVar(&o.cfg.InitialCluster, "initial-cluster", "", "NAME=PEER_URL,... of every member of a new cluster (default: this member alone)")
+	f.StringVar(&o.cfg.ClientURL, "listen-client", "http://127.0.0.1:2379", "client URL to listen on (and advertise, without --advertise-client)")
+	f.StringVar(&o.cfg.PeerURL, "listen-peer", "http://127.0.0.1:2380", "peer URL to listen on (and advertise, without --advertise-peer)")
+	f.StringVar(&o.cfg.AdvertiseClientURL, "advertise-client", "", "client URL given to clients and other members (default: --listen-client)")
+	f.StringVar(&o.cfg.AdvertisePeerURL, "advertise-peer", "", "peer URL given to other members, this member's entry in --initial-cluster (default: --listen-peer)")
+	f.StringVar(&o.cfg.InitialCluster, "initial-cluster", "", "NAME=ADVERTISED_PEER_URL,... of every member of a new cluster (default: this member alone)")
 	f.StringVar(&o.cfg.AutoCompactionRetention, "auto-compaction-retention", "5m", "revision history kept (periodic auto-compaction)")
 	f.DurationVar(&o.cfg.ElectionTimeout, "election-timeout", time.Second, "raft election timeout")
 	f.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "raft heartbeat interval")
@@ -68,7 +72,8 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	if err != nil {
 		return failf("%v: check the URLs and --initial-cluster, and that the ports are free", err)
 	}
-	log.Info("etcd member serving", "name", o.cfg.Name, "client_url", n.ClientURL(), "data", o.cfg.Dir)
+	log.Info("etcd member serving", "name", o.cfg.Name, "client_url", n.ClientURL(), "listen_client", n.ListenClientURL(),
+		"peer_url", n.PeerURL(), "data", o.cfg.Dir)
 	if err := n.Wait(ctx); err != nil {
 		return failf("%v", err)
 	}
@@ -97,8 +102,34 @@ func (o *etcdOpts) validate() error {
 	if err := checkEtcdURL("--listen-peer", c.PeerURL); err != nil {
 		return err
 	}
+	// What this member advertises is what other members and clients dial
+	// (etcd hands it out as is): never an unspecified address.
+	for _, a := range []struct{ flag, listenFlag, url, listen string }{
+		{"--advertise-client", "--listen-client", c.AdvertiseClientURL, c.ClientURL},
+		{"--advertise-peer", "--listen-peer", c.AdvertisePeerURL, c.PeerURL},
+	} {
+		if a.url == "" {
+			// A lone member advertises what it listens on, as it always
+			// did; in a cluster, the others must be able to dial it.
+			if etcdnode.Unspecified(a.listen) && etcdnode.HasOtherMembers(c.InitialCluster, c.Name) {
+				return usagef("%s %q listens on all interfaces and would be advertised as is, which nobody can dial: pass %s with a routable URL, such as http://10.0.0.1:%s",
+					a.listenFlag, a.listen, a.flag, urlPort(a.listen))
+			}
+			continue
+		}
+		if err := checkEtcdURL(a.flag, a.url); err != nil {
+			return err
+		}
+		if etcdnode.Unspecified(a.url) {
+			return usagef("%s %q is an unspecified address that nobody can dial: pass a routable one, such as http://10.0.0.1:%s", a.flag, a.url, urlPort(a.url))
+		}
+	}
+	peer, peerFlag := c.PeerURL, "--listen-peer"
+	if c.AdvertisePeerURL != "" {
+		peer, peerFlag = c.AdvertisePeerURL, "--advertise-peer"
+	}
 	if c.InitialCluster != "" {
-		var names []string
+		var mine []string
 		for _, m := range strings.Split(c.InitialCluster, ",") {
 			name, u, ok := strings.Cut(strings.TrimSpace(m), "=")
 			if !ok || name == "" {
@@ -107,10 +138,23 @@ func (o *etcdOpts) validate() error {
 			if err := checkEtcdURL("--initial-cluster member "+name, u); err != nil {
 				return err
 			}
-			names = append(names, name)
+			if etcdnode.Unspecified(u) {
+				return usagef("--initial-cluster member %s %q is an unspecified address that no member can dial: give each member its advertised peer URL", name, u)
+			}
+			if name == c.Name {
+				mine = append(mine, u)
+			}
 		}
-		if !slices.Contains(names, c.Name) {
-			return usagef("--initial-cluster %q does not name this member %q: add %s=%s", c.InitialCluster, c.Name, c.Name, c.PeerURL)
+		// etcd requires this member's entry to be the peer URL it
+		// advertises, and refuses only after it has created the data
+		// directory.
+		switch {
+		case len(mine) == 0:
+			return usagef("--initial-cluster %q does not name this member %q: add %s=%s", c.InitialCluster, c.Name, c.Name, peer)
+		case len(mine) > 1:
+			return usagef("--initial-cluster %q names this member %q more than once: give it one entry, %s=%s", c.InitialCluster, c.Name, c.Name, peer)
+		case etcdnode.PeerURLsDiffer(mine[0], peer):
+			return usagef("--initial-cluster has %s=%s but this member advertises peer URL %s (%s): make them the same", c.Name, mine[0], peer, peerFlag)
 		}
 	}
 	if !slices.Contains(etcdLogLevels, c.LogLevel) {
@@ -135,6 +179,12 @@ func (o *etcdOpts) validate() error {
 		}
 	}
 	return nil
+}
+
+// urlPort returns the port of a URL that checkEtcdURL accepted.
+func urlPort(s string) string {
+	u, _ := url.Parse(s)
+	return u.Port()
 }
 
 // checkEtcdURL refuses what etcd cannot listen on: want http(s)://HOST:PORT.

@@ -31,8 +31,14 @@ type Config struct {
 	// AutoCompactionRetention keeps this much revision history (periodic
 	// mode). Default: "5m". Without compaction the 2 GiB quota fills.
 	AutoCompactionRetention string
-	// ClientURL is where clients connect. Default: http://127.0.0.1:2379.
+	// ClientURL is where the member listens for clients. Default:
+	// http://127.0.0.1:2379.
 	ClientURL string
+	// AdvertiseClientURL is the client URL the member gives clients and
+	// other members (what MemberList reports). Default: ClientURL. It
+	// must be one they can dial: a member listening on all interfaces
+	// (0.0.0.0 or ::) needs it.
+	AdvertiseClientURL string
 	// Dir is the data directory. Default: ./etcd-data/NAME.
 	Dir string
 	// ElectionTimeout and HeartbeatInterval tune raft. Defaults: 1s, 100ms.
@@ -44,8 +50,13 @@ type Config struct {
 	LogLevel string
 	// Name of the member. Default: "default".
 	Name string
-	// PeerURL is where other members connect. Default: http://127.0.0.1:2380.
+	// PeerURL is where the member listens for other members. Default:
+	// http://127.0.0.1:2380.
 	PeerURL string
+	// AdvertisePeerURL is the peer URL the member gives other members,
+	// and the one etcd requires as its entry in InitialCluster. Default:
+	// PeerURL; as AdvertiseClientURL, never an unspecified address.
+	AdvertisePeerURL string
 	// QuotaBytes caps the backend size. Default: etcd's (2 GiB).
 	QuotaBytes int64
 	// ClusterToken separates clusters that share hosts. Default: "leasehold".
@@ -65,8 +76,17 @@ func (c Config) withDefaults() (Config, error) {
 	if c.PeerURL == "" {
 		c.PeerURL = "http://127.0.0.1:2380"
 	}
+	// Which advertise URLs were left to their default decides what an
+	// unspecified one is blamed on.
+	ownClient, ownPeer := c.AdvertiseClientURL != "", c.AdvertisePeerURL != ""
+	if !ownClient {
+		c.AdvertiseClientURL = c.ClientURL
+	}
+	if !ownPeer {
+		c.AdvertisePeerURL = c.PeerURL
+	}
 	if c.InitialCluster == "" {
-		c.InitialCluster = c.Name + "=" + c.PeerURL
+		c.InitialCluster = c.Name + "=" + c.AdvertisePeerURL
 	}
 	if c.AutoCompactionRetention == "" {
 		c.AutoCompactionRetention = "5m"
@@ -83,28 +103,104 @@ func (c Config) withDefaults() (Config, error) {
 	if c.ClusterToken == "" {
 		c.ClusterToken = "leasehold"
 	}
-	for _, u := range []string{c.ClientURL, c.PeerURL} {
+	for _, u := range []string{c.ClientURL, c.PeerURL, c.AdvertiseClientURL, c.AdvertisePeerURL} {
 		if _, err := url.Parse(u); err != nil || !strings.Contains(u, "://") {
 			return c, fmt.Errorf("etcdnode: bad URL %q: want http://HOST:PORT", u)
 		}
 	}
-	if !namesMember(c.InitialCluster, c.Name) {
+	// etcd advertises an unspecified address as it is given: members and
+	// clients that learn it from the cluster cannot dial it.
+	for _, a := range []struct {
+		field, listenField, url string
+		own                     bool
+	}{
+		{"AdvertiseClientURL", "ClientURL", c.AdvertiseClientURL, ownClient},
+		{"AdvertisePeerURL", "PeerURL", c.AdvertisePeerURL, ownPeer},
+	} {
+		if !Unspecified(a.url) {
+			continue
+		}
+		// A lone member listening on all interfaces advertises that, as
+		// it always did: no member dials it, and leasehold's clients dial
+		// the endpoints they are given (no auto-sync).
+		if !a.own && !HasOtherMembers(c.InitialCluster, c.Name) {
+			continue
+		}
+		if a.own {
+			return c, fmt.Errorf("etcdnode: %s %q is an unspecified address that nobody can dial: set a routable one", a.field, a.url)
+		}
+		return c, fmt.Errorf("etcdnode: %s %q listens on all interfaces and would be advertised as is, which nobody can dial: set %s to a routable URL", a.listenField, a.url, a.field)
+	}
+	peers := memberPeerURLs(c.InitialCluster, c.Name)
+	switch {
+	case len(peers) == 0:
 		return c, fmt.Errorf("etcdnode: --initial-cluster %q does not name this member %q", c.InitialCluster, c.Name)
+	case len(peers) > 1:
+		return c, fmt.Errorf("etcdnode: --initial-cluster %q names member %q more than once: give it one peer URL, %s", c.InitialCluster, c.Name, c.AdvertisePeerURL)
+	case PeerURLsDiffer(peers[0], c.AdvertisePeerURL):
+		return c, fmt.Errorf("etcdnode: --initial-cluster has %s=%s but the member advertises peer URL %s: make them the same", c.Name, peers[0], c.AdvertisePeerURL)
 	}
 	return c, nil
 }
 
-// namesMember reports whether the initial cluster "name=peerURL,..." has a
-// member called name, as etcd reads it (no spaces trimmed). A substring
-// match is not enough: "m1" is not a member of "xm1=...", and etcd, which
-// would refuse it, creates the data directory first.
-func namesMember(initialCluster, name string) bool {
+// memberPeerURLs returns the peer URLs that the initial cluster
+// "name=peerURL,..." gives member name, as etcd reads it (no spaces
+// trimmed). A substring match is not enough: "m1" is not a member of
+// "xm1=...", and etcd, which would refuse it, creates the data directory
+// first.
+func memberPeerURLs(initialCluster, name string) []string {
+	var urls []string
 	for _, m := range strings.Split(initialCluster, ",") {
-		if n, _, ok := strings.Cut(m, "="); ok && n == name {
+		if n, u, ok := strings.Cut(m, "="); ok && n == name {
+			urls = append(urls, u)
+		}
+	}
+	return urls
+}
+
+// HasOtherMembers reports whether the initial cluster "name=peerURL,..."
+// names a member other than name (an empty one names none).
+func HasOtherMembers(initialCluster, name string) bool {
+	for _, m := range strings.Split(initialCluster, ",") {
+		if n, _, _ := strings.Cut(strings.TrimSpace(m), "="); n != "" && n != name {
 			return true
 		}
 	}
 	return false
+}
+
+// Unspecified reports whether the host of rawURL is an unspecified
+// address (0.0.0.0, ::) or empty: one to listen on all interfaces with,
+// which nobody can dial.
+func Unspecified(rawURL string) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	if h == "" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// PeerURLsDiffer reports whether peer URLs a and b surely name different
+// endpoints, which etcd refuses for a member's advertised peer URL and its
+// entry in the initial cluster: schemes or ports that differ, or
+// different IP addresses. Host names are left to etcd, which resolves them
+// before it compares.
+func PeerURLsDiffer(a, b string) bool {
+	ua, erra := url.Parse(a)
+	ub, errb := url.Parse(b)
+	if erra != nil || errb != nil {
+		return false
+	}
+	if !strings.EqualFold(ua.Scheme, ub.Scheme) || ua.Port() != ub.Port() {
+		return true
+	}
+	ipa, ipb := net.ParseIP(ua.Hostname()), net.ParseIP(ub.Hostname())
+	return ipa != nil && ipb != nil && !ipa.Equal(ipb)
 }
 
 // Node is a running member.
@@ -127,8 +223,10 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	ec.Dir = cfg.Dir
 	cu, _ := url.Parse(cfg.ClientURL)
 	pu, _ := url.Parse(cfg.PeerURL)
-	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	acu, _ := url.Parse(cfg.AdvertiseClientURL)
+	apu, _ := url.Parse(cfg.AdvertisePeerURL)
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*acu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*apu}
 	ec.InitialCluster = cfg.InitialCluster
 	ec.InitialClusterToken = cfg.ClusterToken
 	ec.ClusterState = embed.ClusterStateFlagNew
@@ -167,8 +265,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 }
 
-// ClientURL returns the member's client URL.
-func (n *Node) ClientURL() string { return n.cfg.ClientURL }
+// ClientURL returns the client URL the member advertises: the one to dial.
+func (n *Node) ClientURL() string { return n.cfg.AdvertiseClientURL }
+
+// ListenClientURL returns the client URL the member listens on.
+func (n *Node) ListenClientURL() string { return n.cfg.ClientURL }
+
+// PeerURL returns the peer URL the member advertises.
+func (n *Node) PeerURL() string { return n.cfg.AdvertisePeerURL }
 
 // Wait blocks until ctx ends or the member fails or stops of its own accord
 // (as a member removed from its cluster does), then stops it.

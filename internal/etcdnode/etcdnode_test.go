@@ -100,8 +100,9 @@ func TestInitialClusterNamesMemberExactly(t *testing.T) {
 			t.Errorf("initial cluster %q accepted for member m1", ic)
 		}
 	}
-	for _, ic := range []string{"m1=http://127.0.0.1:1", "m10=http://127.0.0.1:1,m1=http://127.0.0.1:2"} {
-		if _, err := (Config{Name: "m1", InitialCluster: ic}).withDefaults(); err != nil {
+	// The member's entry is its peer URL, as etcd requires.
+	for ic, peer := range map[string]string{"m1=http://127.0.0.1:1": "http://127.0.0.1:1", "m10=http://127.0.0.1:1,m1=http://127.0.0.1:2": "http://127.0.0.1:2"} {
+		if _, err := (Config{Name: "m1", PeerURL: peer, InitialCluster: ic}).withDefaults(); err != nil {
 			t.Errorf("initial cluster %q refused for member m1: %v", ic, err)
 		}
 	}

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// TestEtcdAdvertisesAdvertiseURLs: a member listening on all interfaces
+// with --advertise-client and --advertise-peer on another loopback address
+// gives clients those URLs (MemberList, what `etcdctl member list` shows),
+// and a client dialing the advertised client URL is served. It used to
+// advertise the URLs it listened on, 0.0.0.0, which nobody can dial.
+func TestEtcdAdvertisesAdvertiseURLs(t *testing.T) {
+	var p *spProc
+	var advClient, advPeer string
+	for attempt := 1; ; attempt++ {
+		_, cport, _ := net.SplitHostPort(closedPort(t))
+		_, pport, _ := net.SplitHostPort(closedPort(t))
+		advClient, advPeer = "http://127.0.0.2:"+cport, "http://127.0.0.2:"+pport
+		p = spStart(t, "etcd", binPath, "etcd", "--data", filepath.Join(t.TempDir(), "etcd"),
+			"--listen-client", "http://0.0.0.0:"+cport, "--advertise-client", advClient,
+			"--listen-peer", "http://0.0.0.0:"+pport, "--advertise-peer", advPeer, "--log-format", "json")
+		ready := false
+		select {
+		case <-p.done:
+		case <-spLogSignal(p, "etcd member serving"):
+			ready = true
+		}
+		if ready {
+			break
+		}
+		// A port picked as free may have been taken meanwhile: try again.
+		if attempt == 3 {
+			t.Fatalf("etcd member did not start:\n%s", p.log)
+		}
+	}
+	l, _ := p.waitLog(t, 0, "serving line", func(l spLine) bool { return l.Msg == "etcd member serving" })
+	if got := l.str("client_url"); got != advClient {
+		t.Errorf("serving line: client_url %q, want the advertised %q: %s", got, advClient, l.Raw)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), spWait)
+	defer cancel()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{advClient}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Put(ctx, "k", "v"); err != nil {
+		t.Fatalf("put through the advertised client URL %s: %v", advClient, err)
+	}
+	ml, err := cli.MemberList(ctx)
+	if err != nil {
+		t.Fatalf("member list: %v", err)
+	}
+	if len(ml.Members) != 1 {
+		t.Fatalf("%d members, want 1: %v", len(ml.Members), ml.Members)
+	}
+	m := ml.Members[0]
+	if !slices.Equal(m.ClientURLs, []string{advClient}) || !slices.Equal(m.PeerURLs, []string{advPeer}) {
+		t.Errorf("member list: client URLs %v, peer URLs %v; want [%s] and [%s]", m.ClientURLs, m.PeerURLs, advClient, advPeer)
+	}
+}
+
+// TestEtcdAdvertiseFlagsRefusedBeforeWriting: an advertise URL nobody can
+// dial, a listen URL on all interfaces without one, or an --initial-cluster
+// whose entry for this member is not the peer URL it advertises (etcd
+// requires that) is bad input: one line saying what to do, exit 2, and no
+// data directory. The listen URLs are a taken port, so that a member that
+// passes validation fails to start (exit 1) instead of serving.
+func TestEtcdAdvertiseFlagsRefusedBeforeWriting(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	taken := "http://127.0.0.1:" + port
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"client listens on 0.0.0.0", []string{"--listen-client", "http://0.0.0.0:" + port, "--initial-cluster", "default=" + taken + ",m2=http://127.0.0.1:2390"},
+			"--listen-client \"http://0.0.0.0:" + port + "\" listens on all interfaces and would be advertised as is, which nobody can dial: pass --advertise-client with a routable URL"},
+		{"peer listens on ::", []string{"--listen-peer", "http://[::]:" + port, "--initial-cluster", "default=http://[::]:" + port + ",m2=http://127.0.0.1:2390"},
+			"pass --advertise-peer with a routable URL"},
+		{"advertise client 0.0.0.0", []string{"--advertise-client", "http://0.0.0.0:" + port},
+			"--advertise-client \"http://0.0.0.0:" + port + "\" is an unspecified address that nobody can dial: pass a routable one"},
+		{"advertise peer ::", []string{"--advertise-peer", "http://[::]:" + port},
+			"--advertise-peer \"http://[::]:" + port + "\" is an unspecified address"},
+		{"advertise client not a URL", []string{"--advertise-client", "foo"},
+			"--advertise-client \"foo\": want a URL"},
+		{"advertise peer without a port", []string{"--advertise-peer", "http://127.0.0.2"},
+			"--advertise-peer \"http://127.0.0.2\": want a URL"},
+		{"initial cluster is not the listened peer URL", []string{"--initial-cluster", "default=http://127.0.0.2:" + port},
+			"--initial-cluster has default=http://127.0.0.2:" + port + " but this member advertises peer URL " + taken + " (--listen-peer): make them the same"},
+		{"initial cluster is not the advertised peer URL", []string{"--advertise-peer", "http://127.0.0.2:" + port, "--initial-cluster", "default=" + taken},
+			"but this member advertises peer URL http://127.0.0.2:" + port + " (--advertise-peer): make them the same"},
+		{"initial cluster names this member twice", []string{"--initial-cluster", "default=" + taken + ",default=" + taken},
+			"names this member \"default\" more than once"},
+		{"initial cluster member on 0.0.0.0", []string{"--initial-cluster", "default=" + taken + ",m2=http://0.0.0.0:2380"},
+			"--initial-cluster member m2 \"http://0.0.0.0:2380\" is an unspecified address"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "etcd")
+			args := append([]string{"etcd", "--data", dir, "--listen-client", taken, "--listen-peer", taken}, c.args...)
+			r := runCLI(t, nil, "", args...)
+			checkOneLineError(t, c.name, r, exitUsage, c.want)
+			if _, err := os.Stat(dir); !os.IsNotExist(err) {
+				t.Errorf("data directory %s was created (stat: %v)", dir, err)
+			}
+		})
+	}
+}
+
+// The advertise flags are optional: without them a member on a loopback
+// address still passes validation (and advertises what it listens on, as
+// before), here up to the taken port it cannot listen on.
+func TestEtcdWithoutAdvertiseFlagsPassesValidation(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken := "http://" + ln.Addr().String()
+	r := runCLI(t, nil, "", "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", taken, "--listen-peer", taken,
+		"--initial-cluster", "default="+taken)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
+		t.Fatalf("exit %d, want %d from etcd failing on the taken port; stderr:\n%s", r.code, exitFailure, r.stderr)
+	}
+	// A lone member listening on all interfaces is accepted as before (it
+	// advertises that; no other member dials it).
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	r = runCLI(t, nil, "", "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", "http://0.0.0.0:"+port, "--listen-peer", taken)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
+		t.Fatalf("a lone member on 0.0.0.0: exit %d, want %d from etcd failing on the taken port; stderr:\n%s", r.code, exitFailure, r.stderr)
+	}
+}
