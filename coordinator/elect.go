@@ -27,6 +27,7 @@ const maxElectBackoff = 30 * time.Second
 func (c *Coordinator) RunElected(ctx context.Context, name string, session func() *Session, fn func(ctx context.Context) error) error {
 	key := c.keys.root + "e/" + name
 	backoff := time.Duration(0) // after fn ended on its own: do not campaign in a tight loop
+	retry := newWatchRetry(c)   // a candidate's watches of the leader key
 	for ctx.Err() == nil {
 		if backoff > 0 {
 			select {
@@ -64,7 +65,11 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 			if cur != nil && cur.Lease == sess.Lease() {
 				leaderRev = cur.CreateRevision // ours already (a reply was lost)
 			} else {
-				c.waitGone(ctx, sess, key, res.Revision)
+				// A watch that ends at once every time must not turn
+				// this into a spin of campaigns.
+				if ended, werr := c.waitGone(ctx, sess, key, res.Revision, retry); ended {
+					_ = retry.wait(ctx, "election: "+name, werr)
+				}
 				continue
 			}
 		}
@@ -75,7 +80,7 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
-			c.waitGone(lctx, sess, key, leaderRev)
+			c.holdWhileKept(lctx, sess, key, leaderRev)
 			cancel()
 		}()
 		started := c.clock.Now()
@@ -107,12 +112,42 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 	return ctx.Err()
 }
 
-// waitGone returns when key is deleted after rev, when sess or ctx ends.
-func (c *Coordinator) waitGone(ctx context.Context, sess *Session, key string, rev int64) {
+// holdWhileKept returns when the leader key, created at rev, is gone
+// (deleted, or created again by another candidate), or when sess or ctx
+// ends. A watch that ends does not end the leadership: the key is read
+// again and watched from that read on (after a pause if the watch ended at
+// once, so that a store whose watches keep failing costs neither a spin of
+// reads nor a resign and campaign each time). A read that fails ends it.
+func (c *Coordinator) holdWhileKept(ctx context.Context, sess *Session, key string, rev int64) {
+	retry := newWatchRetry(c)
+	for {
+		ended, werr := c.waitGone(ctx, sess, key, rev, retry)
+		if !ended || retry.wait(ctx, "election: "+key, werr) != nil {
+			return
+		}
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: key})
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("election: read own leader key after its watch ended; leaving", slog.String("key", key), slog.Any("err", err))
+			}
+			return
+		}
+		if len(rr.KVs) == 0 || rr.KVs[0].CreateRevision != rev {
+			return
+		}
+		rev = rr.Revision
+	}
+}
+
+// waitGone returns when key is deleted after rev, when sess or ctx ends,
+// or when the watch ends: then with ended true and the watch's error, if
+// it gave one. It starts retry's count of the watch.
+func (c *Coordinator) waitGone(ctx context.Context, sess *Session, key string, rev int64, retry *watchRetry) (ended bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := context.AfterFunc(sess.Ctx(), cancel)
 	defer stop()
+	retry.begin()
 	ch := c.store.Watch(wctx, key, rev+1)
 	defer func() {
 		cancel()
@@ -121,15 +156,22 @@ func (c *Coordinator) waitGone(ctx context.Context, sess *Session, key string, r
 	}()
 	for resp := range ch {
 		if resp.Err != nil {
-			return // let the caller campaign again, which re-reads
+			// The caller reads again (a campaign, or a read of its own
+			// key).
+			return wctx.Err() == nil, resp.Err
+		}
+		if len(resp.Events) > 0 {
+			retry.delivered()
 		}
 		for _, ev := range resp.Events {
 			// The watch is by prefix: election "a" sees the key of "ab".
 			if ev.Type == kv.EventDelete && ev.KV.Key == key {
-				return
+				retry.reset()
+				return false, nil
 			}
 		}
 	}
+	return wctx.Err() == nil, nil
 }
 
 // Leader returns the worker id holding the named election, or "".

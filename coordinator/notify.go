@@ -14,6 +14,7 @@ import (
 // reconnect) is resumed by reading again, so nothing is missed; callers must
 // tolerate seeing a key twice.
 func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(rev int64), onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
+	retry := newWatchRetry(c)
 	for {
 		rev := int64(0)
 		err := c.scanAt(ctx, prefix, onKey, &rev)
@@ -30,16 +31,22 @@ func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(
 			continue
 		}
 		wctx, cancel := context.WithCancel(ctx)
+		retry.begin()
 		ch := c.store.Watch(wctx, prefix, rev+1)
 		// Called once the watch covers everything after the read: a
 		// consumer that resets here misses no change.
 		if onRestart != nil {
 			onRestart(rev)
 		}
+		var ended error
 		for resp := range ch {
 			if resp.Err != nil {
+				ended = resp.Err
 				c.log.Debug("watch ended; reading again", slog.String("prefix", prefix), slog.Any("err", resp.Err))
 				continue
+			}
+			if len(resp.Events) > 0 {
+				retry.delivered()
 			}
 			for _, ev := range resp.Events {
 				onEvent(ev)
@@ -49,6 +56,73 @@ func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if err := retry.wait(ctx, "watch: "+prefix, ended); err != nil {
+			return err
+		}
+	}
+}
+
+// Pauses before a watch that ended at once is set up again (see
+// watchRetry).
+const (
+	watchRetryMin = 100 * time.Millisecond
+	watchRetryMax = 5 * time.Second
+	// watchLived is how long a watch must have lasted for its end to be
+	// taken as normal (a compaction, a reconnect) rather than a refusal.
+	watchLived = time.Second
+)
+
+// watchRetry paces a loop that reads, watches from the read's revision,
+// and reads again when the watch ends. A store whose watches end at once
+// every time (etcd refusing them, a require-leader watch failing with "no
+// leader" while reads still succeed, a broken proxy) would otherwise turn
+// the loop into a spin of reads as fast as the store answers. A watch that
+// delivered events or lasted watchLived is set up again at once; after one
+// that did neither, the first retry is immediate too (one compaction, one
+// reconnect) and the next ones wait watchRetryMin, doubling to
+// watchRetryMax. Waiting loses nothing: the loop reads again after the
+// pause and watches from that read's revision.
+type watchRetry struct {
+	clock   Clock
+	log     *slog.Logger
+	started time.Time
+	events  bool
+	pause   time.Duration // before the next retry after a quick end
+}
+
+func newWatchRetry(c *Coordinator) *watchRetry { return &watchRetry{clock: c.clock, log: c.log} }
+
+// begin marks a watch being set up.
+func (r *watchRetry) begin() { r.started, r.events = r.clock.Now(), false }
+
+// delivered records that the watch delivered events.
+func (r *watchRetry) delivered() { r.events = true }
+
+// reset starts the pauses over: a watch ended normally.
+func (r *watchRetry) reset() { r.pause = 0 }
+
+// wait is called once the watch ended (err is its error, if it gave one)
+// and ctx has not: it returns when the loop may read and watch again, or
+// ctx's error.
+func (r *watchRetry) wait(ctx context.Context, what string, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if r.events || r.clock.Now().Sub(r.started) >= watchLived {
+		r.reset()
+		return nil
+	}
+	d := r.pause
+	r.pause = min(max(2*r.pause, watchRetryMin), watchRetryMax)
+	if d == 0 {
+		return nil
+	}
+	r.log.Warn("watch ended at once again; pausing before watching again", slog.String("watch", what), slog.Any("err", err), slog.Duration("pause", d))
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-r.clock.After(d):
+		return nil
 	}
 }
 

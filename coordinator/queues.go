@@ -220,6 +220,7 @@ func (c *Coordinator) SetQueueLimit(ctx context.Context, q string, n int) (conf 
 func (c *Coordinator) WatchQueues(ctx context.Context, fn func()) error {
 	c.qconf.watch(1)
 	defer c.qconf.watch(-1)
+	retry := newWatchRetry(c)
 	for {
 		rr, err := c.store.Range(ctx, kv.Prefix(c.keys.queueConfs(), 0))
 		if err != nil {
@@ -246,10 +247,16 @@ func (c *Coordinator) WatchQueues(ctx context.Context, fn func()) error {
 		c.qconf.setReady(true)
 		fn()
 		wctx, cancel := context.WithCancel(ctx)
+		retry.begin()
 		ch := c.store.Watch(wctx, c.keys.queueMgmt(), rr.Revision+1)
+		var ended error
 		for resp := range ch {
 			if resp.Err != nil {
+				ended = resp.Err
 				break
+			}
+			if len(resp.Events) > 0 {
+				retry.delivered()
 			}
 			wake := false
 			for _, ev := range resp.Events {
@@ -283,6 +290,9 @@ func (c *Coordinator) WatchQueues(ctx context.Context, fn func()) error {
 		c.qconf.setReady(false)
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if err := retry.wait(ctx, "queue configurations", ended); err != nil {
+			return err
 		}
 	}
 }

@@ -187,6 +187,9 @@ func (c *Coordinator) ownerless(ctx context.Context) ([]string, error) {
 // what a watch can miss (compaction, reconnects). Jobs for which mine
 // returns true are never reaped. It returns ctx's error.
 func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) bool, interval time.Duration) error {
+	// A watch that ends at once every time must not turn the loop into
+	// a spin of full reap passes.
+	retry := newWatchRetry(c)
 	for {
 		// The revision to watch from is read before the pass: a daemon
 		// that dies during the pass is then seen by the watch, if the
@@ -209,18 +212,26 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 		} else if n > 0 {
 			c.log.Info(fmt.Sprintf("reaped %d jobs whose owner lost its lease", n), slog.Int("reaped", n))
 		}
-		if err := c.reapOnDeaths(ctx, mine, rr.Revision+1, interval); err != nil {
-			return err
+		ended, werr := c.reapOnDeaths(ctx, mine, rr.Revision+1, interval, retry)
+		if ended {
+			// The next pass is a full scan: it reaps whoever died
+			// during the pause.
+			werr = retry.wait(ctx, "reaper: "+c.keys.workers(), werr)
+		}
+		if werr != nil {
+			return werr
 		}
 	}
 }
 
 // reapOnDeaths watches worker registrations from rev and reaps when one is
-// deleted. It returns nil to have the caller rescan (interval passed, or the
-// watch ended), or ctx's error.
-func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) bool, rev int64, interval time.Duration) error {
+// deleted. It returns to have the caller rescan: with ended false once
+// interval passed, with ended true and the watch's error (if any) once the
+// watch ended; or ctx's error.
+func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) bool, rev int64, interval time.Duration, retry *watchRetry) (ended bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	retry.begin()
 	ch := c.store.Watch(wctx, c.keys.workers(), rev)
 	defer func() {
 		cancel()
@@ -231,12 +242,19 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-tick:
-			return nil
+			retry.reset() // the watch lasted the interval
+			return false, nil
 		case resp, ok := <-ch:
+			if ctx.Err() != nil {
+				return false, ctx.Err()
+			}
 			if !ok || resp.Err != nil {
-				return nil
+				return true, resp.Err
+			}
+			if len(resp.Events) > 0 {
+				retry.delivered()
 			}
 			for _, ev := range resp.Events {
 				if ev.Type != kv.EventDelete {

@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, opsReviewTests...)
 	tests = append(tests, maintReviewTests...)
 	tests = append(tests, runReviewTests...)
+	tests = append(tests, watchLoopReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)

@@ -1,0 +1,349 @@
+package coordtest
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+var watchLoopReviewTests = []suiteTest{
+	{"WatchLoopsBackOffWhenWatchesEndAtOnce", testWatchLoopsBackOff},
+	{"WatchLoopsResumeAtOnceAfterNormalEnd", testWatchLoopsResumeAtOnce},
+}
+
+// watchLoop is one loop that reads, watches from the read's revision, and
+// reads again when its watch ends.
+type watchLoop struct {
+	name string
+	// start runs the loop over c until ctx ends.
+	start func(h *harness, ctx context.Context, c *coordinator.Coordinator) error
+	// ignore is the duration of the loop's own timers that are not
+	// pauses between watches (the reaper's scan interval).
+	ignore time.Duration
+	// poke makes a change that the loop's watch sees.
+	poke func(t *testing.T, h *harness)
+}
+
+const watchLoopInterval = time.Hour
+
+func watchLoops() []watchLoop {
+	const election = "wl"
+	electionKey := func(h *harness) string { return "/leasehold/" + h.ns + "/e/" + election }
+	// A key of another election that election "wl" prefixes: its watch
+	// sees it.
+	pokeElection := func(t *testing.T, h *harness) {
+		if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Put(electionKey(h)+"-other", []byte("x"), 0)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runElected := func(h *harness, ctx context.Context, c *coordinator.Coordinator, started *atomic.Int32) error {
+		s := h.session(h.c) // its heartbeat is not one of the loop's calls
+		return c.RunElected(ctx, election, func() *coordinator.Session { return s }, func(ctx context.Context) error {
+			started.Add(1)
+			<-ctx.Done()
+			return nil
+		})
+	}
+	var leaderStarts atomic.Int32
+	return []watchLoop{
+		{name: "WatchAvailable", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
+			return c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {})
+		}, poke: func(t *testing.T, h *harness) { h.enqueue(coordinator.EnqueueParams{Kind: "k"}) }},
+		{name: "WatchQueues", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
+			return c.WatchQueues(ctx, func() {})
+		}, poke: func(t *testing.T, h *harness) {
+			if _, _, err := h.c.SetQueueLimit(h.ctx(), "wl", 1); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "RunReaper", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
+			return c.RunReaper(ctx, nil, watchLoopInterval)
+		}, ignore: watchLoopInterval, poke: func(t *testing.T, h *harness) { h.session(h.c) }},
+		{name: "ElectionCandidate", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
+			// Another daemon leads: the candidate watches its key.
+			if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Put(electionKey(h), []byte("other"), 0)}}); err != nil {
+				return err
+			}
+			var started atomic.Int32
+			return runElected(h, ctx, c, &started)
+		}, poke: pokeElection},
+		{name: "ElectionLeader", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
+			leaderStarts.Store(0)
+			err := runElected(h, ctx, c, &leaderStarts)
+			if n := leaderStarts.Load(); n != 1 {
+				h.t.Errorf("the leader's work started %d times; want once: a watch that ended must not end the leadership while the key is still ours", n)
+			}
+			return err
+		}, poke: pokeElection},
+	}
+}
+
+var errWatchRefused = errors.New("etcdserver: no leader")
+
+// loopEvent is one call of a watch loop: a read ("read"), a watch
+// ("watch"), or a timer ("after", for d).
+type loopEvent struct {
+	kind string
+	d    time.Duration
+}
+
+// loopLog hands the calls of a watch loop to the test one at a time: the
+// loop waits in each call until the test has taken it, so the test sees
+// them in order and the loop cannot run ahead of it.
+type loopLog struct {
+	events chan loopEvent
+	done   chan struct{}
+}
+
+func newLoopLog() *loopLog {
+	return &loopLog{events: make(chan loopEvent), done: make(chan struct{})}
+}
+
+func (l *loopLog) note(e loopEvent) {
+	select {
+	case l.events <- e:
+	case <-l.done:
+	}
+}
+
+// next returns the next call of the loop, skipping its timers of
+// duration ignore.
+func (l *loopLog) next(t *testing.T, ignore time.Duration) loopEvent {
+	t.Helper()
+	for {
+		select {
+		case e := <-l.events:
+			if e.kind == "after" && ignore != 0 && e.d == ignore {
+				continue
+			}
+			return e
+		case <-time.After(failBound):
+			t.Fatal("the watch loop made no further call")
+			return loopEvent{}
+		}
+	}
+}
+
+// untilPause reads the loop's calls until it waits on the clock, and
+// returns how many reads and watches it made first and how long it waits.
+func (l *loopLog) untilPause(t *testing.T, ignore time.Duration) (reads, watches int, pause time.Duration) {
+	t.Helper()
+	for {
+		switch e := l.next(t, ignore); e.kind {
+		case "read":
+			reads++
+		case "watch":
+			watches++
+			if watches > 10 {
+				t.Fatalf("%d reads and %d watches, each watch ending at once, with the clock stopped: the loop spins", reads, watches)
+			}
+		case "after":
+			return reads, watches, e.d
+		}
+	}
+}
+
+// untilWatch reads the loop's calls until its next watch; it fails if the
+// loop waits on the clock first.
+func (l *loopLog) untilWatch(t *testing.T, ignore time.Duration, why string) {
+	t.Helper()
+	for {
+		switch e := l.next(t, ignore); e.kind {
+		case "watch":
+			return
+		case "after":
+			t.Fatalf("the loop paused %s before watching again: %s", e.d, why)
+		}
+	}
+}
+
+// loopClock is a Clock that notes each timer it hands out.
+type loopClock struct {
+	*Clock
+	log *loopLog
+}
+
+func (c *loopClock) After(d time.Duration) <-chan time.Time {
+	ch := c.Clock.After(d)
+	c.log.note(loopEvent{kind: "after", d: d})
+	return ch
+}
+
+// Modes of endingStore's watches.
+const (
+	watchEndAtOnce = iota // ends at once, as a refused watch does
+	watchOnce             // real, ended after its first events or on cut; then watchReal
+	watchReal
+)
+
+// endingStore notes the reads and watches of a watch loop; its watches end
+// at once (with an error when withErr, else by closing) until told
+// otherwise.
+type endingStore struct {
+	kv.Store
+	log     *loopLog
+	withErr bool
+	mode    atomic.Int32
+	cut     chan struct{}
+}
+
+func (s *endingStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	s.log.note(loopEvent{kind: "read"})
+	return s.Store.Range(ctx, r)
+}
+
+// Txn notes campaigns and resignations of an election as reads.
+func (s *endingStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	s.log.note(loopEvent{kind: "read"})
+	return s.Store.Txn(ctx, t)
+}
+
+func (s *endingStore) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	s.log.note(loopEvent{kind: "watch"})
+	switch s.mode.Load() {
+	case watchEndAtOnce:
+		ch := make(chan kv.WatchResponse, 1)
+		if s.withErr {
+			ch <- kv.WatchResponse{Err: errWatchRefused}
+		}
+		close(ch)
+		return ch
+	case watchReal:
+		return s.Store.Watch(ctx, prefix, fromRev)
+	}
+	s.mode.Store(watchReal)
+	wctx, cancel := context.WithCancel(ctx)
+	in := s.Store.Watch(wctx, prefix, fromRev)
+	out := make(chan kv.WatchResponse)
+	go func() {
+		defer close(out)
+		defer func() {
+			cancel()
+			for range in { // until the store closes it
+			}
+		}()
+		send := func(r kv.WatchResponse) bool {
+			select {
+			case out <- r:
+				return true
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for {
+			select {
+			case r, ok := <-in:
+				if !ok || !send(r) {
+					return
+				}
+				if len(r.Events) == 0 {
+					continue
+				}
+			case <-s.cut:
+			case <-ctx.Done():
+				return
+			}
+			if s.withErr {
+				send(kv.WatchResponse{Err: errWatchRefused})
+			}
+			return
+		}
+	}()
+	return out
+}
+
+// startWatchLoop runs loop over an endingStore and a loopClock until the
+// test ends.
+func startWatchLoop(t *testing.T, h *harness, loop watchLoop, withErr bool) (*endingStore, *loopClock) {
+	log := newLoopLog()
+	clock := &loopClock{Clock: NewClock(h.clock.Now()), log: log}
+	store := &endingStore{Store: h.store, log: log, withErr: withErr, cut: make(chan struct{})}
+	c, err := coordinator.New(store, coordinator.Config{Namespace: h.ns, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- loop.start(h, ctx, c) }()
+	t.Cleanup(func() {
+		close(log.done)
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v", loop.name, err)
+		}
+	})
+	return store, clock
+}
+
+// testWatchLoopsBackOff: a loop whose watches end at once every time (a
+// store refusing them, a "no leader" error while reads still succeed)
+// must not read and watch again as fast as the store answers: the first
+// retry is at once (a compaction), the next ones wait 100 ms, doubling,
+// on the coordinator's clock; each pause lets exactly one retry through.
+func testWatchLoopsBackOff(t *testing.T, h *harness) {
+	for _, loop := range watchLoops() {
+		for _, withErr := range []bool{true, false} {
+			name := loop.name + "/closed"
+			if withErr {
+				name = loop.name + "/error"
+			}
+			t.Run(name, func(t *testing.T) {
+				h := &harness{t: t, store: h.store, ns: h.ns + "-" + loop.name + map[bool]string{true: "e", false: "c"}[withErr], clock: h.clock}
+				h.c = h.coordinator(h.store, coordinator.Config{})
+				_, clock := startWatchLoop(t, h, loop, withErr)
+				reads, watches, pause := clock.log.untilPause(t, loop.ignore)
+				if watches != 2 || pause != 100*time.Millisecond {
+					t.Fatalf("before the first pause: %d reads, %d watches, then a pause of %s; want 2 watches (the first retry at once), then 100ms", reads, watches, pause)
+				}
+				for _, want := range []time.Duration{200 * time.Millisecond, 400 * time.Millisecond} {
+					clock.Advance(pause)
+					var r, w int
+					r, w, pause = clock.log.untilPause(t, loop.ignore)
+					if w != 1 || r == 0 || pause != want {
+						t.Fatalf("after the clock passed the pause: %d reads, %d watches, then a pause of %s; want a read, one watch, then %s", r, w, pause, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+// testWatchLoopsResumeAtOnce: after such pauses, a watch that delivered
+// events, or that lasted a while, is set up again at once when it ends,
+// and the pauses start over.
+func testWatchLoopsResumeAtOnce(t *testing.T, h *harness) {
+	for _, loop := range watchLoops() {
+		for _, byEvents := range []bool{true, false} {
+			name := loop.name + "/lasted"
+			if byEvents {
+				name = loop.name + "/events"
+			}
+			t.Run(name, func(t *testing.T) {
+				h := &harness{t: t, store: h.store, ns: h.ns + "-" + loop.name + map[bool]string{true: "v", false: "l"}[byEvents], clock: h.clock}
+				h.c = h.coordinator(h.store, coordinator.Config{})
+				store, clock := startWatchLoop(t, h, loop, byEvents)
+				if _, _, pause := clock.log.untilPause(t, loop.ignore); pause != 100*time.Millisecond {
+					t.Fatalf("first pause %s, want 100ms", pause)
+				}
+				store.mode.Store(watchOnce)
+				clock.Advance(100 * time.Millisecond)
+				clock.log.untilWatch(t, loop.ignore, "it was paused for already")
+				// The real watch is set up; it ends after a change, or
+				// once it lasted a second.
+				if byEvents {
+					loop.poke(t, h)
+				} else {
+					clock.Advance(time.Second)
+					close(store.cut)
+				}
+				clock.log.untilWatch(t, loop.ignore, "the watch before ended normally")
+			})
+		}
+	}
+}
