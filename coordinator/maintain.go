@@ -140,9 +140,11 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var watch <-chan kv.WatchResponse
+	retry := newWatchRetry(c)
 	lastPurge := time.Time{}
 	for {
 		if watch == nil {
+			retry.begin()
 			watch = c.store.Watch(wctx, c.keys.timers(), 0)
 		}
 		passStart := c.clock.Now()
@@ -180,8 +182,17 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 				break sleep
 			case resp, ok := <-watch:
 				if !ok || resp.Err != nil {
-					watch = nil // re-watch from now after the next pass
+					// Re-watched from now after the next pass; a watch
+					// that keeps ending at once must not make a spin of
+					// passes.
+					watch = nil
+					if err := retry.wait(ctx, "maintenance: timers", resp.Err); err != nil {
+						return err
+					}
 					break sleep
+				}
+				if len(resp.Events) > 0 {
+					retry.delivered()
 				}
 				if hasPut(resp) {
 					break sleep

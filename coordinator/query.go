@@ -390,6 +390,7 @@ func (c *Coordinator) Wait(ctx context.Context, id string) (*Job, error) {
 		return nil, err
 	}
 	key := c.keys.job(id)
+	retry := newWatchRetry(c)
 	for {
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: key})
 		if err != nil {
@@ -406,8 +407,9 @@ func (c *Coordinator) Wait(ctx context.Context, id string) (*Job, error) {
 			return j, nil
 		}
 		wctx, cancel := context.WithCancel(ctx)
+		retry.begin()
 		ch := c.store.Watch(wctx, key, rr.Revision+1)
-		j, err = c.waitEvents(ch, key)
+		j, werr, err := c.waitEvents(ch, key, retry)
 		cancel()
 		for range ch { // drain so the watcher can exit
 		}
@@ -417,32 +419,41 @@ func (c *Coordinator) Wait(ctx context.Context, id string) (*Job, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		// The watch ended (compaction, reconnect): read again.
+		// The watch ended (compaction, reconnect): read again, after a
+		// pause if it keeps ending at once.
+		if err := retry.wait(ctx, "wait: "+key, werr); err != nil {
+			return nil, err
+		}
 	}
 }
 
-func (c *Coordinator) waitEvents(ch <-chan kv.WatchResponse, key string) (*Job, error) {
+// waitEvents returns the job once an event of ch shows it final, or the
+// watch's error (nil if it just closed) when the watch ends first.
+func (c *Coordinator) waitEvents(ch <-chan kv.WatchResponse, key string, retry *watchRetry) (j *Job, watchErr, err error) {
 	for resp := range ch {
 		if resp.Err != nil {
-			return nil, nil
+			return nil, resp.Err, nil
+		}
+		if len(resp.Events) > 0 {
+			retry.delivered()
 		}
 		for _, ev := range resp.Events {
 			if ev.KV.Key != key {
 				continue
 			}
 			if ev.Type == kv.EventDelete {
-				return nil, fmt.Errorf("%w: %s was deleted", ErrNotFound, idFromIndex(key))
+				return nil, nil, fmt.Errorf("%w: %s was deleted", ErrNotFound, idFromIndex(key))
 			}
 			j, err := decodeKV(&ev.KV)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			if j.State.Final() {
-				return j, nil
+				return j, nil, nil
 			}
 		}
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
 // Workers lists the live daemons (those whose session lease is alive) with

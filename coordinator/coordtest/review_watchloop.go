@@ -51,7 +51,33 @@ func watchLoops() []watchLoop {
 		})
 	}
 	var leaderStarts atomic.Int32
+	var waited atomic.Value // the id of the job the Wait loop waits for
 	return []watchLoop{
+		{name: "Wait", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
+			r, err := h.c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k"})
+			if err != nil {
+				return err
+			}
+			waited.Store(r.Job.ID)
+			_, err = c.Wait(ctx, r.Job.ID)
+			return err
+		}, poke: func(t *testing.T, h *harness) {
+			// The record written again as it is: an event, not final.
+			key := "/leasehold/" + h.ns + "/j/" + waited.Load().(string)
+			rr, err := h.store.Range(h.ctx(), kv.RangeRequest{Start: key})
+			if err != nil || len(rr.KVs) != 1 {
+				t.Fatalf("read %s: %v", key, err)
+			}
+			if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Put(key, rr.KVs[0].Value, 0)}}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "RunMaintenance", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
+			return c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: watchLoopInterval, PurgeEvery: watchLoopInterval})
+		}, ignore: watchLoopInterval, poke: func(t *testing.T, h *harness) {
+			// A timer entry, due long after the loop's own timer.
+			h.enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(10 * watchLoopInterval)})
+		}},
 		{name: "WatchAvailable", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
 			return c.WatchAvailable(ctx, coordinator.DefaultQueue, func() {})
 		}, poke: func(t *testing.T, h *harness) { h.enqueue(coordinator.EnqueueParams{Kind: "k"}) }},
