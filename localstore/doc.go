@@ -34,6 +34,12 @@
 //     leases is gone ([Store.RecoveredLeasedKeys] says how many). This is
 //     how embedded mode re-queues every job left running by a crash, at
 //     once. Lease ids come from a persisted counter and are never reused.
+//   - Backups keep revisions growing. [Store.Backup] writes a consistent,
+//     durable copy while the store serves; [Open] refuses it (and a
+//     backup or restore cut short). [Restore] makes a data directory of a
+//     copy, or of a directory put back from a snapshot, and raises its
+//     revision counter, so that its tokens stay above those the lost
+//     store handed out after the copy (ADR 0020).
 //   - Corruption is reported, not trusted: a record that does not decode
 //     yields an error wrapping [ErrCorrupt] that names the key, never a
 //     panic or a made-up value.
