@@ -74,6 +74,9 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 			}
 		}
 		c.log.Info("leader acquired", slog.String("election", name), slog.String("worker", sess.WorkerID()))
+		// The candidate's run of quick watch ends is over: once it is a
+		// candidate again, its first retry is at once.
+		retry.reset()
 		lctx, cancel := context.WithCancel(ctx)
 		stop := context.AfterFunc(sess.Ctx(), cancel)
 		// Leadership also ends if the key is deleted under us.
@@ -118,8 +121,11 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 // again and watched from that read on (after a pause if the watch ended at
 // once, so that a store whose watches keep failing costs neither a spin of
 // reads nor a resign and campaign each time). A read that fails ends it.
-func (c *Coordinator) holdWhileKept(ctx context.Context, sess *Session, key string, rev int64) {
+func (c *Coordinator) holdWhileKept(ctx context.Context, sess *Session, key string, created int64) {
 	retry := newWatchRetry(c)
+	// rev is where the watch starts: after the key's creation, then after
+	// each read. The key stays ours while its create revision is created.
+	rev := created
 	for {
 		ended, werr := c.waitGone(ctx, sess, key, rev, retry)
 		if !ended || retry.wait(ctx, "election: "+key, werr) != nil {
@@ -132,7 +138,7 @@ func (c *Coordinator) holdWhileKept(ctx context.Context, sess *Session, key stri
 			}
 			return
 		}
-		if len(rr.KVs) == 0 || rr.KVs[0].CreateRevision != rev {
+		if len(rr.KVs) == 0 || rr.KVs[0].CreateRevision != created {
 			return
 		}
 		rev = rr.Revision

@@ -141,9 +141,12 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 	defer cancel()
 	var watch <-chan kv.WatchResponse
 	retry := newWatchRetry(c)
+	// Set while the pause before watching again runs: passes go on at
+	// their times meanwhile (a job due during it is not left waiting).
+	var rewatch <-chan time.Time
 	lastPurge := time.Time{}
 	for {
-		if watch == nil {
+		if watch == nil && rewatch == nil {
 			retry.begin()
 			watch = c.store.Watch(wctx, c.keys.timers(), 0)
 		}
@@ -175,19 +178,25 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 			select {
 			case <-ctx.Done():
 				cancel()
-				for range watch {
+				if watch != nil {
+					for range watch {
+					}
 				}
 				return ctx.Err()
 			case <-timer:
 				break sleep
+			case <-rewatch:
+				rewatch = nil
+				break sleep
 			case resp, ok := <-watch:
 				if !ok || resp.Err != nil {
-					// Re-watched from now after the next pass; a watch
+					// Re-watched from now before the next pass; a watch
 					// that keeps ending at once must not make a spin of
-					// passes.
+					// passes: after a pause, with timer still running.
 					watch = nil
-					if err := retry.wait(ctx, "maintenance: timers", resp.Err); err != nil {
-						return err
+					if d := retry.next(ctx, "maintenance: timers", resp.Err); d > 0 {
+						rewatch = c.clock.After(d)
+						continue
 					}
 					break sleep
 				}

@@ -108,22 +108,40 @@ func (r *watchRetry) wait(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if r.events || r.clock.Now().Sub(r.started) >= watchLived {
-		r.reset()
-		return nil
-	}
-	d := r.pause
-	r.pause = min(max(2*r.pause, watchRetryMin), watchRetryMax)
+	d := r.next(ctx, what, err)
 	if d == 0 {
 		return nil
 	}
-	r.log.Warn("watch ended at once again; pausing before watching again", slog.String("watch", what), slog.Any("err", err), slog.Duration("pause", d))
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-r.clock.After(d):
 		return nil
 	}
+}
+
+// next is wait without the waiting: it returns the pause to take before
+// watching again (0: at once), for a loop that has more to wait on.
+func (r *watchRetry) next(ctx context.Context, what string, err error) time.Duration {
+	if r.events || r.clock.Now().Sub(r.started) >= watchLived {
+		r.reset()
+		return 0
+	}
+	d := r.pause
+	r.pause = min(max(2*r.pause, watchRetryMin), watchRetryMax)
+	if d == 0 {
+		return 0
+	}
+	// One warning per run of quick ends: the pauses after it (every 5 s,
+	// in every loop and every waiting client, for as long as the store
+	// refuses watches) would flood the log at warning level.
+	level := slog.LevelDebug
+	if d == watchRetryMin {
+		level = slog.LevelWarn
+	}
+	r.log.Log(ctx, level, "watch ended at once again; pausing before watching again, up to "+watchRetryMax.String()+" until a watch lasts",
+		slog.String("watch", what), slog.Any("err", err), slog.Duration("pause", d))
+	return d
 }
 
 // scanAt is scan that also reports the revision of the first page. With a

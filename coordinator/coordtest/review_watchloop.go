@@ -15,6 +15,8 @@ import (
 var watchLoopReviewTests = []suiteTest{
 	{"WatchLoopsBackOffWhenWatchesEndAtOnce", testWatchLoopsBackOff},
 	{"WatchLoopsResumeAtOnceAfterNormalEnd", testWatchLoopsResumeAtOnce},
+	{"MaintenancePromotesDuringWatchPause", testMaintenancePromotesDuringWatchPause},
+	{"ElectionCandidatePausesStartOverAfterLeading", testCandidatePausesStartOver},
 }
 
 // watchLoop is one loop that reads, watches from the read's revision, and
@@ -28,6 +30,10 @@ type watchLoop struct {
 	ignore time.Duration
 	// poke makes a change that the loop's watch sees.
 	poke func(t *testing.T, h *harness)
+	// busy has each read of the loop come after a write it does not
+	// watch, as in a store in use: the store's revision moves on between
+	// its reads.
+	busy bool
 }
 
 const watchLoopInterval = time.Hour
@@ -106,7 +112,7 @@ func watchLoops() []watchLoop {
 				h.t.Errorf("the leader's work started %d times; want once: a watch that ended must not end the leadership while the key is still ours", n)
 			}
 			return err
-		}, poke: pokeElection},
+		}, poke: pokeElection, busy: true},
 	}
 }
 
@@ -125,7 +131,19 @@ type loopEvent struct {
 type loopLog struct {
 	events chan loopEvent
 	done   chan struct{}
+	warns  atomic.Int32 // records the loop logged at warning level or above
 }
+
+// Handle counts the loop's warnings; it is the loop's slog handler.
+func (l *loopLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		l.warns.Add(1)
+	}
+	return nil
+}
+func (l *loopLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *loopLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *loopLog) WithGroup(string) slog.Handler            { return l }
 
 func newLoopLog() *loopLog {
 	return &loopLog{events: make(chan loopEvent), done: make(chan struct{})}
@@ -215,12 +233,18 @@ type endingStore struct {
 	kv.Store
 	log     *loopLog
 	withErr bool
+	busy    string // if set, a key written before each read
 	mode    atomic.Int32
 	cut     chan struct{}
 }
 
 func (s *endingStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
 	s.log.note(loopEvent{kind: "read"})
+	if s.busy != "" {
+		if _, err := s.Store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Put(s.busy, []byte("x"), 0)}}); err != nil {
+			return kv.RangeResult{}, err
+		}
+	}
 	return s.Store.Range(ctx, r)
 }
 
@@ -290,7 +314,10 @@ func startWatchLoop(t *testing.T, h *harness, loop watchLoop, withErr bool) (*en
 	log := newLoopLog()
 	clock := &loopClock{Clock: NewClock(h.clock.Now()), log: log}
 	store := &endingStore{Store: h.store, log: log, withErr: withErr, cut: make(chan struct{})}
-	c, err := coordinator.New(store, coordinator.Config{Namespace: h.ns, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+	if loop.busy {
+		store.busy = "/leasehold/" + h.ns + "/busy"
+	}
+	c, err := coordinator.New(store, coordinator.Config{Namespace: h.ns, Clock: clock, Logger: slog.New(log)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,6 +362,10 @@ func testWatchLoopsBackOff(t *testing.T, h *harness) {
 						t.Fatalf("after the clock passed the pause: %d reads, %d watches, then a pause of %s; want a read, one watch, then %s", r, w, pause, want)
 					}
 				}
+				// Logged before each pause is taken: every pause so far.
+				if n := clock.log.warns.Load(); n != 1 {
+					t.Errorf("%d warnings over three pauses; want one for the run of quick ends", n)
+				}
 			})
 		}
 	}
@@ -371,5 +402,99 @@ func testWatchLoopsResumeAtOnce(t *testing.T, h *harness) {
 				clock.log.untilWatch(t, loop.ignore, "the watch before ended normally")
 			})
 		}
+	}
+}
+
+// testMaintenancePromotesDuringWatchPause: while maintenance pauses before
+// watching the timers again, a job that comes due is promoted at its time,
+// not once the pause ends: the pause is no reason to skip passes.
+func testMaintenancePromotesDuringWatchPause(t *testing.T, h *harness) {
+	var loop watchLoop
+	for _, l := range watchLoops() {
+		if l.name == "RunMaintenance" {
+			loop = l
+		}
+	}
+	const due = 10 * time.Millisecond // well within the first pause
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(due)})
+	_, clock := startWatchLoop(t, h, loop, true)
+	// Each pass sets a timer for the job; the watch ends at once, the
+	// first retry is at once, and the second waits 100 ms.
+	for watches := 0; ; {
+		e := clock.log.next(t, due)
+		if e.kind == "watch" {
+			if watches++; watches > 2 {
+				t.Fatalf("%d watches without a pause", watches)
+			}
+		}
+		if e.kind == "after" {
+			if e.d != 100*time.Millisecond {
+				t.Fatalf("pause %s, want 100ms", e.d)
+			}
+			break
+		}
+	}
+	clock.Advance(due)
+	// A pass, then the sleep until the next (an hour: nothing else is
+	// due); the pause has not ended.
+	for e := clock.log.next(t, 0); e.kind != "after" || e.d != watchLoopInterval; e = clock.log.next(t, 0) {
+		if e.kind == "watch" {
+			t.Fatalf("watched again before the pause ended")
+		}
+	}
+	got, err := h.c.Get(h.ctx(), j.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != coordinator.StateAvailable {
+		t.Fatalf("job due %s into a 100ms pause is %s once that time passed; want available", due, got.State)
+	}
+}
+
+// testCandidatePausesStartOverAfterLeading: a candidate that won after its
+// watches kept ending at once, and lost the key later, retries its next
+// watch that ends at once at once again: the pauses of its earlier run
+// of quick ends are over.
+func testCandidatePausesStartOver(t *testing.T, h *harness) {
+	var loop watchLoop
+	for _, l := range watchLoops() {
+		if l.name == "ElectionCandidate" {
+			loop = l
+		}
+	}
+	key := "/leasehold/" + h.ns + "/e/wl"
+	put := func() {
+		if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Put(key, []byte("other"), 0)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, clock := startWatchLoop(t, h, loop, true)
+	pause := 100 * time.Millisecond
+	for _, want := range []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond} {
+		if _, _, pause = clock.log.untilPause(t, loop.ignore); pause != want {
+			t.Fatalf("candidate's pause %s, want %s", pause, want)
+		}
+		if want < 400*time.Millisecond {
+			clock.Advance(pause)
+		}
+	}
+	// The other leader leaves during the pause: the candidate wins once
+	// it ends; its own watch ends at once too, and it re-reads its key.
+	if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Delete(key)}}); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(pause)
+	if _, _, p := clock.log.untilPause(t, loop.ignore); p != 100*time.Millisecond {
+		t.Fatalf("leader's pause %s, want 100ms", p)
+	}
+	// It loses the key to another daemon, sees that at its next read,
+	// and watches the new leader's key as a candidate.
+	if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Delete(key)}}); err != nil {
+		t.Fatal(err)
+	}
+	put()
+	clock.Advance(100 * time.Millisecond)
+	if _, w, p := clock.log.untilPause(t, loop.ignore); w != 2 || p != 100*time.Millisecond {
+		t.Fatalf("after losing the key: %d watches, then a pause of %s; want 2 (the first retry at once), then 100ms", w, p)
 	}
 }
