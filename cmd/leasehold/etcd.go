@@ -61,7 +61,7 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	// etcd checks most of these only after it has created the data
 	// directory, exits 1 with a stack trace on some, and panics on a bad
 	// log level: bad input is refused here, before anything is written.
-	if err := o.validate(); err != nil {
+	if err := o.validate(cmd); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
@@ -87,33 +87,35 @@ var etcdLogLevels = []string{"debug", "info", "warn", "error"}
 // maxEtcdElection is the longest election timeout etcd accepts.
 const maxEtcdElection = 50 * time.Second
 
-// validate refuses bad flags with a usage error.
-func (o *etcdOpts) validate() error {
+// validate refuses bad flags with a usage error that names each flag as
+// the user set it (flagLabel: --name, or its LEASEHOLD_* variable).
+func (o *etcdOpts) validate(cmd *cobra.Command) error {
 	c := o.cfg
+	l := func(name string) string { return flagLabel(cmd, name) }
 	if strings.TrimSpace(c.Dir) == "" {
 		return usagef("--data is empty: name the member's data directory")
 	}
 	if strings.TrimSpace(c.Name) == "" || strings.ContainsAny(c.Name, "=,") {
-		return usagef("--name %q: want a name without '=' or ',', such as m1", c.Name)
+		return usagef("%s %q: want a name without '=' or ',', such as m1", l("name"), c.Name)
 	}
-	if err := checkEtcdURL("--listen-client", c.ClientURL); err != nil {
+	if err := checkEtcdURL(l("listen-client"), c.ClientURL); err != nil {
 		return err
 	}
-	if err := checkEtcdURL("--listen-peer", c.PeerURL); err != nil {
+	if err := checkEtcdURL(l("listen-peer"), c.PeerURL); err != nil {
 		return err
 	}
 	// What this member advertises is what other members and clients dial
 	// (etcd hands it out as is): never an unspecified address.
 	for _, a := range []struct{ flag, listenFlag, url, listen string }{
-		{"--advertise-client", "--listen-client", c.AdvertiseClientURL, c.ClientURL},
-		{"--advertise-peer", "--listen-peer", c.AdvertisePeerURL, c.PeerURL},
+		{l("advertise-client"), l("listen-client"), c.AdvertiseClientURL, c.ClientURL},
+		{l("advertise-peer"), l("listen-peer"), c.AdvertisePeerURL, c.PeerURL},
 	} {
 		if a.url == "" {
 			// A lone member advertises what it listens on, as it always
 			// did; in a cluster, the others must be able to dial it.
 			if etcdnode.Unspecified(a.listen) && etcdnode.HasOtherMembers(c.InitialCluster, c.Name) {
-				return usagef("%s %q listens on all interfaces and would be advertised as is, which nobody can dial: pass %s with a routable URL, such as http://10.0.0.1:%s",
-					a.listenFlag, a.listen, a.flag, urlPort(a.listen))
+				return usagef("%s %q listens on all interfaces and would be advertised as is, which nobody can dial: pass %s with a routable URL, such as %s",
+					a.listenFlag, a.listen, a.flag, routableExample(a.listen))
 			}
 			continue
 		}
@@ -121,26 +123,47 @@ func (o *etcdOpts) validate() error {
 			return err
 		}
 		if etcdnode.Unspecified(a.url) {
-			return usagef("%s %q is an unspecified address that nobody can dial: pass a routable one, such as http://10.0.0.1:%s", a.flag, a.url, urlPort(a.url))
+			return usagef("%s %q is an unspecified address that nobody can dial: pass a routable one, such as %s", a.flag, a.url, routableExample(a.url))
 		}
 	}
-	peer, peerFlag := c.PeerURL, "--listen-peer"
+	peer, peerFlag := c.PeerURL, l("listen-peer")
 	if c.AdvertisePeerURL != "" {
-		peer, peerFlag = c.AdvertisePeerURL, "--advertise-peer"
+		peer, peerFlag = c.AdvertisePeerURL, l("advertise-peer")
+	}
+	// etcd takes no path in the initial cluster, whose entry for this
+	// member (by default, this URL) must equal it.
+	if hasURLPath(peer) {
+		return usagef("%s %q has a path, which etcd refuses in a peer URL: drop the trailing /", peerFlag, peer)
 	}
 	if c.InitialCluster != "" {
+		ic := l("initial-cluster")
 		var mine []string
+		owner := map[string]string{} // peer URL -> member, as etcd compares them
 		for _, m := range strings.Split(c.InitialCluster, ",") {
-			name, u, ok := strings.Cut(strings.TrimSpace(m), "=")
+			// Spaces around names and URLs are dropped (etcdnode trims them).
+			name, u, ok := strings.Cut(m, "=")
+			name, u = strings.TrimSpace(name), strings.TrimSpace(u)
 			if !ok || name == "" {
-				return usagef("--initial-cluster %q: %q is not NAME=PEER_URL", c.InitialCluster, m)
+				return usagef("%s %q: %q is not NAME=PEER_URL", ic, c.InitialCluster, m)
 			}
-			if err := checkEtcdURL("--initial-cluster member "+name, u); err != nil {
+			if err := checkEtcdURL(ic+" member "+name, u); err != nil {
 				return err
 			}
-			if etcdnode.Unspecified(u) {
-				return usagef("--initial-cluster member %s %q is an unspecified address that no member can dial: give each member its advertised peer URL", name, u)
+			// A lone member may name itself on 0.0.0.0, which it advertises
+			// (as without --initial-cluster); in a cluster, others dial it.
+			if etcdnode.Unspecified(u) && etcdnode.HasOtherMembers(c.InitialCluster, c.Name) {
+				return usagef("%s member %s %q is an unspecified address that no member can dial: give each member its advertised peer URL", ic, name, u)
 			}
+			if hasURLPath(u) {
+				return usagef("%s member %s %q has a path, which etcd refuses in a peer URL: drop the trailing /", ic, name, u)
+			}
+			// etcd refuses two members with one peer URL, after it has
+			// created the data directory.
+			pu, _ := url.Parse(u)
+			if other, ok := owner[pu.String()]; ok && other != name {
+				return usagef("%s gives members %s and %s the same peer URL %s: give each member its own", ic, other, name, u)
+			}
+			owner[pu.String()] = name
 			if name == c.Name {
 				mine = append(mine, u)
 			}
@@ -150,21 +173,21 @@ func (o *etcdOpts) validate() error {
 		// directory.
 		switch {
 		case len(mine) == 0:
-			return usagef("--initial-cluster %q does not name this member %q: add %s=%s", c.InitialCluster, c.Name, c.Name, peer)
+			return usagef("%s %q does not name this member %q: add %s=%s", ic, c.InitialCluster, c.Name, c.Name, peer)
 		case len(mine) > 1:
-			return usagef("--initial-cluster %q names this member %q more than once: give it one entry, %s=%s", c.InitialCluster, c.Name, c.Name, peer)
+			return usagef("%s %q names this member %q more than once: give it one entry, %s=%s", ic, c.InitialCluster, c.Name, c.Name, peer)
 		case etcdnode.PeerURLsDiffer(mine[0], peer):
-			return usagef("--initial-cluster has %s=%s but this member advertises peer URL %s (%s): make them the same", c.Name, mine[0], peer, peerFlag)
+			return usagef("%s has %s=%s but this member advertises peer URL %s (%s): make them the same", ic, c.Name, mine[0], peer, peerFlag)
 		}
 	}
 	if !slices.Contains(etcdLogLevels, c.LogLevel) {
-		return usagef("--etcd-log-level %q: want %s", c.LogLevel, strings.Join(etcdLogLevels, ", "))
+		return usagef("%s %q: want %s", l("etcd-log-level"), c.LogLevel, strings.Join(etcdLogLevels, ", "))
 	}
 	if c.HeartbeatInterval < time.Millisecond {
-		return usagef("--heartbeat-interval %s: want at least 1ms, such as 100ms", c.HeartbeatInterval)
+		return usagef("%s %s: want at least 1ms, such as 100ms", l("heartbeat-interval"), c.HeartbeatInterval)
 	}
 	if c.ElectionTimeout < 5*c.HeartbeatInterval || c.ElectionTimeout > maxEtcdElection {
-		return usagef("--election-timeout %s: want at least 5 times --heartbeat-interval (%s) and at most %s", c.ElectionTimeout, c.HeartbeatInterval, maxEtcdElection)
+		return usagef("%s %s: want at least 5 times %s (%s) and at most %s", l("election-timeout"), c.ElectionTimeout, l("heartbeat-interval"), c.HeartbeatInterval, maxEtcdElection)
 	}
 	if r := c.AutoCompactionRetention; r != "" {
 		// etcd's periodic mode takes a duration, or a number of hours.
@@ -175,16 +198,24 @@ func (o *etcdOpts) validate() error {
 			d = time.Duration(h) * time.Hour
 		}
 		if err != nil || d < 0 {
-			return usagef("--auto-compaction-retention %q: want a duration such as 5m or 1h", r)
+			return usagef("%s %q: want a duration such as 5m or 1h", l("auto-compaction-retention"), r)
 		}
 	}
 	return nil
 }
 
-// urlPort returns the port of a URL that checkEtcdURL accepted.
-func urlPort(s string) string {
+// routableExample returns a routable URL with the scheme and port of a URL
+// that checkEtcdURL accepted, for a message.
+func routableExample(s string) string {
 	u, _ := url.Parse(s)
-	return u.Port()
+	return u.Scheme + "://10.0.0.1:" + u.Port()
+}
+
+// hasURLPath reports whether a URL that checkEtcdURL accepted has a path
+// ("/").
+func hasURLPath(s string) bool {
+	u, _ := url.Parse(s)
+	return u.Path != ""
 }
 
 // checkEtcdURL refuses what etcd cannot listen on: want http(s)://HOST:PORT.

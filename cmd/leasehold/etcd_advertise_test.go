@@ -110,6 +110,16 @@ func TestEtcdAdvertiseFlagsRefusedBeforeWriting(t *testing.T) {
 			"names this member \"default\" more than once"},
 		{"initial cluster member on 0.0.0.0", []string{"--initial-cluster", "default=" + taken + ",m2=http://0.0.0.0:2380"},
 			"--initial-cluster member m2 \"http://0.0.0.0:2380\" is an unspecified address"},
+		{"two members with one peer URL", []string{"--initial-cluster", "default=" + taken + ",m2=http://127.0.0.1:2390,m3=http://127.0.0.1:2390"},
+			"--initial-cluster gives members m2 and m3 the same peer URL http://127.0.0.1:2390: give each member its own"},
+		// etcd does not resolve localhost: it never equals an address.
+		{"initial cluster is localhost, peer URL an address", []string{"--initial-cluster", "default=http://localhost:" + port},
+			"--initial-cluster has default=http://localhost:" + port + " but this member advertises peer URL " + taken + " (--listen-peer): make them the same"},
+		// etcd compares paths, and takes none in the initial cluster.
+		{"advertise peer with a path", []string{"--advertise-peer", "http://127.0.0.2:" + port + "/", "--initial-cluster", "default=http://127.0.0.2:" + port},
+			"--advertise-peer \"http://127.0.0.2:" + port + "/\" has a path, which etcd refuses in a peer URL: drop the trailing /"},
+		{"initial cluster entry with a path", []string{"--initial-cluster", "default=" + taken + "/"},
+			"--initial-cluster member default \"" + taken + "/\" has a path, which etcd refuses in a peer URL: drop the trailing /"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -146,4 +156,54 @@ func TestEtcdWithoutAdvertiseFlagsPassesValidation(t *testing.T) {
 	if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
 		t.Fatalf("a lone member on 0.0.0.0: exit %d, want %d from etcd failing on the taken port; stderr:\n%s", r.code, exitFailure, r.stderr)
 	}
+}
+
+// TestEtcdPeerURLsThatEtcdAcceptsPassValidation: peer URLs that etcd
+// takes as equal, and a lone member that names itself on 0.0.0.0 (as it
+// does without --initial-cluster), pass validation: here up to the taken
+// port they cannot listen on (exit 1, not a usage error).
+func TestEtcdPeerURLsThatEtcdAcceptsPassValidation(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	taken := "http://127.0.0.1:" + port
+	cases := []struct {
+		name string
+		args []string
+	}{
+		{"lone member naming itself on 0.0.0.0", []string{"--listen-peer", "http://0.0.0.0:" + port, "--initial-cluster", "default=http://0.0.0.0:" + port}},
+		{"port with a leading zero", []string{"--listen-peer", taken, "--initial-cluster", "default=http://127.0.0.1:0" + port}},
+		{"IPv4-mapped IPv6 address", []string{"--listen-peer", taken, "--initial-cluster", "default=http://[::ffff:127.0.0.1]:" + port}},
+		// Spaces around names and URLs are dropped: etcd would name the
+		// member " m2" and refuse to start m2.
+		{"spaces around names and URLs", []string{"--name", "m2", "--listen-peer", taken, "--initial-cluster", "m1 = http://127.0.0.1:2390 , m2 = " + taken}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := append([]string{"etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", taken}, c.args...)
+			r := runCLI(t, nil, "", args...)
+			if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
+				t.Fatalf("exit %d, want %d from etcd failing on the taken port; stderr:\n%s", r.code, exitFailure, r.stderr)
+			}
+		})
+	}
+}
+
+// TestEtcdAdvertiseRefusalsNameTheVariable: a refusal about a flag that a
+// LEASEHOLD_* variable set names the variable, as other commands' errors
+// do (flagLabel), and suggests a URL of the same scheme. It used to name
+// --listen-client, which the user had not passed.
+func TestEtcdAdvertiseRefusalsNameTheVariable(t *testing.T) {
+	peer := "http://" + closedPort(t)
+	r := runCLI(t, []string{"LEASEHOLD_LISTEN_CLIENT=https://0.0.0.0:2379", "LEASEHOLD_INITIAL_CLUSTER=default=" + peer + ",m2=http://127.0.0.1:2390"}, "",
+		"etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-peer", peer)
+	checkOneLineError(t, "listen client from the environment", r, exitUsage,
+		"LEASEHOLD_LISTEN_CLIENT \"https://0.0.0.0:2379\" listens on all interfaces and would be advertised as is, which nobody can dial: pass --advertise-client with a routable URL, such as https://10.0.0.1:2379")
+	r = runCLI(t, []string{"LEASEHOLD_INITIAL_CLUSTER=default=http://127.0.0.2:2380"}, "",
+		"etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-peer", peer)
+	checkOneLineError(t, "initial cluster from the environment", r, exitUsage,
+		"LEASEHOLD_INITIAL_CLUSTER has default=http://127.0.0.2:2380 but this member advertises peer URL "+peer+" (--listen-peer): make them the same")
 }

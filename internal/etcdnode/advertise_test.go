@@ -93,6 +93,9 @@ func TestAdvertiseRefusals(t *testing.T) {
 		{"initial cluster not the advertised peer", Config{AdvertisePeerURL: "http://127.0.0.2:2", InitialCluster: "default=http://127.0.0.1:2"}, "make them the same"},
 		{"initial cluster other port", Config{PeerURL: "http://127.0.0.1:2", InitialCluster: "default=http://127.0.0.1:3"}, "make them the same"},
 		{"initial cluster other scheme", Config{PeerURL: "http://127.0.0.1:2", InitialCluster: "default=https://127.0.0.1:2"}, "make them the same"},
+		// etcd does not resolve localhost, and compares paths.
+		{"initial cluster localhost, peer an address", Config{PeerURL: "http://127.0.0.1:2", InitialCluster: "default=http://localhost:2"}, "make them the same"},
+		{"peer URL with a path", Config{PeerURL: "http://127.0.0.1:2/", InitialCluster: "default=http://127.0.0.1:2"}, "make them the same"},
 		{"initial cluster names member twice", Config{PeerURL: "http://127.0.0.1:2", InitialCluster: "default=http://127.0.0.1:2,default=http://127.0.0.1:2"}, "more than once"},
 	}
 	for _, c := range cases {
@@ -100,13 +103,30 @@ func TestAdvertiseRefusals(t *testing.T) {
 			t.Errorf("%s: error %v, want one containing %q", c.name, err, c.want)
 		}
 	}
-	// Host names are left to etcd, which resolves them before comparing.
+	// Host names other than localhost are left to etcd, which resolves
+	// them before comparing; port numbers and addresses compare as etcd
+	// compares them.
 	for _, cfg := range []Config{
-		{PeerURL: "http://127.0.0.1:2", InitialCluster: "default=http://localhost:2"},
+		{PeerURL: "http://127.0.0.1:2", InitialCluster: "default=http://m1.example:2"},
+		{PeerURL: "http://localhost:2", InitialCluster: "default=http://localhost:2"},
 		{PeerURL: "http://[::1]:2", InitialCluster: "default=http://[0:0:0:0:0:0:0:1]:2"},
+		{PeerURL: "http://127.0.0.1:2", InitialCluster: "default=http://[::ffff:127.0.0.1]:02"},
 	} {
 		if _, err := cfg.withDefaults(); err != nil {
 			t.Errorf("%+v refused: %v", cfg, err)
 		}
+	}
+}
+
+// Spaces around the names and URLs of the initial cluster are dropped
+// before etcd reads it: etcd would keep them around a name (member " m2")
+// and refuse to start member m2.
+func TestInitialClusterSpacesTrimmed(t *testing.T) {
+	c, err := Config{Name: "m2", PeerURL: "http://127.0.0.1:2", InitialCluster: "m1=http://127.0.0.1:1, m2 = http://127.0.0.1:2 "}.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "m1=http://127.0.0.1:1,m2=http://127.0.0.1:2"; c.InitialCluster != want {
+		t.Errorf("initial cluster %q, want %q", c.InitialCluster, want)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -88,6 +89,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.InitialCluster == "" {
 		c.InitialCluster = c.Name + "=" + c.AdvertisePeerURL
 	}
+	c.InitialCluster = trimInitialCluster(c.InitialCluster)
 	if c.AutoCompactionRetention == "" {
 		c.AutoCompactionRetention = "5m"
 	}
@@ -143,11 +145,24 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// trimInitialCluster drops the spaces around the names and URLs of the
+// initial cluster "name=peerURL, name=peerURL": etcd would keep those
+// around a name (member " m2"), and so refuse to start member m2.
+func trimInitialCluster(ic string) string {
+	ms := strings.Split(ic, ",")
+	for i, m := range ms {
+		if n, u, ok := strings.Cut(m, "="); ok {
+			ms[i] = strings.TrimSpace(n) + "=" + strings.TrimSpace(u)
+		}
+	}
+	return strings.Join(ms, ",")
+}
+
 // memberPeerURLs returns the peer URLs that the initial cluster
-// "name=peerURL,..." gives member name, as etcd reads it (no spaces
-// trimmed). A substring match is not enough: "m1" is not a member of
-// "xm1=...", and etcd, which would refuse it, creates the data directory
-// first.
+// "name=peerURL,..." gives member name, as etcd reads it (after
+// trimInitialCluster). A substring match is not enough: "m1" is not a
+// member of "xm1=...", and etcd, which would refuse it, creates the data
+// directory first.
 func memberPeerURLs(initialCluster, name string) []string {
 	var urls []string
 	for _, m := range strings.Split(initialCluster, ",") {
@@ -187,19 +202,35 @@ func Unspecified(rawURL string) bool {
 
 // PeerURLsDiffer reports whether peer URLs a and b surely name different
 // endpoints, which etcd refuses for a member's advertised peer URL and its
-// entry in the initial cluster: schemes or ports that differ, or
-// different IP addresses. Host names are left to etcd, which resolves them
-// before it compares.
+// entry in the initial cluster: schemes, paths or port numbers that
+// differ, different IP addresses, or "localhost" against another host
+// (etcd does not resolve localhost, so it never equals an address). Other
+// host names are left to etcd, which resolves them before it compares.
 func PeerURLsDiffer(a, b string) bool {
-	ua, erra := url.Parse(a)
-	ub, errb := url.Parse(b)
+	// etcd trims spaces around the URLs of the initial cluster.
+	ua, erra := url.Parse(strings.TrimSpace(a))
+	ub, errb := url.Parse(strings.TrimSpace(b))
 	if erra != nil || errb != nil {
 		return false
 	}
-	if !strings.EqualFold(ua.Scheme, ub.Scheme) || ua.Port() != ub.Port() {
+	if !strings.EqualFold(ua.Scheme, ub.Scheme) || ua.Path != ub.Path {
 		return true
 	}
-	ipa, ipb := net.ParseIP(ua.Hostname()), net.ParseIP(ub.Hostname())
+	// etcd compares port numbers: 02380 is 2380.
+	pa, perra := strconv.Atoi(ua.Port())
+	pb, perrb := strconv.Atoi(ub.Port())
+	if perra != nil || perrb != nil {
+		if ua.Port() != ub.Port() {
+			return true
+		}
+	} else if pa != pb {
+		return true
+	}
+	ha, hb := ua.Hostname(), ub.Hostname()
+	if (ha == "localhost") != (hb == "localhost") {
+		return true
+	}
+	ipa, ipb := net.ParseIP(ha), net.ParseIP(hb)
 	return ipa != nil && ipb != nil && !ipa.Equal(ipb)
 }
 
