@@ -20,29 +20,14 @@ import (
 // and a client dialing the advertised client URL is served. It used to
 // advertise the URLs it listened on, 0.0.0.0, which nobody can dial.
 func TestEtcdAdvertisesAdvertiseURLs(t *testing.T) {
-	var p *spProc
 	var advClient, advPeer string
-	for attempt := 1; ; attempt++ {
+	p := startEtcdMember(t, func() []string {
 		_, cport, _ := net.SplitHostPort(closedPort(t))
 		_, pport, _ := net.SplitHostPort(closedPort(t))
 		advClient, advPeer = "http://127.0.0.2:"+cport, "http://127.0.0.2:"+pport
-		p = spStart(t, "etcd", binPath, "etcd", "--data", filepath.Join(t.TempDir(), "etcd"),
-			"--listen-client", "http://0.0.0.0:"+cport, "--advertise-client", advClient,
-			"--listen-peer", "http://0.0.0.0:"+pport, "--advertise-peer", advPeer, "--log-format", "json")
-		ready := false
-		select {
-		case <-p.done:
-		case <-spLogSignal(p, "etcd member serving"):
-			ready = true
-		}
-		if ready {
-			break
-		}
-		// A port picked as free may have been taken meanwhile: try again.
-		if attempt == 3 {
-			t.Fatalf("etcd member did not start:\n%s", p.log)
-		}
-	}
+		return []string{"--listen-client", "http://0.0.0.0:" + cport, "--advertise-client", advClient,
+			"--listen-peer", "http://0.0.0.0:" + pport, "--advertise-peer", advPeer}
+	})
 	l, _ := p.waitLog(t, 0, "serving line", func(l spLine) bool { return l.Msg == "etcd member serving" })
 	if got := l.str("client_url"); got != advClient {
 		t.Errorf("serving line: client_url %q, want the advertised %q: %s", got, advClient, l.Raw)
@@ -78,13 +63,7 @@ func TestEtcdAdvertisesAdvertiseURLs(t *testing.T) {
 // data directory. The listen URLs are a taken port, so that a member that
 // passes validation fails to start (exit 1) instead of serving.
 func TestEtcdAdvertiseFlagsRefusedBeforeWriting(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	taken := "http://127.0.0.1:" + port
+	port, taken := takenPort(t)
 	cases := []struct {
 		name string
 		args []string
@@ -138,12 +117,7 @@ func TestEtcdAdvertiseFlagsRefusedBeforeWriting(t *testing.T) {
 // address still passes validation (and advertises what it listens on, as
 // before), here up to the taken port it cannot listen on.
 func TestEtcdWithoutAdvertiseFlagsPassesValidation(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	taken := "http://" + ln.Addr().String()
+	port, taken := takenPort(t)
 	r := runCLI(t, nil, "", "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", taken, "--listen-peer", taken,
 		"--initial-cluster", "default="+taken)
 	if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
@@ -151,7 +125,6 @@ func TestEtcdWithoutAdvertiseFlagsPassesValidation(t *testing.T) {
 	}
 	// A lone member listening on all interfaces is accepted as before (it
 	// advertises that; no other member dials it).
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	r = runCLI(t, nil, "", "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", "http://0.0.0.0:"+port, "--listen-peer", taken)
 	if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
 		t.Fatalf("a lone member on 0.0.0.0: exit %d, want %d from etcd failing on the taken port; stderr:\n%s", r.code, exitFailure, r.stderr)
@@ -163,13 +136,7 @@ func TestEtcdWithoutAdvertiseFlagsPassesValidation(t *testing.T) {
 // does without --initial-cluster), pass validation: here up to the taken
 // port they cannot listen on (exit 1, not a usage error).
 func TestEtcdPeerURLsThatEtcdAcceptsPassValidation(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-	taken := "http://127.0.0.1:" + port
+	port, taken := takenPort(t)
 	cases := []struct {
 		name string
 		args []string

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -11,24 +12,9 @@ import (
 // A clean stop of `leasehold etcd` logs no error: the listeners closed by
 // the stop are not failures (etcd's own logger reports each as one).
 func TestEtcdCleanStopLogsNoError(t *testing.T) {
-	var p *spProc
-	for attempt := 1; ; attempt++ {
-		p = spStart(t, "etcd", binPath, "etcd", "--data", filepath.Join(t.TempDir(), "etcd"),
-			"--listen-client", "http://"+closedPort(t), "--listen-peer", "http://"+closedPort(t), "--log-format", "json")
-		ready := false
-		select {
-		case <-p.done:
-		case <-spLogSignal(p, "etcd member serving"):
-			ready = true
-		}
-		if ready {
-			break
-		}
-		// A port picked as free may have been taken meanwhile: try again.
-		if attempt == 3 {
-			t.Fatalf("etcd member did not start:\n%s", p.log)
-		}
-	}
+	p := startEtcdMember(t, func() []string {
+		return []string{"--listen-client", "http://" + closedPort(t), "--listen-peer", "http://" + closedPort(t)}
+	})
 	p.signal(t, syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -48,4 +34,36 @@ func TestEtcdCleanStopLogsNoError(t *testing.T) {
 	if !stopped {
 		t.Errorf("no \"etcd member stopped\" line:\n%s", p.log)
 	}
+}
+
+// startEtcdMember starts a real `leasehold etcd` with a fresh data
+// directory, the flags args returns and JSON logs, and waits until it
+// serves. Its ports are picked free and may be taken before the member
+// listens: args is called again, up to three times.
+func startEtcdMember(t *testing.T, args func() []string) *spProc {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		p := spStart(t, "etcd", binPath, append([]string{"etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--log-format", "json"}, args()...)...)
+		select {
+		case <-p.done:
+		case <-spLogSignal(p, "etcd member serving"):
+			return p
+		}
+		if attempt == 3 {
+			t.Fatalf("etcd member did not start:\n%s", p.log)
+		}
+	}
+}
+
+// takenPort holds a loopback port for the test: a member given it as a
+// listen URL passes validation and then fails to start (exit 1).
+func takenPort(t *testing.T) (port, url string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	_, port, _ = net.SplitHostPort(ln.Addr().String())
+	return port, "http://127.0.0.1:" + port
 }
