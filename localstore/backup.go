@@ -134,7 +134,7 @@ func (s *Store) backupInto(dir string) (BackupInfo, error) {
 	crashPoint(dir, "backup: checkpoint written")
 	info := BackupInfo{CreatedAt: time.Now().UTC(), Source: s.lock.dir}
 	var err error
-	if info.Revision, err = readRevision(filepath.Join(dir, pebbleDir), true); err != nil {
+	if info.Revision, err = readRevision(filepath.Join(dir, pebbleDir)); err != nil {
 		return BackupInfo{}, fmt.Errorf("read it back: %w", err)
 	}
 	if err := writeMarker(dir, info); err != nil {
@@ -287,11 +287,11 @@ func bumpStore(dir string, bump int64) (int64, error) {
 			_ = db.Close()
 		}
 	}()
-	rev, err := getCounter(db, keyRevision, "revision counter")
+	rev, _, err := readCounter(db, keyRevision, "revision counter")
 	if err != nil {
 		return 0, fmt.Errorf("localstore: restore %s: %w", lock.dir, err)
 	}
-	seq, err := getCounter(db, keyLeaseSeq, "lease counter")
+	seq, _, err := readCounter(db, keyLeaseSeq, "lease counter")
 	if err != nil {
 		return 0, fmt.Errorf("localstore: restore %s: %w", lock.dir, err)
 	}
@@ -381,26 +381,14 @@ func syncDir(dir string) error {
 }
 
 // readRevision reads the revision counter of the Pebble directory dir.
-func readRevision(dir string, readOnly bool) (int64, error) {
-	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: readOnly, Logger: pebbleLogger{discardLogger}})
+func readRevision(dir string) (int64, error) {
+	db, err := pebble.Open(dir, &pebble.Options{ReadOnly: true, Logger: pebbleLogger{discardLogger}})
 	if err != nil {
 		return 0, err
 	}
 	defer db.Close()
-	return getCounter(db, keyRevision, "revision counter")
-}
-
-// getCounter reads a counter of db's metadata, 0 when missing.
-func getCounter(db *pebble.DB, key []byte, name string) (int64, error) {
-	b, closer, err := db.Get(key)
-	if errors.Is(err, pebble.ErrNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", name, err)
-	}
-	defer closer.Close()
-	return decodeCounter(name, b)
+	rev, _, err := readCounter(db, keyRevision, "revision counter")
+	return rev, err
 }
 
 // writeMarker writes info as dir's backup marker, durably.

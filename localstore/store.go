@@ -221,7 +221,7 @@ func mkdirDurable(fs vfs.FS, dir string) error {
 // load checks the format, reads the counters and deletes the keys of the
 // previous process's leases.
 func (s *Store) load() error {
-	format, found, err := s.getMeta(keyFormat, "format")
+	format, found, err := readCounter(s.db, keyFormat, "format")
 	if err != nil {
 		return err
 	}
@@ -237,7 +237,7 @@ func (s *Store) load() error {
 	} else if format != storeFormat {
 		return fmt.Errorf("localstore: %s has store format %d; this leasehold reads format %d", s.lock.dir, format, storeFormat)
 	}
-	rev, found, err := s.getMeta(keyRevision, "revision counter")
+	rev, found, err := readCounter(s.db, keyRevision, "revision counter")
 	if err != nil {
 		return err
 	}
@@ -245,14 +245,16 @@ func (s *Store) load() error {
 		rev = 1 // as in etcd, an empty store is at revision 1
 	}
 	s.rev = rev
-	if s.leaseSeq, _, err = s.getMeta(keyLeaseSeq, "lease counter"); err != nil {
+	if s.leaseSeq, _, err = readCounter(s.db, keyLeaseSeq, "lease counter"); err != nil {
 		return err
 	}
 	return s.deletePreviousLeases()
 }
 
-func (s *Store) getMeta(key []byte, name string) (int64, bool, error) {
-	b, closer, err := s.db.Get(key)
+// readCounter reads a counter of db's metadata; found is false, and the
+// counter 0, when it is missing.
+func readCounter(db *pebble.DB, key []byte, name string) (v int64, found bool, err error) {
+	b, closer, err := db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return 0, false, nil
 	}
@@ -260,7 +262,7 @@ func (s *Store) getMeta(key []byte, name string) (int64, bool, error) {
 		return 0, false, fmt.Errorf("localstore: read %s: %w", name, err)
 	}
 	defer closer.Close()
-	v, err := decodeCounter(name, b)
+	v, err = decodeCounter(name, b)
 	return v, true, err
 }
 
