@@ -1056,7 +1056,14 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		op = func(ctx context.Context) error { return r.Cancel(ctx, cancelled.err) }
 	case a.cancelRequested.Load():
 		out.Op = "cancel"
-		op = func(ctx context.Context) error { return r.Cancel(ctx, ErrCancelRequested) }
+		cerr := ErrCancelRequested
+		if herr != nil && !errors.Is(herr, context.Canceled) && !errors.Is(herr, ErrCancelRequested) {
+			// What the handler said on its way out (a partial upload, a
+			// panic) is kept beside the cancel; its context's own error
+			// would only repeat it.
+			cerr = fmt.Errorf("%w (the handler returned: %w)", ErrCancelRequested, herr)
+		}
+		op = func(ctx context.Context) error { return r.Cancel(ctx, cerr) }
 	case errors.Is(cause, ErrShutdown):
 		out.Op = "release"
 		op = r.Release

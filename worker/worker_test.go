@@ -438,3 +438,41 @@ func TestGracefulStopAfterSessionRenewal(t *testing.T) {
 		t.Fatalf("job %s rescues %d: the drain did not let it finish", j.State, j.Rescues)
 	}
 }
+
+// A handler cancelled by an operator that returns an error of its own has
+// that error recorded with the cancel; one that returns its context's
+// error has the cancel alone.
+func TestCancelRequestKeepsHandlerError(t *testing.T) {
+	e := newEnv(t, nil)
+	started := make(chan string, 2)
+	e.worker(worker.Config{}, map[string]worker.Handler{
+		"long": func(ctx context.Context, j *worker.Job) error {
+			started <- j.ID
+			<-ctx.Done()
+			if string(j.Payload) == `"own"` {
+				return errors.New("partial upload of 3 files")
+			}
+			return ctx.Err()
+		},
+	})
+	for _, payload := range []string{`"own"`, `"ctx"`} {
+		id := e.enqueue(coordinator.EnqueueParams{Kind: "long", Payload: json.RawMessage(payload)})
+		if got := <-started; got != id {
+			t.Fatalf("started %s, want %s", got, id)
+		}
+		if _, err := e.c.Cancel(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		j := e.wait(id)
+		if j.State != coordinator.StateCancelled || len(j.Errors) != 1 {
+			t.Fatalf("%s: job %s errors %+v", payload, j.State, j.Errors)
+		}
+		want := worker.ErrCancelRequested.Error()
+		if payload == `"own"` {
+			want += " (the handler returned: partial upload of 3 files)"
+		}
+		if got := j.Errors[0].Error; got != want {
+			t.Fatalf("%s: recorded error %q, want %q", payload, got, want)
+		}
+	}
+}
