@@ -279,7 +279,9 @@ func (w *Worker) ID() string { return w.cfg.WorkerID }
 func (w *Worker) Running() int { return int(w.inFlight.Load()) }
 
 // Pending returns the number of runs whose outcome is not yet recorded:
-// running handlers and outcome writes in flight.
+// running handlers, outcome writes in flight, and the runs a claim in
+// flight has reserved room for (given back if it finds fewer jobs). It is
+// 0 only when the worker holds nothing.
 func (w *Worker) Pending() int { return len(w.tickets) }
 
 // Session returns the current session (nil before Start).
