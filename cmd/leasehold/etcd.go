@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-
+	"errors"
 	"net"
 	"net/url"
 	"os/signal"
@@ -28,13 +28,20 @@ func newEtcdCmd(g *globalOpts) *cobra.Command {
 		Long: `Run one etcd member embedded in this binary (etcd's own server code), with
 auto-compaction on, so a development or test cluster needs nothing else. A
 single member by default; for a static cluster start each member with the same
---initial-cluster. For production, run etcd itself.`,
+--initial-cluster. To grow a running cluster, add the member first
+(etcdctl member add NAME --peer-urls=URL), then start it with
+--initial-cluster-state existing and, as --initial-cluster, the
+ETCD_INITIAL_CLUSTER etcdctl printed (every member, this one included). For
+production, run etcd itself.`,
 		Example: `  leasehold etcd --data ./etcd-1
   leasehold etcd --name m1 --data ./m1 --listen-client http://127.0.0.1:2379 --listen-peer http://127.0.0.1:2380 \
       --initial-cluster m1=http://127.0.0.1:2380,m2=http://127.0.0.1:2382,m3=http://127.0.0.1:2384
   leasehold etcd --data ./etcd-1 --listen-client http://0.0.0.0:2379 --advertise-client http://10.0.0.1:2379 \
-      --listen-peer http://0.0.0.0:2380 --advertise-peer http://10.0.0.1:2380`,
-		Args: argsBetween(0, 0, "[--data DIR] [--name N] [--listen-client URL] [--listen-peer URL] [--advertise-client URL] [--advertise-peer URL] [--initial-cluster ...]"),
+      --listen-peer http://0.0.0.0:2380 --advertise-peer http://10.0.0.1:2380
+  etcdctl --endpoints http://127.0.0.1:2379 member add m2 --peer-urls=http://127.0.0.1:2382
+  leasehold etcd --name m2 --data ./m2 --listen-client http://127.0.0.1:2381 --listen-peer http://127.0.0.1:2382 \
+      --initial-cluster-state existing --initial-cluster m1=http://127.0.0.1:2380,m2=http://127.0.0.1:2382`,
+		Args: argsBetween(0, 0, "[--data DIR] [--name N] [--listen-client URL] [--listen-peer URL] [--advertise-client URL] [--advertise-peer URL] [--initial-cluster ...] [--initial-cluster-state new|existing]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error { return runEtcd(cmd, g, o) }),
 	}
 	f := cmd.Flags()
@@ -45,7 +52,8 @@ single member by default; for a static cluster start each member with the same
 	f.StringVar(&o.cfg.PeerURL, "listen-peer", "http://127.0.0.1:2380", "peer URL to listen on (and advertise, without --advertise-peer)")
 	f.StringVar(&o.cfg.AdvertiseClientURL, "advertise-client", "", "client URL given to clients and other members (default: --listen-client)")
 	f.StringVar(&o.cfg.AdvertisePeerURL, "advertise-peer", "", "peer URL given to other members, this member's entry in --initial-cluster (default: --listen-peer)")
-	f.StringVar(&o.cfg.InitialCluster, "initial-cluster", "", "NAME=ADVERTISED_PEER_URL,... of every member of a new cluster (default: this member alone)")
+	f.StringVar(&o.cfg.InitialCluster, "initial-cluster", "", "NAME=ADVERTISED_PEER_URL,... of every member of a new cluster, or of the cluster it joins (default: this member alone)")
+	f.StringVar(&o.cfg.InitialClusterState, "initial-cluster-state", etcdnode.ClusterStateNew, "new: start a new cluster; existing: join a running one after 'etcdctl member add' (read on the first start only)")
 	f.StringVar(&o.cfg.AutoCompactionRetention, "auto-compaction-retention", "5m", "revision history kept (periodic auto-compaction)")
 	f.DurationVar(&o.cfg.ElectionTimeout, "election-timeout", time.Second, "raft election timeout")
 	f.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "raft heartbeat interval")
@@ -69,6 +77,27 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	n, err := etcdnode.Start(sctx, o.cfg)
+	var inUse *etcdnode.AddrInUseError
+	if errors.As(err, &inUse) {
+		// etcd logged it with a stack trace, held back (etcdnode); it
+		// wrote nothing, so a retry on a free port starts afresh.
+		name := "listen-client"
+		if inUse.Peer {
+			name = "listen-peer"
+		}
+		return failf("%s %s: address already in use: pick another port with --%s, or stop what holds it",
+			flagLabel(cmd, name), inUse.URL, name)
+	}
+	if err != nil && o.cfg.InitialClusterState == etcdnode.ClusterStateExisting {
+		// Most often the member was not added first; etcd left --data
+		// without a log, so a retry after the add joins afresh.
+		peer := o.cfg.PeerURL
+		if o.cfg.AdvertisePeerURL != "" {
+			peer = o.cfg.AdvertisePeerURL
+		}
+		return failf("%v: check that the cluster has this member (etcdctl member add %s --peer-urls=%s), that %s lists every member, this one included, and that the ports are free",
+			err, o.cfg.Name, peer, flagLabel(cmd, "initial-cluster"))
+	}
 	if err != nil {
 		return failf("%v: check the URLs and --initial-cluster, and that the ports are free", err)
 	}
@@ -97,6 +126,16 @@ func (o *etcdOpts) validate(cmd *cobra.Command) error {
 	}
 	if strings.TrimSpace(c.Name) == "" || strings.ContainsAny(c.Name, "=,") {
 		return usagef("%s %q: want a name without '=' or ',', such as m1", l("name"), c.Name)
+	}
+	switch c.InitialClusterState {
+	case etcdnode.ClusterStateNew, etcdnode.ClusterStateExisting:
+	default:
+		return usagef("%s %q: want new (start a new cluster) or existing (join a running one, after etcdctl member add)", l("initial-cluster-state"), c.InitialClusterState)
+	}
+	// A joining member learns the cluster from the other members named in
+	// --initial-cluster; etcd, with none, fails after creating --data.
+	if c.InitialClusterState == etcdnode.ClusterStateExisting && !etcdnode.HasOtherMembers(c.InitialCluster, c.Name) {
+		return usagef("%s existing joins a running cluster: pass %s with every member, this one included (etcdctl member add prints it)", l("initial-cluster-state"), l("initial-cluster"))
 	}
 	if err := checkEtcdURL(l("listen-client"), c.ClientURL); err != nil {
 		return err
@@ -179,6 +218,10 @@ func (o *etcdOpts) validate(cmd *cobra.Command) error {
 		case etcdnode.PeerURLsDiffer(mine[0], peer):
 			return usagef("%s has %s=%s but this member advertises peer URL %s (%s): make them the same", ic, c.Name, mine[0], peer, peerFlag)
 		}
+	}
+	// etcd would bind the peer URL and then fail on its own listener.
+	if etcdnode.SameListenAddr(c.ClientURL, c.PeerURL) {
+		return usagef("%s %q and %s %q are the same address: give each its own port", l("listen-client"), c.ClientURL, l("listen-peer"), c.PeerURL)
 	}
 	if !slices.Contains(etcdLogLevels, c.LogLevel) {
 		return usagef("%s %q: want %s", l("etcd-log-level"), c.LogLevel, strings.Join(etcdLogLevels, ", "))

@@ -117,16 +117,18 @@ func TestEtcdAdvertiseFlagsRefusedBeforeWriting(t *testing.T) {
 // address still passes validation (and advertises what it listens on, as
 // before), here up to the taken port it cannot listen on.
 func TestEtcdWithoutAdvertiseFlagsPassesValidation(t *testing.T) {
-	port, taken := takenPort(t)
-	r := runCLI(t, nil, "", "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", taken, "--listen-peer", taken,
+	_, taken := takenPort(t)
+	_, takenClient := takenPort(t)
+	r := runCLI(t, nil, "", "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", takenClient, "--listen-peer", taken,
 		"--initial-cluster", "default="+taken)
-	if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
+	if r.code != exitFailure || !strings.Contains(r.stderr, "address already in use") {
 		t.Fatalf("exit %d, want %d from etcd failing on the taken port; stderr:\n%s", r.code, exitFailure, r.stderr)
 	}
 	// A lone member listening on all interfaces is accepted as before (it
 	// advertises that; no other member dials it).
-	r = runCLI(t, nil, "", "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", "http://0.0.0.0:"+port, "--listen-peer", taken)
-	if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
+	_, cport, _ := net.SplitHostPort(closedPort(t))
+	r = runCLI(t, nil, "", "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", "http://0.0.0.0:"+cport, "--listen-peer", taken)
+	if r.code != exitFailure || !strings.Contains(r.stderr, "address already in use") {
 		t.Fatalf("a lone member on 0.0.0.0: exit %d, want %d from etcd failing on the taken port; stderr:\n%s", r.code, exitFailure, r.stderr)
 	}
 }
@@ -137,6 +139,7 @@ func TestEtcdWithoutAdvertiseFlagsPassesValidation(t *testing.T) {
 // port they cannot listen on (exit 1, not a usage error).
 func TestEtcdPeerURLsThatEtcdAcceptsPassValidation(t *testing.T) {
 	port, taken := takenPort(t)
+	_, takenClient := takenPort(t)
 	cases := []struct {
 		name string
 		args []string
@@ -150,9 +153,9 @@ func TestEtcdPeerURLsThatEtcdAcceptsPassValidation(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			args := append([]string{"etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", taken}, c.args...)
+			args := append([]string{"etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--listen-client", takenClient}, c.args...)
 			r := runCLI(t, nil, "", args...)
-			if r.code != exitFailure || !strings.Contains(r.stderr, "check the URLs") {
+			if r.code != exitFailure || !strings.Contains(r.stderr, "address already in use") {
 				t.Fatalf("exit %d, want %d from etcd failing on the taken port; stderr:\n%s", r.code, exitFailure, r.stderr)
 			}
 		})

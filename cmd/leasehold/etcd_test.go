@@ -42,15 +42,22 @@ func TestEtcdCleanStopLogsNoError(t *testing.T) {
 // listens: args is called again, up to three times.
 func startEtcdMember(t *testing.T, args func() []string) *spProc {
 	t.Helper()
+	return startEtcdMemberIn(t, filepath.Join(t.TempDir(), "etcd"), args)
+}
+
+// startEtcdMemberIn is startEtcdMember with data directory dir, which a
+// start that failed on a taken port leaves as it was.
+func startEtcdMemberIn(t *testing.T, dir string, args func() []string) *spProc {
+	t.Helper()
 	for attempt := 1; ; attempt++ {
-		p := spStart(t, "etcd", binPath, append([]string{"etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--log-format", "json"}, args()...)...)
+		p := spStart(t, "etcd", binPath, append([]string{"etcd", "--data", dir, "--log-format", "json"}, args()...)...)
 		select {
 		case <-p.done:
 		case <-spLogSignal(p, "etcd member serving"):
 			return p
 		}
 		if attempt == 3 {
-			t.Fatalf("etcd member did not start:\n%s", p.log)
+			t.Fatalf("etcd member did not start in %s:\n%s", dir, p.log)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/soheilhy/cmux"
@@ -45,8 +46,16 @@ type Config struct {
 	// ElectionTimeout and HeartbeatInterval tune raft. Defaults: 1s, 100ms.
 	ElectionTimeout, HeartbeatInterval time.Duration
 	// InitialCluster is "name=peerURL,..." of every member of a new static
-	// cluster. Default: this member alone.
+	// cluster, or of the running cluster this member joins (with
+	// InitialClusterState "existing"), this member included. Default: this
+	// member alone.
 	InitialCluster string
+	// InitialClusterState is ClusterStateNew to start a new cluster, or
+	// ClusterStateExisting to join a running one that this member was
+	// added to first (etcdctl member add, clientv3's MemberAdd). Default:
+	// new. etcd reads it only on a member's first start: one with data
+	// restarts from it.
+	InitialClusterState string
 	// LogLevel of etcd's own logs: debug, info, warn, error. Default: error.
 	LogLevel string
 	// Name of the member. Default: "default".
@@ -63,6 +72,13 @@ type Config struct {
 	// ClusterToken separates clusters that share hosts. Default: "leasehold".
 	ClusterToken string
 }
+
+// The values of Config.InitialClusterState, as etcd's
+// --initial-cluster-state takes them.
+const (
+	ClusterStateNew      = embed.ClusterStateFlagNew
+	ClusterStateExisting = embed.ClusterStateFlagExisting
+)
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Name == "" {
@@ -85,6 +101,19 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !ownPeer {
 		c.AdvertisePeerURL = c.PeerURL
+	}
+	switch c.InitialClusterState {
+	case "":
+		c.InitialClusterState = ClusterStateNew
+	case ClusterStateNew, ClusterStateExisting:
+	default:
+		return c, fmt.Errorf("etcdnode: InitialClusterState %q: want %q or %q", c.InitialClusterState, ClusterStateNew, ClusterStateExisting)
+	}
+	// A joining member learns the cluster from the other members of its
+	// initial cluster: etcd, alone in it, would fail to fetch the cluster
+	// after it has created the data directory.
+	if c.InitialClusterState == ClusterStateExisting && !HasOtherMembers(c.InitialCluster, c.Name) {
+		return c, fmt.Errorf("etcdnode: InitialClusterState %q joins a running cluster: set InitialCluster to every member of it, this one included", ClusterStateExisting)
 	}
 	if c.InitialCluster == "" {
 		c.InitialCluster = c.Name + "=" + c.AdvertisePeerURL
@@ -109,6 +138,9 @@ func (c Config) withDefaults() (Config, error) {
 		if _, err := url.Parse(u); err != nil || !strings.Contains(u, "://") {
 			return c, fmt.Errorf("etcdnode: bad URL %q: want http://HOST:PORT", u)
 		}
+	}
+	if SameListenAddr(c.ClientURL, c.PeerURL) {
+		return c, fmt.Errorf("etcdnode: ClientURL %q and PeerURL %q are the same address: give each its own port", c.ClientURL, c.PeerURL)
 	}
 	// etcd advertises an unspecified address as it is given: members and
 	// clients that learn it from the cluster cannot dial it.
@@ -234,6 +266,81 @@ func PeerURLsDiffer(a, b string) bool {
 	return ipa != nil && ipb != nil && !ipa.Equal(ipb)
 }
 
+// AddrInUseError is Start's error when something else already listens on
+// the address of the member's ClientURL or PeerURL. Nothing was written
+// to the data directory: a retry on a free address starts afresh.
+type AddrInUseError struct {
+	Peer bool   // PeerURL's address; else ClientURL's
+	URL  string // the listen URL
+	Err  error  // the listen error (EADDRINUSE)
+}
+
+func (e *AddrInUseError) Error() string {
+	what := "client"
+	if e.Peer {
+		what = "peer"
+	}
+	return fmt.Sprintf("etcdnode: %s URL %s: address already in use", what, e.URL)
+}
+
+func (e *AddrInUseError) Unwrap() error { return e.Err }
+
+// addrInUse returns err as an *AddrInUseError if it is a listen error for
+// the address of the peer or client URL (etcd listens on the peer URL
+// first), else nil.
+func addrInUse(err error, cfg Config) error {
+	var oe *net.OpError
+	if !errors.Is(err, syscall.EADDRINUSE) || !errors.As(err, &oe) || oe.Op != "listen" {
+		return nil
+	}
+	ta, ok := oe.Addr.(*net.TCPAddr)
+	if !ok {
+		return nil
+	}
+	for _, c := range []struct {
+		peer bool
+		url  string
+	}{{true, cfg.PeerURL}, {false, cfg.ClientURL}} {
+		if listensOn(c.url, ta) {
+			return &AddrInUseError{Peer: c.peer, URL: c.url, Err: err}
+		}
+	}
+	return nil
+}
+
+// listensOn reports whether listen URL rawURL can be what bound addr: same
+// port and, if the URL names an address, that address (a host name is
+// taken to match: etcd resolved it).
+func listensOn(rawURL string, addr *net.TCPAddr) bool {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Port() != strconv.Itoa(addr.Port) {
+		return false
+	}
+	ip := net.ParseIP(u.Hostname())
+	return ip == nil || ip.Equal(addr.IP) || (ip.IsUnspecified() && (addr.IP == nil || addr.IP.IsUnspecified()))
+}
+
+// SameListenAddr reports whether listen URLs a and b would bind the same
+// port on overlapping addresses (the same one, or one of them all
+// interfaces), which no second listener can: a member given them as its
+// client and peer URLs fails on its own peer listener.
+func SameListenAddr(a, b string) bool {
+	ua, erra := url.Parse(a)
+	ub, errb := url.Parse(b)
+	if erra != nil || errb != nil || ua.Port() != ub.Port() {
+		return false
+	}
+	if Unspecified(a) || Unspecified(b) {
+		return true
+	}
+	ha, hb := ua.Hostname(), ub.Hostname()
+	ia, ib := net.ParseIP(ha), net.ParseIP(hb)
+	if ia != nil && ib != nil {
+		return ia.Equal(ib)
+	}
+	return ha == hb
+}
+
 // Node is a running member.
 type Node struct {
 	e         *embed.Etcd
@@ -243,7 +350,8 @@ type Node struct {
 }
 
 // Start starts the member and waits until it serves or ctx ends. A member
-// of a multi-member cluster is ready only once a quorum has started.
+// of a multi-member cluster is ready only once a quorum has started. A
+// listen address that something else holds is an *AddrInUseError.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -260,14 +368,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*apu}
 	ec.InitialCluster = cfg.InitialCluster
 	ec.InitialClusterToken = cfg.ClusterToken
-	ec.ClusterState = embed.ClusterStateFlagNew
+	ec.ClusterState = cfg.InitialClusterState
 	ec.AutoCompactionMode = "periodic"
 	ec.AutoCompactionRetention = cfg.AutoCompactionRetention
 	ec.TickMs = uint(cfg.HeartbeatInterval / time.Millisecond)
 	ec.ElectionMs = uint(cfg.ElectionTimeout / time.Millisecond)
 	ec.LogLevel = cfg.LogLevel
-	stopping := new(atomic.Bool)
-	lg, err := newLogger(cfg.LogLevel, stopping)
+	stopping, hold := new(atomic.Bool), newStartHold()
+	lg, err := newLogger(cfg.LogLevel, stopping, hold)
 	if err != nil {
 		return nil, fmt.Errorf("etcdnode: member %s: build etcd's logger: %w", cfg.Name, err)
 	}
@@ -276,7 +384,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ec.QuotaBackendBytes = cfg.QuotaBytes
 	}
 	e, err := embed.StartEtcd(ec)
+	hold.release(err)
 	if err != nil {
+		if ae := addrInUse(err, cfg); ae != nil {
+			return nil, ae
+		}
 		return nil, fmt.Errorf("etcdnode: start member %s in %s: %w", cfg.Name, cfg.Dir, err)
 	}
 	n := &Node{e: e, cfg: cfg, stopping: stopping}
@@ -337,14 +449,84 @@ func (n *Node) Close() {
 
 // newLogger builds etcd's logger as etcd itself would (JSON on stderr, at
 // level), except that once stopping is set the errors of listeners being
-// closed are logged at level info (quietStopCore).
-func newLogger(level string, stopping *atomic.Bool) (*zap.Logger, error) {
+// closed are logged at level info (quietStopCore), and that what etcd logs
+// while hold is on waits for hold.release.
+func newLogger(level string, stopping *atomic.Bool, hold *startHold) (*zap.Logger, error) {
 	c := logutil.DefaultZapLoggerConfig
 	c.OutputPaths, c.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
 	c.Level = zap.NewAtomicLevelAt(logutil.ConvertToZapLevel(level))
 	return c.Build(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
-		return &quietStopCore{Core: core, stopping: stopping}
+		return &quietStopCore{Core: core, stopping: stopping, hold: hold}
 	}))
+}
+
+// startHold keeps back what etcd logs while embed.StartEtcd runs. etcd
+// logs some of the errors it returns, at level error with a stack trace (a
+// peer port already taken): Start's error reports those, once, in its own
+// words; the rest is written, in order, when StartEtcd returns.
+type startHold struct {
+	on   atomic.Bool // read without mu by Check
+	mu   sync.Mutex  // orders the writes of held and later entries
+	held []heldEntry
+}
+
+type heldEntry struct {
+	core   zapcore.Core
+	ent    zapcore.Entry
+	fields []zapcore.Field
+}
+
+func newStartHold() *startHold {
+	h := &startHold{}
+	h.on.Store(true)
+	return h
+}
+
+// write holds the entry while the hold is on; otherwise it writes it. An
+// entry at level dpanic or above, after which zap may end the process,
+// first writes all that was held.
+func (h *startHold) write(core zapcore.Core, ent zapcore.Entry, fields []zapcore.Field) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.on.Load() {
+		if ent.Level < zapcore.DPanicLevel {
+			h.held = append(h.held, heldEntry{core: core, ent: ent, fields: fields})
+			return nil
+		}
+		h.flush(nil)
+	}
+	return core.Write(ent, fields)
+}
+
+// release ends the hold and writes what it held, except the entries about
+// err, which StartEtcd returned (and Start reports).
+func (h *startHold) release(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.flush(err)
+}
+
+// flush ends the hold and writes what it held, except the entries about
+// err; h.mu is held.
+func (h *startHold) flush(err error) {
+	h.on.Store(false)
+	for _, e := range h.held {
+		if err != nil && aboutErr(e.fields, err) {
+			continue
+		}
+		_ = e.core.Write(e.ent, e.fields)
+	}
+	h.held = nil
+}
+
+// aboutErr reports whether fields hold an error that err is or wraps.
+func aboutErr(fields []zapcore.Field, err error) bool {
+	for _, f := range fields {
+		if fe, ok := f.Interface.(error); ok && f.Type == zapcore.ErrorType && errors.Is(err, fe) {
+			return true
+		}
+	}
+	return false
 }
 
 // quietStopCore logs at level info what etcd logs at levels warn and error
@@ -355,18 +537,22 @@ func newLogger(level string, stopping *atomic.Bool) (*zap.Logger, error) {
 type quietStopCore struct {
 	zapcore.Core
 	stopping *atomic.Bool
+	hold     *startHold // nil: none
 }
 
 func (c *quietStopCore) With(fields []zapcore.Field) zapcore.Core {
-	return &quietStopCore{Core: c.Core.With(fields), stopping: c.stopping}
+	return &quietStopCore{Core: c.Core.With(fields), stopping: c.stopping, hold: c.hold}
 }
 
 func (c *quietStopCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
-	if ent.Level >= zapcore.WarnLevel && c.stopping.Load() {
+	if (ent.Level >= zapcore.WarnLevel && c.stopping.Load()) || c.holding() {
 		return ce.AddCore(ent, c) // Write decides, seeing the error
 	}
 	return c.Core.Check(ent, ce)
 }
+
+// holding reports whether the start hold is on.
+func (c *quietStopCore) holding() bool { return c.hold != nil && c.hold.on.Load() }
 
 func (c *quietStopCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
 	if ent.Level >= zapcore.WarnLevel && c.stopping.Load() && closedListener(fields) {
@@ -374,6 +560,9 @@ func (c *quietStopCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
 	}
 	if !c.Core.Enabled(ent.Level) {
 		return nil
+	}
+	if c.holding() {
+		return c.hold.write(c.Core, ent, fields)
 	}
 	return c.Core.Write(ent, fields)
 }
