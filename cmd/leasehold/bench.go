@@ -76,7 +76,7 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 	case o.daemons > 1 && (o.mode == bench.ModeEmbedded || o.mode == "" && len(o.etcd) == 0):
 		return usagef("--daemons %d: several daemons need shared mode (add --mode shared)", o.daemons)
 	case o.latencyJobs < 0:
-		return usagef("--latency-jobs %d is negative", o.latencyJobs)
+		return usagef("--latency-jobs %d is negative: want a number of jobs, or 0 to skip the latency phase", o.latencyJobs)
 	case o.latencyRate <= 0:
 		return usagef("--latency-rate %g: want a positive rate", o.latencyRate)
 	case o.mode != "" && o.mode != bench.ModeEmbedded && o.mode != bench.ModeShared:

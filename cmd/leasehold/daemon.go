@@ -128,6 +128,11 @@ func daemonKinds(execs []string, log *slog.Logger) (map[string]kindSpec, error) 
 			return nil, usagef("--exec: kind %s is given twice: give each kind one command", spec.kind)
 		}
 		seen[spec.kind] = true
+		if _, ok := kinds[spec.kind]; ok {
+			// Allowed (a kind of one's own under a demo kind's name),
+			// but said: the payload check of the built-in kind goes too.
+			log.Info("--exec replaces a built-in kind", slog.String("kind", spec.kind))
+		}
 		kinds[spec.kind] = kindSpec{handler: execHandler(spec, log)}
 	}
 	return kinds, nil
@@ -147,11 +152,11 @@ func (o *daemonOpts) validate() error {
 	case o.leaseTTL < coordinator.MinLeaseTTL || o.leaseTTL%time.Second != 0:
 		return usagef("--lease-ttl %s: want whole seconds, at least %s", o.leaseTTL, coordinator.MinLeaseTTL)
 	case o.shutdownTimeout < 0:
-		return usagef("--shutdown-timeout %s is negative", o.shutdownTimeout)
+		return usagef("--shutdown-timeout %s is negative: want a duration such as 30s, or 0 to interrupt running jobs at once", o.shutdownTimeout)
 	case o.retention <= 0:
 		return usagef("--retention %s: want a positive duration such as 24h", o.retention)
 	case o.defaultTimeout < 0:
-		return usagef("--default-timeout %s is negative", o.defaultTimeout)
+		return usagef("--default-timeout %s is negative: want a duration such as 10m, or 0 for none", o.defaultTimeout)
 	}
 	if err := checkMaxPayload("--max-payload", o.maxPayload); err != nil {
 		return err

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -74,13 +76,52 @@ of 'jobs cancel' come from the command line only.) Exit codes: 0 success,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		name := cmdName(cmd)
 		return &cliError{code: exitUsage, bare: true,
-			msg: fmt.Sprintf("%s%v: see 'leasehold %s--help'", prefixed(name), err, suffixed(name))}
+			msg: fmt.Sprintf("%s%s: see 'leasehold %s--help'", prefixed(name), flagErrorText(err), suffixed(name))}
 	})
 	root.AddCommand(newDaemonCmd(g), newEnqueueCmd(), newJobsCmd(), newWorkersCmd(), newEtcdCmd(g), newBenchCmd(g))
 	root.AddCommand(newConfigCmd())
 	root.AddCommand(newQueuesCmd(), newPeriodicCmd())
 	root.AddCommand(newBackupCmd(), newRestoreCmd())
 	return root
+}
+
+// flagErrorText says what is wrong with a command line that pflag could
+// not parse, in the CLI's words rather than strconv's: a value its flag
+// cannot take says what the flag wants; a negative number, which reads as
+// a shorthand flag ("-1"), says so.
+func flagErrorText(err error) string {
+	var ne *pflag.NotExistError
+	if errors.As(err, &ne) {
+		if sh := ne.GetSpecifiedShortnames(); sh != "" && strings.Trim(sh, "0123456789.") == "" {
+			return fmt.Sprintf("-%s: a negative number is not valid here (it reads as a flag)", sh)
+		}
+	}
+	var ive *pflag.InvalidValueError
+	if errors.As(err, &ive) {
+		return fmt.Sprintf("--%s %q: %s", ive.GetFlag().Name, truncateString(ive.GetValue(), 60), flagValueText(err))
+	}
+	return err.Error()
+}
+
+// flagValueText says what is wrong with a flag's value: what the flag
+// wants, for the types whose parse errors are strconv's or time's; the
+// flag's own error otherwise (a --exec or --periodic value says what it
+// wants itself).
+func flagValueText(err error) string {
+	var ive *pflag.InvalidValueError
+	if !errors.As(err, &ive) {
+		return err.Error()
+	}
+	switch ive.GetFlag().Value.Type() {
+	case "duration", "int", "float64", "bool":
+		if errors.Is(err, strconv.ErrRange) {
+			return "out of range"
+		}
+		return "want " + typeHint(ive.GetFlag())
+	case "stringToInt":
+		return "want QUEUE=N pairs, comma-separated, such as pdf=4,mail=2"
+	}
+	return oneLine(ive.Unwrap().Error())
 }
 
 func prefixed(name string) string {
@@ -157,7 +198,7 @@ func bindEnv(cmd *cobra.Command) error {
 		for _, x := range values {
 			if serr := cmd.Flags().Set(f.Name, x); serr != nil {
 				err = &cliError{code: exitUsage, bare: true,
-					msg: fmt.Sprintf("%senvironment variable %s=%q: %v: fix or unset it", prefixed(cmdName(cmd)), name, x, serr)}
+					msg: fmt.Sprintf("%senvironment variable %s=%q: %s: fix or unset it", prefixed(cmdName(cmd)), name, x, flagValueText(serr))}
 				return
 			}
 		}
