@@ -430,8 +430,11 @@ func (m *metrics) initSeries(backend string, queues, kinds []string) {
 		m.completions.WithLabelValues(k)
 		m.failures.WithLabelValues(k)
 		m.retries.WithLabelValues(k)
-		m.discards.WithLabelValues(k, "attempts")
+		for _, reason := range []string{"attempts", "rescues", "outcome"} {
+			m.discards.WithLabelValues(k, reason)
+		}
 		m.cancellations.WithLabelValues(k)
+		m.snoozes.WithLabelValues(k)
 	}
 	for _, op := range outcomeOps {
 		m.refused.WithLabelValues(op)

@@ -76,3 +76,39 @@ func TestFailOutcomeCountedByRecordedState(t *testing.T) {
 		}
 	}
 }
+
+// Every per-kind outcome counter has its series at zero from the start,
+// every discard reason included, so that rates and alerts work before the
+// first event.
+func TestKindSeriesStartAtZero(t *testing.T) {
+	m := newMetrics()
+	m.initSeries("pebble", []string{"default"}, []string{"echo"})
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, mf := range mfs {
+		for _, x := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range x.GetLabel() {
+				key += fmt.Sprintf(",%s=%s", l.GetName(), l.GetValue())
+			}
+			seen[key] = true
+		}
+	}
+	for _, want := range []string{
+		"leasehold_job_completions_total,kind=echo",
+		"leasehold_job_failures_total,kind=echo",
+		"leasehold_job_retries_total,kind=echo",
+		"leasehold_job_discards_total,kind=echo,reason=attempts",
+		"leasehold_job_discards_total,kind=echo,reason=rescues",
+		"leasehold_job_discards_total,kind=echo,reason=outcome",
+		"leasehold_job_cancellations_total,kind=echo",
+		"leasehold_job_snoozes_total,kind=echo",
+	} {
+		if !seen[want] {
+			t.Errorf("no series %s at start", want)
+		}
+	}
+}
