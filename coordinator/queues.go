@@ -27,7 +27,7 @@ type QueueConfig struct {
 	// Limit bounds the jobs of the queue running at once across all
 	// daemons; 0 means no limit. See docs/adr/0005.
 	Limit     int       `json:"limit,omitempty"`
-	UpdatedAt time.Time `json:"updated_at"`
+	UpdatedAt time.Time `json:"updated_at,omitzero"` // zero (left out) for a queue never configured
 }
 
 // MaxQueueLimit bounds QueueConfig.Limit.

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A flag value its flag cannot take is refused in the CLI's words — what
@@ -45,5 +46,19 @@ func TestExecReplacingBuiltinKindIsLogged(t *testing.T) {
 	}
 	if got := buf.String(); strings.Count(got, "--exec replaces a built-in kind") != 1 || !strings.Contains(got, "kind=echo") {
 		t.Fatalf("log:\n%s\nwant one line saying --exec replaces the built-in kind echo", got)
+	}
+}
+
+// JSON logs write durations as text (30s), as the text format does, not
+// as nanoseconds.
+func TestJSONLogDurationsAreText(t *testing.T) {
+	var buf strings.Builder
+	log, err := newLogger(&globalOpts{logFormat: "json", logLevel: "info"}, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info("session started", slog.Duration("ttl", 30*time.Second))
+	if got := buf.String(); !strings.Contains(got, `"ttl":"30s"`) {
+		t.Fatalf("log line %s, want \"ttl\":\"30s\"", got)
 	}
 }
