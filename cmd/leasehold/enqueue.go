@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,7 +51,9 @@ func newEnqueueCmd() *cobra.Command {
 		Long: `Enqueue a job of KIND with PAYLOAD_JSON (default {}; "-" reads it from
 stdin) and print its id. With --count N, enqueue N such jobs and print one id
 per line. With --unique-key, a live job with the same key is returned instead
-of inserting a second one; its id is printed and stderr says so.`,
+of inserting a second one; its id is printed and stderr says so. A queue no
+live daemon serves is accepted (its daemons may start later) with a warning
+on stderr.`,
 		Example: `  leasehold enqueue sleep '{"ms":100}'
   leasehold enqueue echo '{"hello":"world"}' --count 1000 --queue bulk
   leasehold enqueue report '{}' --delay 10m --unique-key nightly-2030-01-02`,
@@ -103,8 +106,11 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		}
 		req.Payload = json.RawMessage(raw)
 	}
+	if o.queue == "" {
+		return req, usagef("%s is empty: leave it out for the %q queue, or name one", flagLabel(cmd, "queue"), coordinator.DefaultQueue)
+	}
 	if err := coordinator.ValidateQueue(o.queue); err != nil {
-		return req, usagef("%s", cleanCoordError(err))
+		return req, usagef("%s", envLabeled(cmd, "queue", cleanCoordError(err)))
 	}
 	// Sent as JSON, a key that is not UTF-8 would reach the daemon with
 	// its bad bytes replaced by U+FFFD: as another key, maybe a live
@@ -113,26 +119,26 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		return req, usagef("%s is not valid UTF-8: encode a binary key (hex or base64, say)", flagLabel(cmd, "unique-key"))
 	}
 	if o.count < 1 {
-		return req, usagef("--count %d: want 1 or more", o.count)
+		return req, usagef("%s %d: want 1 or more", flagLabel(cmd, "count"), o.count)
 	}
 	if o.priority < 1 || o.priority > 4 {
-		return req, usagef("--priority %d: want 1 (first) to 4 (last)", o.priority)
+		return req, usagef("%s %d: want 1 (first) to 4 (last)", flagLabel(cmd, "priority"), o.priority)
 	}
 	if req.Priority = o.priority; req.Priority == coordinator.DefaultPriority {
 		req.Priority = 0
 	}
 	if o.maxAttempts < 1 {
-		return req, usagef("--max-attempts %d: want 1 or more", o.maxAttempts)
+		return req, usagef("%s %d: want 1 or more", flagLabel(cmd, "max-attempts"), o.maxAttempts)
 	}
 	if req.MaxAttempts = o.maxAttempts; req.MaxAttempts == coordinator.DefaultMaxAttempts {
 		req.MaxAttempts = 0
 	}
 	if o.timeout < 0 {
-		return req, usagef("--timeout %s is negative: want a duration such as 30s, or 0 for the daemon's default", o.timeout)
+		return req, usagef("%s %s is negative: want a duration such as 30s, or 0 for the daemon's default", flagLabel(cmd, "timeout"), o.timeout)
 	}
 	if o.timeout > 0 {
 		if o.timeout < time.Millisecond {
-			return req, usagef("--timeout %s is under 1ms: want a duration such as 30s", o.timeout)
+			return req, usagef("%s %s is under 1ms: want a duration such as 30s", flagLabel(cmd, "timeout"), o.timeout)
 		}
 		req.Timeout = o.timeout.String()
 	}
@@ -147,7 +153,7 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		o.at = ""
 	}
 	if o.delay < 0 {
-		return req, usagef("--delay %s is negative: want a duration such as 90s", o.delay)
+		return req, usagef("%s %s is negative: want a duration such as 90s", flagLabel(cmd, "delay"), o.delay)
 	}
 	if o.delay > 0 {
 		req.Delay = o.delay.String()
@@ -155,17 +161,33 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 	if o.at != "" {
 		t, err := time.Parse(time.RFC3339Nano, o.at)
 		if err != nil {
-			return req, usagef("--at %q is not an RFC 3339 time: use e.g. 2030-01-02T15:04:05Z", o.at)
+			return req, usagef("%s %q is not an RFC 3339 time: use e.g. 2030-01-02T15:04:05Z", flagLabel(cmd, "at"), o.at)
+		}
+		// The limit is inclusive (the coordinator clamps retries and
+		// snoozes to it), and its own error prints whole seconds and the
+		// date only: a time a nanosecond past would read as the limit.
+		if t.After(coordinator.MaxScheduledAt) {
+			return req, usagef("%s %s is after %s, the latest time a job can be scheduled for: use an earlier time", flagLabel(cmd, "at"), o.at, coordinator.MaxScheduledAt.Format(time.RFC3339))
 		}
 		req.ScheduledAt = t.Format(time.RFC3339Nano)
 	}
-	if err := o.uniq.apply(&req); err != nil {
+	if err := o.uniq.apply(cmd, &req); err != nil {
 		return req, err
 	}
 	if (o.uniqueKey != "" || req.Unique != nil) && o.count > 1 {
 		return req, usagef("%s with %s %d would give %d jobs one key: enqueue one job per key", o.uniqueFlag(cmd), flagLabel(cmd, "count"), o.count, o.count)
 	}
 	return req, nil
+}
+
+// envLabeled prefixes msg with the environment variable that set flag
+// name, if one did: the message names the value but not where it came
+// from.
+func envLabeled(cmd *cobra.Command, name, msg string) string {
+	if env, ok := fromEnv(cmd, name); ok {
+		return env + ": " + msg
+	}
+	return msg
 }
 
 // uniqueFlag names the first unique option that is set, for errors.
@@ -214,7 +236,9 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 		}
 		if res.Existed {
 			fmt.Fprintf(stderr, "leasehold: enqueue: job %s already exists with unique key %s (state %s); nothing enqueued\n", res.Job.ID, res.Job.UniqueKey, res.Job.State)
+			return nil
 		}
+		warnUnserved(ctx, c, stderr, res.Job.Queue, 1)
 		return nil
 	}
 
@@ -269,9 +293,47 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 	}
 	p.done(done, o.count, "")
 	if o.json {
-		return printJSON(stdout, all)
+		if err := printJSON(stdout, all); err != nil {
+			return err
+		}
 	}
+	warnUnserved(ctx, c, stderr, req.Queue, o.count)
 	return nil
+}
+
+// servedQueuesTimeout bounds the read of the live daemons' queues after an
+// enqueue: the jobs are in, and a slow answer must not hold the command.
+const servedQueuesTimeout = 5 * time.Second
+
+// warnUnserved writes one warning line to w when live daemons run but none
+// serves queue: most likely a typo, whose jobs would wait forever. It is
+// no refusal, as enqueuing for daemons deployed later is legitimate. It
+// reads the daemons' registrations (GET /v1/workers, as 'workers list'
+// and the DAEMONS column of 'queues list' do); with no live daemon there
+// is nothing to compare with (as for kinds, see liveKinds), and a failed
+// read says nothing: the jobs are enqueued either way.
+func warnUnserved(ctx context.Context, c *client, w io.Writer, queue string, n int) {
+	ctx, cancel := context.WithTimeout(ctx, servedQueuesTimeout)
+	defer cancel()
+	var res workersResponse
+	if err := c.call(ctx, http.MethodGet, "/v1/workers", nil, nil, &res); err != nil || len(res.Workers) == 0 {
+		return
+	}
+	served := map[string]bool{}
+	for _, wk := range res.Workers {
+		for _, q := range wk.Queues {
+			served[q] = true
+		}
+	}
+	if served[queue] {
+		return
+	}
+	jobs := "the job waits"
+	if n > 1 {
+		jobs = "the jobs wait"
+	}
+	fmt.Fprintf(w, "leasehold: enqueue: warning: no live daemon serves queue %q (the daemons serve %s): %s until one does\n",
+		queue, strings.Join(sortedKeys(served), ", "), jobs)
 }
 
 // printJSON writes v as indented JSON.

@@ -28,13 +28,13 @@ func addUniqueFlags(cmd *cobra.Command, u *uniqueFlags) {
 }
 
 // apply validates the flags and sets them on req.
-func (u *uniqueFlags) apply(req *createRequest) error {
+func (u *uniqueFlags) apply(cmd *cobra.Command, req *createRequest) error {
 	if u.metadata != "" {
 		if at := invalidUTF8([]byte(u.metadata)); at >= 0 {
-			return usagef("--metadata is not valid UTF-8 (at byte %d): JSON text is UTF-8; encode binary data (base64 or hex, say)", at)
+			return usagef("%s is not valid UTF-8 (at byte %d): JSON text is UTF-8; encode binary data (base64 or hex, say)", flagLabel(cmd, "metadata"), at)
 		}
 		if !json.Valid([]byte(u.metadata)) {
-			return usagef(`--metadata is not valid JSON: pass e.g. '{"tenant":"acme"}'`)
+			return usagef(`%s is not valid JSON: pass e.g. '{"tenant":"acme"}'`, flagLabel(cmd, "metadata"))
 		}
 		req.Metadata = json.RawMessage(u.metadata)
 	}
@@ -43,7 +43,7 @@ func (u *uniqueFlags) apply(req *createRequest) error {
 		return nil
 	}
 	if u.period < 0 {
-		return usagef("--unique-period %s is negative: want a duration such as 1h", u.period)
+		return usagef("%s %s is negative: want a duration such as 1h", flagLabel(cmd, "unique-period"), u.period)
 	}
 	ur := &uniqueRequest{ByArgs: u.byArgs, ByQueue: u.byQueue}
 	if u.period > 0 {
@@ -52,7 +52,7 @@ func (u *uniqueFlags) apply(req *createRequest) error {
 	for _, s := range u.states {
 		st, err := coordinator.ParseState(s)
 		if err != nil || !st.Final() {
-			return usagef("--unique-states %q: want %s (unfinished jobs always count as duplicates)", truncateString(s, 40), uniqueStates)
+			return usagef("%s %q: want %s (unfinished jobs always count as duplicates)", flagLabel(cmd, "unique-states"), truncateString(s, 40), uniqueStates)
 		}
 		ur.ByState = append(ur.ByState, string(st))
 	}
