@@ -110,7 +110,7 @@ var MaxScheduledAt = time.Date(2262, time.January, 1, 0, 0, 0, 0, time.UTC)
 // checkScheduledAt refuses a time after MaxScheduledAt.
 func checkScheduledAt(t time.Time) error {
 	if t.After(MaxScheduledAt) {
-		return fmt.Errorf("%w: scheduled time %s is after %s, the latest a job can be scheduled for: use an earlier time or a shorter delay", ErrInvalid, t.UTC().Format(time.RFC3339), MaxScheduledAt.Format(time.DateOnly))
+		return fmt.Errorf("%w: scheduled time %s is after %s, the latest a job can be scheduled for: use an earlier time or a shorter delay", ErrInvalid, t.UTC().Format(time.RFC3339Nano), MaxScheduledAt.Format(time.RFC3339))
 	}
 	return nil
 }
