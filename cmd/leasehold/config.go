@@ -29,10 +29,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
 
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
@@ -58,6 +60,7 @@ type configSetting struct {
 	key    string
 	line   int
 	values []string // what the flag is Set to, in order
+	lines  []int    // the line of each value
 	err    string   // why the value cannot be a flag value
 }
 
@@ -117,35 +120,35 @@ func loadConfig(path string) (*configFile, error) {
 			s.err = fmt.Sprintf("set twice (first on line %d): keep one", first)
 		} else {
 			seen[k.Value] = k.Line
-			s.values, s.err = nodeValues(v)
+			s.values, s.lines, s.err = nodeValues(v)
 		}
 		cf.settings = append(cf.settings, s)
 	}
 	return cf, nil
 }
 
-// nodeValues turns a YAML value into flag values: a scalar is one value, a
-// sequence of scalars one value each.
-func nodeValues(v *yaml.Node) ([]string, string) {
+// nodeValues turns a YAML value into flag values, with their lines: a
+// scalar is one value, a sequence of scalars one value each.
+func nodeValues(v *yaml.Node) ([]string, []int, string) {
 	switch v.Kind {
 	case yaml.AliasNode:
 		return nodeValues(v.Alias)
 	case yaml.ScalarNode:
 		if v.Tag == "!!null" {
-			return nil, "has no value: give one, or remove the line"
+			return nil, nil, "has no value: give one, or remove the line"
 		}
-		return []string{v.Value}, ""
+		return []string{v.Value}, []int{v.Line}, ""
 	case yaml.SequenceNode:
-		out := make([]string, 0, len(v.Content))
+		out, lines := make([]string, 0, len(v.Content)), make([]int, 0, len(v.Content))
 		for _, x := range v.Content {
 			if x.Kind != yaml.ScalarNode || x.Tag == "!!null" {
-				return nil, fmt.Sprintf("line %d: a list item is a %s: want plain values", x.Line, nodeKind(x))
+				return nil, nil, fmt.Sprintf("line %d: a list item is a %s: want plain values", x.Line, nodeKind(x))
 			}
-			out = append(out, x.Value)
+			out, lines = append(out, x.Value), append(lines, x.Line)
 		}
-		return out, ""
+		return out, lines, ""
 	}
-	return nil, fmt.Sprintf("is a %s: want a value or a list of values", nodeKind(v))
+	return nil, nil, fmt.Sprintf("is a %s: want a value or a list of values", nodeKind(v))
 }
 
 func nodeKind(n *yaml.Node) string {
@@ -260,15 +263,24 @@ func applyConfigFile(cmd *cobra.Command) error {
 		if f == nil || f.Changed {
 			continue
 		}
-		if msg := setFlag(cmd.Flags(), f, s.values); msg != "" {
+		if msg := setFromConfig(cmd.Flags(), f, s.values, path); msg != "" {
 			return fail("line %d: %s: %s", s.line, s.key, msg)
 		}
-		if f.Annotations == nil {
-			f.Annotations = map[string][]string{}
-		}
-		f.Annotations[configAnnotation] = []string{path}
 	}
 	return nil
+}
+
+// setFromConfig sets f from the config file at path, marked as set by it
+// (see flagSource); it returns what is wrong, or "".
+func setFromConfig(fs *pflag.FlagSet, f *pflag.Flag, values []string, path string) string {
+	if msg := setFlag(fs, f, values); msg != "" {
+		return msg
+	}
+	if f.Annotations == nil {
+		f.Annotations = map[string][]string{}
+	}
+	f.Annotations[configAnnotation] = []string{path}
+	return ""
 }
 
 // setFlag sets f from a config value; it returns what is wrong, or "".
@@ -408,8 +420,10 @@ its LEASEHOLD_* variable, then the file, then the default.`,
 		Short: "Validate a config file and explain each error",
 		Long: `Validate a config file: its syntax, that each key is a setting, that each
 value suits it (a duration, a number, a list...), that files it names exist,
-and the daemon's own checks of the values together. Prints one line per
-problem and exits 2 if there is any; otherwise prints what the file sets.`,
+and the checks the commands that read it make of its values, alone and
+together (the daemon's before it starts: bounds, exec entries, schedules...).
+Prints every problem, one line each with its line in the file, and exits 2
+if there is any; otherwise prints what the file sets.`,
 		Example: "  leasehold config check /etc/leasehold/config.yaml",
 		Args:    argsBetween(1, 1, "FILE"),
 		RunE:    action(func(cmd *cobra.Command, args []string) error { return runConfigCheck(cmd, args[0]) }),
@@ -430,95 +444,286 @@ func (p configProblem) String() string {
 	if p.line > 0 {
 		fmt.Fprintf(&b, "line %d: ", p.line)
 	}
-	if p.key != "" {
+	// "lease-ttl 1s: want ..." names its setting already.
+	if p.key != "" && wordIndex(p.msg, p.key) != 0 {
 		b.WriteString(p.key + ": ")
 	}
 	b.WriteString(p.msg)
 	return b.String()
 }
 
-// checkConfig returns the errors and warnings of the config file at path.
+// wordIndex returns where w first stands in s as a whole setting name (not
+// "etcd" of "etcd-cert"), or -1.
+func wordIndex(s, w string) int {
+	nameByte := func(c byte) bool {
+		return c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+	}
+	for i := 0; i+len(w) <= len(s); i++ {
+		if strings.HasPrefix(s[i:], w) && (i == 0 || !nameByte(s[i-1])) && (i+len(w) == len(s) || !nameByte(s[i+len(w)])) {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkConfig returns the errors and warnings of the config file at path:
+// every one, each with its line, in the order of the file.
 func checkConfig(path string) (errs, warns []configProblem, file *configFile) {
 	file, err := loadConfig(path)
 	if err != nil {
 		return []configProblem{{msg: err.Error()}}, nil, nil
 	}
 	valid := configKeys()
-	g := &globalOpts{}
-	dcmd, o := newDaemonCommand(g)
-	root := newRootCmd(nil, io.Discard, io.Discard)
-	client := &cobra.Command{Use: "client"}
-	var t target
-	addTargetFlags(client, &t)
-	set := map[string]bool{}
+	env := newConfigEnv()
+	var good []configSetting // the settings whose values parse
+	bad := map[string]bool{} // the keys already reported
 	for _, s := range file.settings {
 		if s.err != "" {
 			errs = append(errs, configProblem{s.line, s.key, s.err})
 			continue
 		}
-		f := valid[s.key]
-		if f == nil {
+		if valid[s.key] == nil {
 			errs = append(errs, configProblem{line: s.line, msg: unknownKey(s.key, valid)})
 			continue
 		}
-		// Set it where it is defined, to check the value.
-		fs := dcmd.Flags()
-		switch {
-		case root.PersistentFlags().Lookup(s.key) != nil:
-			fs = root.PersistentFlags()
-		case fs.Lookup(s.key) == nil:
-			fs = client.Flags()
-		}
-		if msg := setFlag(fs, fs.Lookup(s.key), s.values); msg != "" {
+		if msg := env.set(s, path); msg != "" {
 			errs = append(errs, configProblem{s.line, s.key, msg})
 			continue
 		}
-		set[s.key] = true
+		good = append(good, s)
 		if slices.Contains(fileKeys, s.key) {
 			if _, err := os.Stat(s.values[0]); err != nil {
 				errs = append(errs, configProblem{s.line, s.key, fmt.Sprintf("file %s: %s", s.values[0], oneLine(strings.TrimPrefix(err.Error(), "stat "+s.values[0]+": ")))})
+				bad[s.key] = true
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return errs, nil, file
-	}
-	// The checks of the values together, as the commands make them.
-	if err := o.validate(); err != nil {
-		errs = append(errs, configProblem{msg: "daemon: " + configMessage(err)})
-	}
-	if o.tlsCert != "" && o.tlsKey != "" {
-		if _, err := loadKeyPair(o.tlsCert, o.tlsKey); err != nil {
-			errs = append(errs, configProblem{key: "tls-cert", msg: configMessage(err)})
+	// The checks of the values, alone and together, as the commands that
+	// read the file make them; a missing file is reported once.
+	for _, p := range refusals(path, good) {
+		if !bad[p.key] {
+			errs = append(errs, p)
 		}
 	}
-	lg := &globalOpts{logFormat: root.PersistentFlags().Lookup("log-format").Value.String(), logLevel: root.PersistentFlags().Lookup("log-level").Value.String()}
-	if _, err := newLogger(lg, io.Discard); err != nil {
-		errs = append(errs, configProblem{msg: configMessage(err)})
-	}
-	if set["server"] && set["etcd"] {
-		errs = append(errs, configProblem{key: "server", msg: "server and etcd are both set: a client command would talk to etcd and ignore server; keep one of them"})
-	}
-	if set["server"] {
-		if _, err := newClient(t.server); err != nil {
-			errs = append(errs, configProblem{key: "server", msg: configMessage(err)})
+	slices.SortStableFunc(errs, func(a, b configProblem) int {
+		if (a.line == 0) != (b.line == 0) {
+			return b.line - a.line // the ones without a line last
 		}
-	}
-	if set["server-ca"] || set["api-token-file"] {
-		if c, err := newClient(defaultServer); err == nil {
-			if err := c.setAuth(t.auth); err != nil {
-				errs = append(errs, configProblem{msg: configMessage(err)})
-			}
-		}
-	}
+		return a.line - b.line
+	})
 	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-		for _, k := range secretKeys {
-			if set[k] {
-				warns = append(warns, configProblem{key: k, msg: fmt.Sprintf("the file holds a secret and is readable by others (mode %v): chmod 600 %s, or use api-token-file", st.Mode().Perm(), path)})
+		for _, s := range good {
+			if slices.Contains(secretKeys, s.key) {
+				warns = append(warns, configProblem{key: s.key, msg: fmt.Sprintf("the file holds a secret and is readable by others (mode %v): chmod 600 %s, or use api-token-file", st.Mode().Perm(), path)})
 			}
 		}
 	}
 	return errs, warns, file
+}
+
+// configEnv holds the commands that read a config file, to set its
+// settings on as they do: a daemon (every key), the global flags, and a
+// client command (the connection settings).
+type configEnv struct {
+	daemon *cobra.Command
+	opts   *daemonOpts
+	global *pflag.FlagSet
+	client *cobra.Command
+	target *target
+}
+
+func newConfigEnv() *configEnv {
+	d, o := newDaemonCommand(&globalOpts{})
+	// Named as the program, so that its errors name no command.
+	client := &cobra.Command{Use: "leasehold"}
+	t := &target{}
+	addTargetFlags(client, t)
+	return &configEnv{daemon: d, opts: o, global: newRootCmd(nil, io.Discard, io.Discard).PersistentFlags(), client: client, target: t}
+}
+
+// set sets s on each command of e that reads it; it returns what is wrong
+// with its value, or "".
+func (e *configEnv) set(s configSetting, path string) string {
+	var sets []*pflag.FlagSet
+	if e.global.Lookup(s.key) != nil {
+		sets = append(sets, e.global)
+	}
+	if e.daemon.Flags().Lookup(s.key) != nil {
+		sets = append(sets, e.daemon.Flags())
+	}
+	if slices.Contains(connectionKeys, s.key) && e.client.Flags().Lookup(s.key) != nil {
+		sets = append(sets, e.client.Flags())
+	}
+	for _, fs := range sets {
+		if msg := setFromConfig(fs, fs.Lookup(s.key), s.values, path); msg != "" {
+			return msg
+		}
+	}
+	return ""
+}
+
+// refusal returns the first error with which a command that reads the file
+// would refuse its settings before it does anything, and which commands
+// refuse them ("" for all): the checks of the global flags, those the daemon
+// makes before it opens its store (and, in shared mode, that of the
+// store's limits, which it makes once connected), and those of a client
+// command before its first request.
+func (e *configEnv) refusal() (by string, err error) {
+	g := &globalOpts{logFormat: e.global.Lookup("log-format").Value.String(), logLevel: e.global.Lookup("log-level").Value.String()}
+	if _, err := newLogger(g, io.Discard); err != nil {
+		return "", err
+	}
+	if err := e.daemonRefusal(); err != nil {
+		return "the daemon", err
+	}
+	if err := e.clientRefusal(); err != nil {
+		return "the client commands", err
+	}
+	return "", nil
+}
+
+func (e *configEnv) daemonRefusal() error {
+	o := e.opts
+	if err := o.validate(); err != nil {
+		return err
+	}
+	if o.tlsCert != "" {
+		if _, err := loadKeyPair(o.tlsCert, o.tlsKey); err != nil {
+			return err
+		}
+	}
+	kinds, err := daemonKinds(o.execs, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	if err := o.checkPeriodicKinds(kinds); err != nil {
+		return err
+	}
+	if o.etcd.shared() {
+		// The limits of the etcd store the daemon would build.
+		lim := etcdkv.New(nil, etcdkv.Options{MaxRequestBytes: int(o.etcd.maxRequest)}).Limits()
+		return checkStoreConfig(lim, o.coordConfig(), o.workerConfig(true))
+	}
+	return nil
+}
+
+func (e *configEnv) clientRefusal() error {
+	if err := settleToken(e.client); err != nil {
+		return err
+	}
+	if err := checkTarget(e.client); err != nil {
+		return err
+	}
+	c, err := newClient(e.target.server)
+	if err != nil {
+		return err
+	}
+	return c.setAuth(e.target.auth)
+}
+
+// refusalOf returns the first refusal of settings (see refusal).
+func refusalOf(path string, settings []configSetting) (by string, err error) {
+	e := newConfigEnv()
+	for _, s := range settings {
+		e.set(s, path) // each parsed before
+	}
+	return e.refusal()
+}
+
+// refusals returns every refusal of settings, each on the setting (or the
+// value of a list) at fault: it takes the first refusal, drops what it is
+// about, and checks again until nothing is refused.
+func refusals(path string, settings []configSetting) []configProblem {
+	active := slices.Clone(settings)
+	var out []configProblem
+	for {
+		by, err := refusalOf(path, active)
+		if err == nil {
+			return out
+		}
+		msg := configMessage(err)
+		i, j := blame(path, active, err)
+		if i < 0 {
+			return append(out, configProblem{msg: msg})
+		}
+		s := active[i]
+		if by != "" && wordIndex(msg, s.key) != 0 {
+			// Not obviously about s: say who refuses it.
+			msg = "refused by " + by + ": " + msg
+		}
+		if j < 0 {
+			out = append(out, configProblem{s.line, s.key, msg})
+			// With the other settings it names ("--tls-cert and
+			// --tls-key"): checked again alone, such a setting would
+			// only be refused for missing its pair.
+			drop := named(err.Error(), active)
+			active = slices.DeleteFunc(active, func(x configSetting) bool { return x.key == s.key || slices.Contains(drop, x.key) })
+			continue
+		}
+		out = append(out, configProblem{s.lines[j], s.key, msg})
+		active[i].values = slices.Delete(slices.Clone(s.values), j, j+1)
+		active[i].lines = slices.Delete(slices.Clone(s.lines), j, j+1)
+	}
+}
+
+// named returns the keys of settings that msg names as flags, in the
+// order it names them.
+func named(msg string, settings []configSetting) []string {
+	at := map[string]int{}
+	var keys []string
+	for _, s := range settings {
+		if x := wordIndex(msg, "--"+s.key); x >= 0 {
+			at[s.key] = x
+			keys = append(keys, s.key)
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int { return at[a] - at[b] })
+	return keys
+}
+
+// blame returns the index in settings of the setting err is about, and of
+// its value at fault if it is a list (else -1); -1, -1 if none is. The
+// setting is the first one err names as a flag, else one without which
+// err goes away or changes; the value, the last one without which it does
+// (the second of two that clash).
+func blame(path string, settings []configSetting, err error) (setting, value int) {
+	msg := err.Error()
+	setting = -1
+	if keys := named(msg, settings); len(keys) > 0 {
+		setting = slices.IndexFunc(settings, func(s configSetting) bool { return s.key == keys[0] })
+	}
+	changes := func(trial []configSetting) bool {
+		_, e := refusalOf(path, trial)
+		return e == nil || e.Error() != msg
+	}
+	if setting < 0 {
+		// Of the settings without which err goes away or changes, the
+		// one it names in words ("max payload"), else the first.
+		for k := range settings {
+			if !changes(slices.Delete(slices.Clone(settings), k, k+1)) {
+				continue
+			}
+			if setting < 0 {
+				setting = k
+			}
+			if wordIndex(msg, strings.ReplaceAll(settings[k].key, "-", " ")) >= 0 {
+				setting = k
+				break
+			}
+		}
+	}
+	if setting < 0 {
+		return -1, -1
+	}
+	s := settings[setting]
+	for j := len(s.values) - 1; len(s.values) > 1 && j >= 0; j-- {
+		trial := slices.Clone(settings)
+		trial[setting].values = slices.Delete(slices.Clone(s.values), j, j+1)
+		if changes(trial) {
+			return setting, j
+		}
+	}
+	return setting, -1
 }
 
 // configMessage is an error's message for config check: flag names as
