@@ -584,6 +584,9 @@ func (e *configEnv) refusal() (by string, err error) {
 
 func (e *configEnv) daemonRefusal() error {
 	o := e.opts
+	if err := emptyToken(e.daemon); err != nil {
+		return err
+	}
 	if err := o.validate(); err != nil {
 		return err
 	}

@@ -103,6 +103,8 @@ func TestConfigCheckRefusesWhatDaemonRefuses(t *testing.T) {
 		{"bad certificate", "tls-cert: " + cert + "\ntls-key: " + cert + "\n", true},
 		{"token and token file", "api-token: abc\napi-token-file: " + token + "\n", true},
 		{"token with a line break", "api-token: \"a\\nb\"\n", true},
+		{"empty token", "api-token: ''\n", true},
+		{"blank token", "api-token: '  '\n", true},
 		{"etcd not a URL", "etcd: 127.0.0.1:2379\n", true},
 		{"etcd-cert alone", "etcd: http://127.0.0.1:2379\netcd-cert: " + cert + "\n", true},
 		{"etcd-user alone", "etcd: http://127.0.0.1:2379\netcd-user: u\n", true},

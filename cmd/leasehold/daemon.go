@@ -200,11 +200,6 @@ func (o *daemonOpts) validate() error {
 }
 
 func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
-	if flagSource(cmd, "api-token") > 0 && strings.TrimSpace(o.apiToken) == "" && o.apiTokenFile == "" {
-		// "--api-token $TOKEN" with TOKEN unset would start a daemon that
-		// takes changes from anyone.
-		return usagef("%s is set but empty: give the token, or leave it unset to run without one", flagLabel(cmd, "api-token"))
-	}
 	if err := o.validate(); err != nil {
 		return err
 	}

@@ -209,10 +209,19 @@ func bindEnv(cmd *cobra.Command) error {
 // checkEmptyToken refuses a daemon that ends up without an API token
 // although one was asked for, empty: LEASEHOLD_API_TOKEN="$TOKEN" or
 // LEASEHOLD_API_TOKEN_FILE="$F" with the variable unset, or an empty
-// --api-token-file (from any source). Such a daemon would take changes
-// from anyone. (bindEnv ignores empty variables, and an empty
-// --api-token the daemon refuses itself: see runDaemon.)
+// --api-token or --api-token-file (from any source: a flag, a config
+// file). Such a daemon would take changes from anyone. (bindEnv ignores
+// empty variables.) config check makes the same check of a file.
 func checkEmptyToken(cmd *cobra.Command) error {
+	if err := emptyToken(cmd); err != nil {
+		return withCommand(cmdName(cmd), err)
+	}
+	return nil
+}
+
+// emptyToken is checkEmptyToken's check, its error without the command's
+// name.
+func emptyToken(cmd *cobra.Command) error {
 	token, file := cmd.Flags().Lookup("api-token"), cmd.Flags().Lookup("api-token-file")
 	if topCommand(cmd) != "daemon" || token == nil || file == nil ||
 		strings.TrimSpace(token.Value.String()) != "" || strings.TrimSpace(file.Value.String()) != "" {
@@ -222,11 +231,16 @@ func checkEmptyToken(cmd *cobra.Command) error {
 		f := cmd.Flags().Lookup(name)
 		env := envName(name)
 		if v, ok := os.LookupEnv(env); ok && strings.TrimSpace(v) == "" && !f.Changed {
-			return withCommand(cmdName(cmd), usagef("%s is set but empty: give the token, or unset it to run without one", env))
+			return usagef("%s is set but empty: give the token, or unset it to run without one", env)
 		}
 	}
 	if flagSource(cmd, "api-token-file") > 0 {
-		return withCommand(cmdName(cmd), usagef("%s is set but empty: name the token's file, or leave it unset to run without a token", flagLabel(cmd, "api-token-file")))
+		return usagef("%s is set but empty: name the token's file, or leave it unset to run without a token", flagLabel(cmd, "api-token-file"))
+	}
+	// "--api-token $TOKEN" with TOKEN unset (or a config file's empty
+	// api-token) would start a daemon that takes changes from anyone.
+	if flagSource(cmd, "api-token") > 0 {
+		return usagef("%s is set but empty: give the token, or leave it unset to run without one", flagLabel(cmd, "api-token"))
 	}
 	return nil
 }
