@@ -116,6 +116,9 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 	}
 	if resp.StatusCode >= 300 {
 		msg, ok := apicall.ErrorMessage(data)
+		if secure, tls := apicall.HTTPSURL(b.base, resp.StatusCode, data); !ok && tls {
+			return fmt.Errorf("leasehold daemon at %s serves HTTPS: use %s (with Options.HTTPClient trusting its certificate if it is private)", b.server, secure)
+		}
 		if !ok {
 			// Not the API's answer (a proxy, another server, a TLS
 			// mismatch): no sentinel, so that a caller does not drop a
@@ -130,16 +133,16 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 		}
 		switch {
 		case resp.StatusCode == http.StatusBadRequest, resp.StatusCode == http.StatusRequestEntityTooLarge:
-			return fmt.Errorf("%w: %s", coordinator.ErrInvalid, msg)
+			return wrapAPIError(coordinator.ErrInvalid, msg)
 		case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(msg, noEndpoint):
 			// The daemon serves no such path: the URL is wrong, not the id.
 			return fmt.Errorf("leasehold daemon at %s answered %s: %s: check the server URL", b.server, resp.Status, msg)
 		case resp.StatusCode == http.StatusNotFound:
-			return fmt.Errorf("%w: %s", coordinator.ErrNotFound, msg)
+			return wrapAPIError(coordinator.ErrNotFound, msg)
 		case resp.StatusCode == http.StatusConflict && strings.Contains(msg, conflictMsg):
-			return fmt.Errorf("%w: %s", coordinator.ErrConflict, msg)
+			return wrapAPIError(coordinator.ErrConflict, msg)
 		case resp.StatusCode == http.StatusConflict:
-			return fmt.Errorf("%w: %s", coordinator.ErrWrongState, msg)
+			return wrapAPIError(coordinator.ErrWrongState, msg)
 		}
 		return fmt.Errorf("leasehold daemon at %s answered %s: %s", b.server, resp.Status, msg)
 	}
@@ -158,6 +161,25 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 const noEndpoint = "no endpoint "
 
 var conflictMsg = strings.TrimPrefix(coordinator.ErrConflict.Error(), "coordinator: ")
+
+// wrapAPIError wraps the daemon's message msg in sentinel. The daemon
+// strips only the "coordinator: " prefixes from its errors, so msg may
+// hold the sentinel's own text ("job not found: ID", "cancel job ID: too
+// many concurrent changes, try again"): it is said once, where the
+// coordinator's errors say it in shared mode.
+func wrapAPIError(sentinel error, msg string) error {
+	text := strings.TrimPrefix(sentinel.Error(), "coordinator: ")
+	if rest, ok := strings.CutPrefix(msg, text+": "); ok {
+		return fmt.Errorf("%w: %s", sentinel, rest)
+	}
+	if head, ok := strings.CutSuffix(msg, ": "+text); ok {
+		return fmt.Errorf("%s: %w", head, sentinel)
+	}
+	if msg == text {
+		return sentinel
+	}
+	return fmt.Errorf("%w: %s", sentinel, msg)
+}
 
 // firstLine returns the first line of b, at most n bytes of it.
 func firstLine(b []byte, n int) string {

@@ -261,7 +261,7 @@ func restoreInto(dir, from string, bump int64) (int64, error) {
 // in dir by bump, durably, and returns the revision counter after it.
 func bumpRevision(dir string, bump int64) (int64, error) {
 	if _, err := os.Stat(filepath.Join(dir, pebbleDir)); err != nil {
-		return 0, fmt.Errorf("%w: %s holds no store (%v): pass a data directory, or a backup with its source", ErrBackup, dir, err)
+		return 0, fmt.Errorf("%w: %s holds no store (%v): bump in place a data directory put back from a snapshot, or restore a backup by naming it as the source", ErrBackup, dir, err)
 	}
 	if err := refuseBackup(dir); err != nil {
 		return 0, err

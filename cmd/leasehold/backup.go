@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -89,7 +90,8 @@ func (a *api) backup(w http.ResponseWriter, r *http.Request) {
 		a.log.Error("backup failed after its client left", slog.String("dir", req.Dir), slog.Any("err", err))
 	}
 	if errors.Is(err, localstore.ErrBackup) {
-		a.fail(w, r, badRequest("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: ")))
+		// "backup: " too: the CLI names its command itself.
+		a.fail(w, r, badRequest("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: backup: ")))
 		return
 	}
 	if err != nil {
@@ -157,6 +159,9 @@ func runBackup(cmd *cobra.Command, tgt *target, dir string, asJSON bool) error {
 
 // --- leasehold restore ---
 
+// restoreNeeds says what restore works on, for a --data it cannot use.
+const restoreNeeds = "pass a data directory put back from a snapshot (bumped in place), or --from BACKUP to restore a backup into a new directory"
+
 type restoreOpts struct {
 	data string
 	from string
@@ -183,7 +188,8 @@ handed out tokens above the copy's after the copy was taken; every token the
 restored store hands out must be above them. The jobs are as they were in
 the copy: those that were running are re-queued when the daemon starts, and
 those that finished after the copy run again. --data is read from the
-command line only (not from LEASEHOLD_DATA).`,
+command line only (not from LEASEHOLD_DATA). Directories restore cannot use
+are refused before anything changes (exit 2); a daemon holding DIR, exit 1.`,
 		Example: `  leasehold restore --from /var/backups/leasehold-1 --data /var/lib/leasehold-restored
   leasehold restore --data /var/lib/leasehold    # put back from a VM snapshot`,
 		Args: argsBetween(0, 0, "--data DIR [--from BACKUP] [--bump-revision N]"),
@@ -199,6 +205,29 @@ command line only (not from LEASEHOLD_DATA).`,
 	return cmd
 }
 
+// checkRestoreDirs refuses, before localstore.Restore does with a vaguer
+// message, a --from that does not exist and a --data with nothing to bump.
+func checkRestoreDirs(o *restoreOpts) error {
+	if o.from != "" {
+		fi, err := os.Stat(o.from)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return usagef("--from %s does not exist: pass a backup directory written by 'leasehold backup'", o.from)
+		case err == nil && !fi.IsDir():
+			return usagef("--from %s is not a directory: pass a backup directory written by 'leasehold backup'", o.from)
+		}
+		return nil
+	}
+	ents, err := os.ReadDir(o.data)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return usagef("--data %s does not exist: %s", o.data, restoreNeeds)
+	case err == nil && len(ents) == 0:
+		return usagef("--data %s is empty: %s", o.data, restoreNeeds)
+	}
+	return nil
+}
+
 func runRestore(cmd *cobra.Command, o *restoreOpts) error {
 	switch {
 	case o.data == "":
@@ -211,10 +240,17 @@ func runRestore(cmd *cobra.Command, o *restoreOpts) error {
 		// 0 would be the library's default; say what is meant instead.
 		return usagef("--bump-revision 0 would leave tokens the lost store handed out reusable: pass a positive number (default %d)", int64(localstore.DefaultRevisionBump))
 	}
+	if err := checkRestoreDirs(o); err != nil {
+		return err
+	}
 	rev, err := localstore.Restore(o.data, o.from, o.bump)
 	switch {
 	case errors.Is(err, localstore.ErrBackup):
-		return failf("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: backup: "))
+		// Restore refuses directories it cannot use before it changes
+		// anything: bad input (exit 2), as is a backup DIR that exists;
+		// another must be passed. A daemon holding --data (ErrLocked) or
+		// an I/O error is a failure (exit 1).
+		return usagef("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: backup: "))
 	case errors.Is(err, localstore.ErrLocked):
 		return failf("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: "))
 	case err != nil:

@@ -251,8 +251,8 @@ func TestBackupCLI(t *testing.T) {
 		t.Errorf("backup: exit %d, stdout %q, stderr %q; want %q", code, out, errs, want)
 	}
 	code, out, errs = runInProcess("backup", dir, "--server", srv.URL, "--api-token", "s3cret")
-	if code != exitUsage || !strings.Contains(errs, "does not exist yet") || out != "" {
-		t.Errorf("backup to an existing directory: exit %d, stdout %q, stderr %q; want 2 saying to pass a new one", code, out, errs)
+	if want := "leasehold: backup: " + dir + " exists: pass a directory that does not exist yet\n"; code != exitUsage || errs != want || out != "" {
+		t.Errorf("backup to an existing directory: exit %d, stdout %q, stderr %q; want 2 and %q", code, out, errs, want)
 	}
 }
 
@@ -303,13 +303,23 @@ func TestBackupAPISharedRefused(t *testing.T) {
 	}
 }
 
-// The usage errors of backup and restore (exit 2), and restore's refusals
-// (exit 1), each on one line saying what to do; restore takes --data from
-// the command line only.
+// The usage errors of backup and restore, and restore's refusals of the
+// directories it is given (bad input too: exit 2), each on one line saying
+// what to do; restore takes --data from the command line only.
 func TestBackupRestoreCLIErrors(t *testing.T) {
 	target := filepath.Join(t.TempDir(), "target")
 	t.Setenv("LEASEHOLD_DATA", target)
 	closedURL := "http://" + closedPort(t)
+	empty := t.TempDir()
+	full := t.TempDir()
+	writeFile(t, full, "f", "x")
+	noStore := t.TempDir()
+	writeFile(t, noStore, "f", "x")
+	backupDir := filepath.Join(t.TempDir(), "b")
+	if err := os.MkdirAll(backupDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, backupDir, "leasehold-backup.json", `{"revision":5}`)
 	for _, c := range []struct {
 		args []string
 		code int
@@ -323,8 +333,13 @@ func TestBackupRestoreCLIErrors(t *testing.T) {
 		{[]string{"restore", "--config", writeFile(t, t.TempDir(), "c.yaml", "data: "+target+"\n")}, exitUsage, "--data is missing"},
 		{[]string{"restore", "--data", target, "--bump-revision", "-1"}, exitUsage, "--bump-revision -1 is negative"},
 		{[]string{"restore", "--data", target, "--bump-revision", "0"}, exitUsage, "pass a positive number"},
-		{[]string{"restore", "--data", target, "--from", t.TempDir()}, exitFailure, "is not a backup"},
-		{[]string{"restore", "--data", target}, exitFailure, "holds no store"},
+		{[]string{"restore", "--data", target, "--from", t.TempDir()}, exitUsage, "is not a backup"},
+		{[]string{"restore", "--data", target, "--from", "/nonexistent-backup"}, exitUsage, "--from /nonexistent-backup does not exist: pass a backup directory written by 'leasehold backup'"},
+		{[]string{"restore", "--data", full, "--from", backupDir}, exitUsage, full + " is not empty: restore into a new directory"},
+		{[]string{"restore", "--data", target}, exitUsage, "--data " + target + " does not exist: " + restoreNeeds},
+		{[]string{"restore", "--data", empty}, exitUsage, "--data " + empty + " is empty: " + restoreNeeds},
+		{[]string{"restore", "--data", noStore}, exitUsage, "holds no store"},
+		{[]string{"restore", "--data", noStore}, exitUsage, "bump in place a data directory put back from a snapshot, or restore a backup by naming it as the source"},
 	} {
 		code, out, errs := runInProcess(c.args...)
 		what := strings.Join(c.args, " ")

@@ -102,10 +102,19 @@ func TestJobsWaitTimeoutFromEnvironmentNamed(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
 	j := e.create(t, createRequest{Kind: "echo"})
 	t.Setenv("LEASEHOLD_TIMEOUT", "50ms")
-	for _, args := range [][]string{{"jobs", "wait", j.ID}, {"jobs", "wait", "--all"}} {
-		code, out, errs := runInProcess(append(args, "--server", e.srv.URL)...)
-		r := cliResult{stdout: out, stderr: errs, code: code}
-		checkOneLineError(t, strings.Join(args, " "), r, exitFailure, "raise LEASEHOLD_TIMEOUT")
+	for _, c := range []struct {
+		args   []string
+		stdout string // the jobs as they are: none final; the counts
+	}{
+		{[]string{"jobs", "wait", j.ID}, ""},
+		{[]string{"jobs", "wait", "--all"}, "not all jobs final: completed=0 discarded=0 cancelled=0\n"},
+	} {
+		code, out, errs := runInProcess(append(c.args, "--server", e.srv.URL)...)
+		if out != c.stdout {
+			t.Errorf("%s: stdout %q, want %q", strings.Join(c.args, " "), out, c.stdout)
+		}
+		r := cliResult{stderr: errs, code: code}
+		checkOneLineError(t, strings.Join(c.args, " "), r, exitFailure, "raise LEASEHOLD_TIMEOUT")
 	}
 }
 

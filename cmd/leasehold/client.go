@@ -111,6 +111,11 @@ func (c *client) transportError(ctx context.Context, err error) error {
 
 func (c *client) statusError(resp *http.Response, body []byte) error {
 	msg, ok := apicall.ErrorMessage(body)
+	if secure, tls := apicall.HTTPSURL(c.base, resp.StatusCode, body); !ok && tls {
+		// Exit 1 as for the converse (an https --server for a plain
+		// daemon): the daemon is reached, at the wrong scheme.
+		return failf("the daemon at %s serves HTTPS: use --server %s (and --server-ca with the CA that signed its --tls-cert if this machine does not trust it)", c.server, secure)
+	}
 	if !ok {
 		first, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
 		msg = fmt.Sprintf("the server at %s answered %s (%s): is --server a leasehold daemon?", c.server, resp.Status, truncateString(first, 120))

@@ -288,12 +288,16 @@ type waitOpts struct {
 	// timeoutFlag names the timeout as the user set it: --timeout, or
 	// LEASEHOLD_TIMEOUT (which may have been meant for enqueue).
 	timeoutFlag string
+	// tick refreshes the progress of a wait for ids while a long-poll is
+	// out: it may last waitPoll, far past the meter's plainEvery.
+	tick <-chan time.Time
 }
 
-// Long-poll and polling intervals of jobs wait.
+// Long-poll, polling and progress intervals of jobs wait.
 const (
-	waitPoll    = 30 * time.Second
-	waitAllPoll = 250 * time.Millisecond
+	waitPoll     = 30 * time.Second
+	waitAllPoll  = 250 * time.Millisecond
+	waitProgress = time.Second
 )
 
 func newJobsWaitCmd() *cobra.Command {
@@ -303,10 +307,11 @@ func newJobsWaitCmd() *cobra.Command {
 		Short: "Wait until jobs are final (completed, discarded or cancelled)",
 		Long: `Wait until the given jobs are final and print each one's id and final state,
 or with --all until no job is scheduled, available, running or retryable.
-Progress is shown on stderr when it is a terminal. Exits 0 once everything
-waited for is final, whatever the final states; 1 if --timeout passes first,
-after printing the jobs as they are (a line per final job; with --json every
-job, or with --all the counts, as on success).`,
+Progress goes to stderr: a bar on a terminal, else a line every 10 s for a
+wait that lasts over 2 s. Exits 0 once everything waited for is final,
+whatever the final states; 1 if --timeout passes first, after printing the
+jobs as they are (a line per final job; with --json every job, or with --all
+the counts, as on success).`,
 		Args: argsBetween(0, -1, "[ID... | --all] [--timeout DUR]"),
 		RunE: action(func(cmd *cobra.Command, args []string) error { return runJobsWait(cmd, o, args) }),
 	}
@@ -349,6 +354,9 @@ func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
 	if o.all {
 		return waitAll(ctx, cmd.Context(), c, o, cmd.OutOrStdout(), p)
 	}
+	t := time.NewTicker(waitProgress)
+	defer t.Stop()
+	o.tick = t.C
 	return waitIDs(ctx, cmd.Context(), c, o, ids, cmd.OutOrStdout(), p)
 }
 
@@ -361,9 +369,7 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 			if dl, ok := ctx.Deadline(); ok {
 				wait = min(wait, max(time.Until(dl), time.Millisecond))
 			}
-			rctx, cancel := context.WithTimeout(ctx, wait+requestTimeout)
-			res, err := c.getJob(rctx, id, wait)
-			cancel()
+			res, err := pollJob(ctx, c, id, wait, o.tick, func() { p.update(i, len(ids), id+" is not final yet") })
 			if ctx.Err() != nil {
 				p.clear()
 				return waitIDsTimedOut(parent, c, o, ids, final, out)
@@ -386,6 +392,30 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 		return printJSON(out, final)
 	}
 	return nil
+}
+
+// pollJob long-polls job id for up to wait, calling progress at each tick
+// meanwhile. The poll runs in a goroutine of its own, awaited here.
+func pollJob(ctx context.Context, c *client, id string, wait time.Duration, tick <-chan time.Time, progress func()) (*jobResponse, error) {
+	type answer struct {
+		res *jobResponse
+		err error
+	}
+	rctx, cancel := context.WithTimeout(ctx, wait+requestTimeout)
+	defer cancel()
+	done := make(chan answer, 1)
+	go func() {
+		res, err := c.getJob(rctx, id, wait)
+		done <- answer{res, err}
+	}()
+	for {
+		select {
+		case a := <-done:
+			return a.res, a.err
+		case <-tick:
+			progress()
+		}
+	}
 }
 
 // waitIDsTimedOut ends a wait for ids whose timeout passed once the first
@@ -457,10 +487,9 @@ func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer,
 			}
 			pending := ""
 			if last != nil {
-				if o.json {
-					if err := printJSON(out, last.Counts); err != nil {
-						return err
-					}
+				// The counts line of a success, as they are.
+				if err := printAllFinal(out, o, last); err != nil {
+					return err
 				}
 				pending = ": " + pendingCounts(last.Counts)
 			}
@@ -486,12 +515,17 @@ func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer,
 	}
 }
 
-// printAllFinal prints the counts of a wait --all that ended.
+// printAllFinal prints the counts of a wait --all that ended: all final,
+// or, at a timeout, not.
 func printAllFinal(out io.Writer, o *waitOpts, st *statsResponse) error {
 	if o.json {
 		return printJSON(out, st.Counts)
 	}
-	fmt.Fprintf(out, "all jobs final: completed=%d discarded=%d cancelled=%d\n",
+	head := "all jobs final"
+	if pendingTotal(st.Counts) > 0 {
+		head = "not all jobs final"
+	}
+	fmt.Fprintf(out, "%s: completed=%d discarded=%d cancelled=%d\n", head,
 		st.Counts[coordinator.StateCompleted], st.Counts[coordinator.StateDiscarded], st.Counts[coordinator.StateCancelled])
 	return nil
 }

@@ -181,6 +181,19 @@ func runCancelMany(cmd *cobra.Command, tgt *target, o *cancelManyOpts, asJSON bo
 	if asJSON {
 		return printJSON(cmd.OutOrStdout(), res)
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "cancelled %d jobs; cancel requested for %d running jobs (their daemons stop them)\n", res.Cancelled, res.CancelRequested)
+	who := "their daemons stop them"
+	if res.CancelRequested == 1 {
+		who = "its daemon stops it"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s; cancel requested for %s (%s)\n", nJobs(res.Cancelled, ""), nJobs(res.CancelRequested, "running "), who)
 	return nil
+}
+
+// nJobs says n jobs, with the adjective adj ("running ") before the noun:
+// "1 job", "2 running jobs".
+func nJobs(n int, adj string) string {
+	if n == 1 {
+		return fmt.Sprintf("1 %sjob", adj)
+	}
+	return fmt.Sprintf("%d %sjobs", n, adj)
 }

@@ -49,6 +49,12 @@ func TestJobsWaitTimeoutPrintsJobsAsTheyAre(t *testing.T) {
 	if counts[coordinator.StateAvailable] != 1 || counts[coordinator.StateCancelled] != 1 {
 		t.Errorf("--all --json at a timeout: counts %v, want available=1 cancelled=1", counts)
 	}
+
+	code, out, errs = runInProcess("jobs", "wait", "--all", "--timeout", "50ms", "--server", e.srv.URL)
+	checkWaitTimeoutError(t, "--all", code, errs, "available=1")
+	if want := "not all jobs final: completed=0 discarded=0 cancelled=1\n"; out != want {
+		t.Errorf("--all at a timeout: stdout %q, want the counts line, %q", out, want)
+	}
 }
 
 func checkWaitTimeoutError(t *testing.T, what string, code int, stderr, want string) {

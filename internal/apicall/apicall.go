@@ -112,3 +112,16 @@ func ErrorMessage(body []byte) (string, bool) {
 	}
 	return e.Error, true
 }
+
+// HTTPSURL returns the https URL to use instead of base when an answer
+// (status, body) is Go's net/http refusing a plain HTTP request on a TLS
+// port — the daemon serves HTTPS (--tls-cert) — and false otherwise.
+func HTTPSURL(base *url.URL, status int, body []byte) (string, bool) {
+	if base.Scheme != "http" || status != http.StatusBadRequest ||
+		!bytes.Contains(body, []byte("Client sent an HTTP request to an HTTPS server")) {
+		return "", false
+	}
+	secure := *base
+	secure.Scheme = "https"
+	return secure.String(), true
+}

@@ -1,0 +1,67 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/coordinator"
+)
+
+// The API's errors read as the coordinator's do in shared mode, the
+// sentinel's text once (not "job not found: job not found: ID"), and
+// still wrap the sentinel. The bodies are what the daemon answers
+// (cmd/leasehold/api.go strips the "coordinator: " prefixes).
+func TestHTTPErrorsSayTheSentinelOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		status int
+		msg    string
+		want   error // as the coordinator makes it
+	}{
+		{http.StatusNotFound, "job not found: " + someID, fmt.Errorf("%w: %s", coordinator.ErrNotFound, someID)},
+		{http.StatusConflict, "job is in the wrong state: job " + someID + " is already completed: only unfinished jobs can be cancelled",
+			fmt.Errorf("%w: job %s is already completed: only unfinished jobs can be cancelled", coordinator.ErrWrongState, someID)},
+		{http.StatusConflict, "cancel job " + someID + ": too many concurrent changes, try again",
+			fmt.Errorf("cancel job %s: %w", someID, coordinator.ErrConflict)},
+		{http.StatusBadRequest, "unknown kind nope: this daemon runs echo", fmt.Errorf("%w: unknown kind nope: this daemon runs echo", coordinator.ErrInvalid)},
+	} {
+		c := fakeDaemon(t, tc.status, fmt.Sprintf(`{"error":%q}`+"\n", tc.msg))
+		_, err := c.Cancel(ctx, someID)
+		if err == nil || err.Error() != tc.want.Error() {
+			t.Errorf("%d %q: error %v, want %q", tc.status, tc.msg, err, tc.want)
+		}
+		if sentinel := errors.Unwrap(tc.want); !errors.Is(err, sentinel) {
+			t.Errorf("%d %q: error %v does not wrap %v", tc.status, tc.msg, err, sentinel)
+		}
+	}
+}
+
+// An http:// URL for a daemon that serves HTTPS is told to use https://.
+func TestHTTPToTLSDaemonSaysUseHTTPS(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	plain := strings.Replace(srv.URL, "https://", "http://", 1)
+	c, err := client.NewHTTP(plain, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_, err = c.Get(ctx, someID)
+	if want := "leasehold daemon at " + plain + " serves HTTPS: use " + srv.URL; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Get over http:// from a TLS daemon: %v, want %q", err, want)
+	}
+}
