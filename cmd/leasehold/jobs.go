@@ -465,7 +465,14 @@ func waitIDsTimedOut(parent context.Context, c *client, o *waitOpts, ids []strin
 	if len(notFinal) == 0 {
 		return nil // all final after all, as the timeout passed
 	}
-	return failf("timed out after %s: %d of %d jobs are not final yet (%s first%s): raise %s or wait again", o.timeout, len(notFinal), len(ids), notFinal[0], unread, o.timeoutFlag)
+	if len(ids) == 1 {
+		return failf("timed out after %s: job %s is not final yet%s: raise %s or wait again", o.timeout, notFinal[0], unread, o.timeoutFlag)
+	}
+	are := "are"
+	if len(notFinal) == 1 {
+		are = "is"
+	}
+	return failf("timed out after %s: %d of %d jobs %s not final yet (%s first%s): raise %s or wait again", o.timeout, len(notFinal), len(ids), are, notFinal[0], unread, o.timeoutFlag)
 }
 
 func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer, p *meter) error {

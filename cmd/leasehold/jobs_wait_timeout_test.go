@@ -21,7 +21,7 @@ func TestJobsWaitTimeoutPrintsJobsAsTheyAre(t *testing.T) {
 	if cancelled.Job == nil || cancelled.Job.State != coordinator.StateCancelled {
 		t.Fatalf("cancel: %+v, want cancelled", cancelled.Job)
 	}
-	const want = "1 of 2 jobs are not final yet (" // the cancelled one is final
+	const want = "1 of 2 jobs is not final yet (" // the cancelled one is final
 
 	code, out, errs := runInProcess("jobs", "wait", pending.ID, done.ID, "--json", "--timeout", "50ms", "--server", e.srv.URL)
 	checkWaitTimeoutError(t, "--json", code, errs, want)
@@ -66,4 +66,15 @@ func checkWaitTimeoutError(t *testing.T, what string, code int, stderr, want str
 		!strings.Contains(stderr, want) || !strings.Contains(stderr, "raise --timeout or wait again") {
 		t.Errorf("%s: stderr %q, want one line saying it timed out with %q and what to do", what, stderr, want)
 	}
+}
+
+// A wait for one job that times out names it, in the singular.
+func TestJobsWaitTimeoutOneJob(t *testing.T) {
+	e := newAPIEnv(t, envOpts{noWorker: true})
+	j := e.create(t, createRequest{Kind: "echo"})
+	code, out, errs := runInProcess("jobs", "wait", j.ID, "--timeout", "50ms", "--server", e.srv.URL)
+	if out != "" {
+		t.Errorf("stdout %q, want nothing: the job is not final", out)
+	}
+	checkWaitTimeoutError(t, "one job", code, errs, "timed out after 50ms: job "+j.ID+" is not final yet: raise --timeout or wait again")
 }
