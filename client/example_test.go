@@ -36,7 +36,13 @@ func exampleDaemon() (*coordinator.Coordinator, func()) {
 		panic(err)
 	}
 	coord, _ := coordinator.New(store, coordinator.Config{Logger: quiet()})
-	w, _ := worker.New(coord, worker.Config{Queues: []string{"mail"}})
+	// Embedded: re-queue what a crashed process left running (a new
+	// directory has none).
+	if _, err := coord.Reap(context.Background(), nil, nil); err != nil {
+		panic(err)
+	}
+	// Maintain: retries and delayed jobs become available.
+	w, _ := worker.New(coord, worker.Config{Queues: []string{"mail"}, Maintain: true})
 	worker.HandleArgs(w, func(ctx context.Context, j *worker.Job, a SendEmail) error {
 		return j.SetResult("sent " + a.Subject + " to " + a.To)
 	})
@@ -44,7 +50,10 @@ func exampleDaemon() (*coordinator.Coordinator, func()) {
 		panic(err)
 	}
 	return coord, func() {
-		_ = w.Stop(context.Background())
+		// Drain for up to 10 s, then interrupt; then close the store.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
 		_ = store.Close()
 		_ = os.RemoveAll(dir)
 	}

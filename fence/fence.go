@@ -25,9 +25,12 @@ func (t Token) IsZero() bool { return t == 0 }
 func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
 
 // Validates checks t against the highest token a resource outside the store
-// has accepted so far (zero if none). A resource that writes only when
-// Validates returns nil, and then remembers t, never accepts a write from a
-// run that was superseded: this is how side effects are fenced.
+// has accepted so far for the same job (zero if none). A resource that
+// writes only when Validates returns nil, and then remembers t for that
+// job, never accepts a write from a run that was superseded: this is how
+// side effects are fenced. Keep the highest token per job (or per job and
+// resource): tokens of different jobs are revisions of one store, ordered
+// by claim time, and two jobs claimed together share one.
 func (t Token) Validates(highest Token) error {
 	if t.IsZero() {
 		return fmt.Errorf("%w: zero token", ErrStaleToken)

@@ -49,6 +49,10 @@
 //     the retention; "periodic" with a short retention compacts within about
 //     that retention.
 //
-// Everything this package starts is stopped and awaited when the test ends,
-// so it can be used with go.uber.org/goleak.
+// Everything this package starts is stopped and awaited when the test ends
+// (in t.Cleanup), so it can be used with go.uber.org/goleak: call
+// goleak.VerifyTestMain(m) in TestMain, or register
+// t.Cleanup(func() { goleak.VerifyNone(t) }) before starting a cluster
+// (cleanups run last-registered first). A deferred goleak.VerifyNone(t)
+// runs before the cleanups, while the members still run, and fails.
 package etcdtest

@@ -9,7 +9,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
+	"github.com/leasehold/leasehold/worker"
 )
 
 // A test starts a server with Start and gets a client with Client; both are
@@ -48,6 +51,42 @@ func ExampleStart() {
 		cli := srv.Client(t) // closed when the test ends, before the server
 		if _, err := cli.Put(context.Background(), "k", "v"); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// A test of a program's jobs in shared mode: a queue on a server of its
+// own, with a worker that maintains and reaps as a daemon's does.
+func Example_queue() {
+	_ = func(t *testing.T) {
+		srv := etcdtest.Start(t)
+		store := etcdkv.New(srv.Client(t), etcdkv.Options{})
+		t.Cleanup(func() { _ = store.Close() })
+		coord, err := coordinator.New(store, coordinator.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := worker.New(coord, worker.Config{Maintain: true, Reap: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Handle("email", func(ctx context.Context, j *worker.Job) error { return nil })
+		if err := w.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // registered after the store's: runs before it
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = w.Stop(ctx)
+		})
+		res, err := coord.Enqueue(context.Background(), coordinator.EnqueueParams{Kind: "email"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if j, err := coord.Wait(ctx, res.Job.ID); err != nil || j.State != coordinator.StateCompleted {
+			t.Fatalf("job %v, %v", j, err)
 		}
 	}
 }
