@@ -32,6 +32,43 @@
 // Maintain also enqueues Config.Periodic schedules while it is the elected
 // maintenance leader, and Config.QueueConcurrency bounds its jobs per queue.
 //
+// A handler that checkpoints its progress (Job.Checkpoint) reads, on a
+// later run, what the earlier ones recorded with Job.LastCheckpoint, or raw
+// as j.Job.Checkpoint (the method hides the field): JSON null, not an
+// empty RawMessage, when there is none.
+//
 // Execution is at least once. Side effects outside the store should be
 // fenced with Job.Token or made idempotent with Job.IdempotencyKey.
+//
+// # Running a worker
+//
+// Scheduled, retryable and snoozed jobs become available only while some
+// worker on the store has Config.Maintain (in shared mode one, elected,
+// suffices); in shared mode the jobs of a daemon whose lease expired are
+// re-queued only by a worker with Config.Reap. In embedded mode leases do
+// not expire while the process lives: what a crashed process left running
+// is re-queued by one coordinator.Reap call after opening the store.
+// Start's ctx bounds only the start; Stop stops the worker, with a ctx
+// whose deadline bounds the drain, and goes before closing the store:
+//
+//	store, err := localstore.Open(dir, localstore.Options{})
+//	...
+//	defer store.Close() // runs after w.Stop below
+//	c, err := coordinator.New(store, coordinator.Config{})
+//	...
+//	if _, err := c.Reap(ctx, nil, nil); err != nil { // embedded mode only
+//		...
+//	}
+//	w, err := worker.New(c, worker.Config{Maintain: true})
+//	...
+//	w.Handle("resize", resize)
+//	if err := w.Start(ctx); err != nil {
+//		...
+//	}
+//	<-ctx.Done() // a signal.NotifyContext, say: it does not stop w
+//	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+//	defer cancel()
+//	if err := w.Stop(sctx); err != nil {
+//		...
+//	}
 package worker

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -15,7 +16,9 @@ import (
 )
 
 // openExample opens an embedded store and a quiet coordinator for an
-// example; close releases them.
+// example, and re-queues what a previous process left running (in
+// embedded mode, once after opening the store); close releases them, after
+// the example's workers are stopped.
 func openExample(cfg coordinator.Config) (c *coordinator.Coordinator, close func()) {
 	dir, _ := os.MkdirTemp("", "leasehold-example")
 	store, err := localstore.Open(dir, localstore.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -27,7 +30,18 @@ func openExample(cfg coordinator.Config) (c *coordinator.Coordinator, close func
 	if err != nil {
 		panic(err)
 	}
+	if _, err := c.Reap(context.Background(), nil, nil); err != nil {
+		panic(err)
+	}
 	return c, func() { _ = store.Close(); _ = os.RemoveAll(dir) }
+}
+
+// stopWorker stops w with a deadline for its drain: Stop waits for running
+// handlers until its ctx ends.
+func stopWorker(w *worker.Worker) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_ = w.Stop(ctx)
 }
 
 func waitFinal(c *coordinator.Coordinator, id string) *coordinator.Job {
@@ -70,14 +84,14 @@ func ExampleMiddleware() {
 			return err
 		}
 	}
-	w, _ := worker.New(c, worker.Config{Middleware: []worker.Middleware{logging, tenancy}})
+	w, _ := worker.New(c, worker.Config{Maintain: true, Middleware: []worker.Middleware{logging, tenancy}})
 	w.Handle("bill", func(ctx context.Context, j *worker.Job) error {
 		fmt.Println("billing tenant", ctx.Value(ctxKey{}))
 		return nil
 	})
 	ctx := context.Background()
 	_ = w.Start(ctx)
-	defer w.Stop(ctx)
+	defer stopWorker(w)
 	res, _ := c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "bill"})
 	fmt.Println(waitFinal(c, res.Job.ID).State)
 	// Output:
@@ -102,7 +116,7 @@ func ExampleWorker_HandleWith() {
 	})
 	ctx := context.Background()
 	_ = w.Start(ctx)
-	defer w.Stop(ctx)
+	defer stopWorker(w)
 	res, _ := c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "webhook"})
 	j := waitFinal(c, res.Job.ID)
 	fmt.Println(j.State, "after", j.Attempt, "attempts:", j.Errors[len(j.Errors)-1].Error)
@@ -120,13 +134,13 @@ func (emailArgs) Kind() string { return "email" }
 func ExampleHandleArgs() {
 	c, closeStore := openExample(coordinator.Config{})
 	defer closeStore()
-	w, _ := worker.New(c, worker.Config{})
+	w, _ := worker.New(c, worker.Config{Maintain: true})
 	worker.HandleArgs(w, func(ctx context.Context, j *worker.Job, a emailArgs) error {
 		return j.SetResult("sent to " + a.To)
 	})
 	ctx := context.Background()
 	_ = w.Start(ctx)
-	defer w.Stop(ctx)
+	defer stopWorker(w)
 	payload, _ := json.Marshal(emailArgs{To: "ada@example.com"})
 	res, _ := c.Enqueue(ctx, coordinator.EnqueueParams{Kind: emailArgs{}.Kind(), Payload: payload})
 	fmt.Println(string(waitFinal(c, res.Job.ID).Result))
@@ -150,7 +164,7 @@ func ExampleConfig_periodic() {
 	})
 	ctx := context.Background()
 	_ = w.Start(ctx)
-	defer w.Stop(ctx)
+	defer stopWorker(w)
 	key := <-ran
 	fmt.Println(strings.HasPrefix(key, "periodic:heartbeat:"))
 	states, _ := c.ListPeriodic(ctx)
@@ -168,14 +182,51 @@ func ExampleConfig_queueConcurrency() {
 	ctx := context.Background()
 	_, _, _ = c.SetQueueLimit(ctx, "pdf", 4) // at most 4 across the cluster
 	w, _ := worker.New(c, worker.Config{
+		Maintain:         true,
 		Concurrency:      20,
 		Queues:           []string{"default", "pdf"},
 		QueueConcurrency: map[string]int{"pdf": 2}, // at most 2 on this daemon
 	})
 	w.Handle("render", func(ctx context.Context, j *worker.Job) error { return nil })
 	_ = w.Start(ctx)
-	defer w.Stop(ctx)
+	defer stopWorker(w)
 	res, _ := c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "render", Queue: "pdf"})
 	fmt.Println(waitFinal(c, res.Job.ID).State)
 	// Output: completed
+}
+
+// A handler that checkpoints its progress resumes from it on a later run:
+// here the first attempt records step 2 and fails, and the retry (made
+// available by the maintaining worker) starts from step 2.
+func ExampleJob_LastCheckpoint() {
+	c, closeStore := openExample(coordinator.Config{})
+	defer closeStore()
+	w, _ := worker.New(c, worker.Config{Maintain: true})
+	w.Handle("import", func(ctx context.Context, j *worker.Job) error {
+		var p struct{ Step int }
+		if ok, err := j.LastCheckpoint(&p); err != nil {
+			return worker.JobCancel(err)
+		} else if ok {
+			fmt.Println("attempt", j.Attempt, "resumes at step", p.Step)
+		} else {
+			fmt.Println("attempt", j.Attempt, "starts afresh")
+		}
+		if j.Attempt == 1 {
+			p.Step = 2
+			if err := j.Checkpoint(ctx, p); err != nil {
+				return err
+			}
+			return worker.JobRetryAt(time.Now(), errors.New("connection reset"))
+		}
+		return nil
+	})
+	ctx := context.Background()
+	_ = w.Start(ctx)
+	defer stopWorker(w)
+	res, _ := c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "import", MaxAttempts: 2})
+	fmt.Println(waitFinal(c, res.Job.ID).State)
+	// Output:
+	// attempt 1 starts afresh
+	// attempt 2 resumes at step 2
+	// completed
 }

@@ -18,7 +18,8 @@ type resize struct {
 }
 
 // An embedded queue: a Pebble directory, the state machine over it, and a
-// worker with one typed handler.
+// worker with one typed handler. The store is closed after the worker is
+// stopped (deferred first, it runs last).
 func Example() {
 	dir, _ := os.MkdirTemp("", "leasehold-example")
 	defer os.RemoveAll(dir)
@@ -29,8 +30,14 @@ func Example() {
 	defer store.Close()
 	coord, _ := coordinator.New(store, coordinator.Config{Logger: slog.New(slog.DiscardHandler)})
 	ctx := context.Background()
-	_, _ = coord.Reap(ctx, nil, nil) // re-queue what a previous process left running
+	// Embedded mode: re-queue what a previous process left running (its
+	// leases ended with it), once, before starting workers.
+	if _, err := coord.Reap(ctx, nil, nil); err != nil {
+		panic(err)
+	}
 
+	// Maintain: without a maintaining worker, retried and snoozed jobs
+	// would never become available again.
 	w, _ := worker.New(coord, worker.Config{Concurrency: 4, Maintain: true})
 	w.Handle("resize", worker.Typed(func(ctx context.Context, j *worker.Job, args resize) error {
 		// j.Token fences side effects; j.IdempotencyKey() is stable per attempt.
@@ -39,7 +46,13 @@ func Example() {
 	if err := w.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer w.Stop(ctx)
+	defer func() {
+		// Start's ctx does not stop the worker: Stop does, draining
+		// running handlers until its ctx ends, so give it a deadline.
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	}()
 
 	res, _ := coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "resize", Payload: []byte(`{"path":"a.png","width":640}`)})
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)

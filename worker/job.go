@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,13 @@ import (
 
 // Job is what a handler receives: the job as claimed (with its fencing
 // token and attempt number) and the means to write for the run.
+//
+// The method Checkpoint hides the embedded field of the same name: the
+// checkpoint that earlier runs recorded is j.Job.Checkpoint, or decoded
+// with LastCheckpoint. Read from the store, a job that never
+// checkpointed holds JSON null there (the 4 bytes "null", not an empty
+// RawMessage; nil only in a record without the field), and so does
+// j.Job.Result of a job without a result.
 type Job struct {
 	coordinator.Job
 
@@ -21,9 +29,11 @@ type Job struct {
 	result json.RawMessage
 }
 
-// Checkpoint records v (marshalled to JSON) under the run's fence. A retry
-// of the job sees it in Job.Checkpoint. An error wrapping fence.ErrLeaseLost
-// means the run is over: return.
+// Checkpoint records v (marshalled to JSON) under the run's fence. A later
+// run of the job (a retry, a run after a snooze or a lost lease) reads it
+// with LastCheckpoint, or raw as j.Job.Checkpoint (this method hides that
+// field). An error wrapping fence.ErrLeaseLost means the run is over:
+// return.
 func (j *Job) Checkpoint(ctx context.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -36,6 +46,21 @@ func (j *Job) Checkpoint(ctx context.Context, v any) error {
 		return fmt.Errorf("%w: %w", fence.ErrLeaseLost, err)
 	}
 	return err
+}
+
+// LastCheckpoint decodes into v the checkpoint recorded by earlier runs
+// of the job (j.Job.Checkpoint, as claimed: not one this run recorded) and
+// reports whether there was one. A job that never checkpointed, or whose
+// last checkpoint was nil, has none: ok is false and v is left alone.
+func (j *Job) LastCheckpoint(v any) (ok bool, err error) {
+	cp := bytes.TrimSpace(j.Job.Checkpoint)
+	if len(cp) == 0 || bytes.Equal(cp, []byte("null")) {
+		return false, nil
+	}
+	if err := json.Unmarshal(cp, v); err != nil {
+		return false, fmt.Errorf("worker: decode checkpoint of %s job %s: %w", j.Kind, j.ID, err)
+	}
+	return true, nil
 }
 
 // SetResult sets what is recorded as the job's result when the handler
@@ -51,8 +76,9 @@ func (j *Job) SetResult(v any) error {
 	return nil
 }
 
-// Fence returns the predicate that external systems can check: the run's
-// token on the job's ownership key.
+// Fence returns the run's fencing token, the same as j.Token, for
+// external systems to fence the run's side effects per job (see
+// fence.Token.Validates).
 func (j *Job) Fence() fence.Token { return j.run.Token() }
 
 // Decode unmarshals the payload into v.

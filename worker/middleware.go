@@ -47,14 +47,21 @@ func (w *Worker) HandleWith(kind string, h Handler, o KindOptions) {
 // T.Kind() (called on T's zero value, so it must not depend on the value,
 // as River's JobArgs), and the payload is decoded into a T first; a payload
 // that does not decode cancels the job. o, if given, are the kind's
-// options.
+// options: at most one. It panics as HandleWith does, and if given more
+// than one KindOptions, as all are programming errors.
 func HandleArgs[T interface{ Kind() string }](w *Worker, fn func(ctx context.Context, j *Job, args T) error, o ...KindOptions) {
 	var zero T
+	kind := zero.Kind()
+	if len(o) > 1 {
+		// Which one was meant cannot be told: merging or picking one
+		// would silently drop settings.
+		panic(fmt.Sprintf("worker: HandleArgs for kind %s given %d KindOptions: pass at most one", kind, len(o)))
+	}
 	var opts KindOptions
 	if len(o) > 0 {
 		opts = o[0]
 	}
-	w.HandleWith(zero.Kind(), Typed(fn), opts)
+	w.HandleWith(kind, Typed(fn), opts)
 }
 
 // chain wraps h in mws, the first outermost.

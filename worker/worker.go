@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/fence"
 )
 
@@ -32,13 +33,21 @@ type Config struct {
 	// LeaseMargin is subtracted from the session's validity deadline.
 	// Default: LeaseTTL/5.
 	LeaseMargin time.Duration
-	// LeaseTTL is the session lease TTL. Default: 30s; at least 2s.
+	// LeaseTTL is the session lease TTL, in whole seconds (etcd grants
+	// whole seconds), at least coordinator.MinLeaseTTL (2s); New refuses
+	// others. Default: 30s.
 	LeaseTTL time.Duration
 	// Logger receives structured logs. Default: the coordinator's.
 	Logger *slog.Logger
-	// Maintain makes this worker a candidate for running the promotion and
-	// retention loop, which runs on one elected worker at a time.
-	// Default: false.
+	// Maintain makes this worker a candidate for running the maintenance
+	// loop, which runs on one elected worker at a time: it makes
+	// scheduled, retryable and snoozed jobs available when their time
+	// comes, purges finished jobs past retention and enqueues Periodic.
+	// Those jobs become available only while some worker on the store
+	// maintains; with none, they stay scheduled or retryable for ever
+	// (Start logs it when this worker does not maintain). In shared mode
+	// one elected worker suffices; set it on several for failover. The
+	// daemon always sets it. Default: false.
 	Maintain bool
 	// OnOutcome, if set, is called once per run after its outcome was
 	// written, refused or abandoned: for metrics, tracing and the cluster
@@ -56,8 +65,15 @@ type Config struct {
 	PollInterval time.Duration
 	// Queues are served round-robin. Default: ["default"].
 	Queues []string
-	// Reap runs the reaper loop in this worker (shared mode). Default:
-	// false.
+	// Reap runs the reaper loop in this worker: it re-queues running jobs
+	// whose daemon's lease expired or was revoked. In shared mode the jobs
+	// of a daemon whose lease expired (it crashed, or was cut off) are
+	// re-queued only by a worker with Reap; with none on the store they
+	// stay running for ever. The daemon sets it in shared mode. In
+	// embedded mode leases do not expire while the process lives, and
+	// the jobs a crashed process left running are re-queued by one
+	// coordinator.Reap(ctx, nil, nil) call after opening the store and
+	// before starting workers, as the daemon does. Default: false.
 	Reap bool
 	// ReapInterval is the reaper's periodic scan. Default: 10s.
 	ReapInterval time.Duration
@@ -122,12 +138,24 @@ func (cfg Config) withDefaults(c *coordinator.Coordinator) (Config, error) {
 	if cfg.Concurrency < 0 || cfg.DefaultTimeout < 0 || cfg.AbandonGrace < 0 || cfg.PollInterval < 0 || cfg.ReapInterval < 0 {
 		return cfg, fmt.Errorf("%w: negative worker setting", coordinator.ErrInvalid)
 	}
+	if err := validLeaseTTL(cfg.LeaseTTL); err != nil {
+		return cfg, err
+	}
 	for _, q := range cfg.Queues {
 		if err := coordinator.ValidateQueue(q); err != nil {
 			return cfg, err
 		}
 	}
 	return cfg, cfg.validateFeatures(c)
+}
+
+// validLeaseTTL checks ttl as the session will at Start (see
+// coordinator.SessionConfig), so that New refuses what Start would.
+func validLeaseTTL(ttl time.Duration) error {
+	if ttl < coordinator.MinLeaseTTL || ttl%time.Second != 0 {
+		return fmt.Errorf("%w: lease TTL %s: want whole seconds, at least %s", coordinator.ErrInvalid, ttl, coordinator.MinLeaseTTL)
+	}
+	return nil
 }
 
 // Worker claims and runs jobs. Create it with New, register handlers, then
@@ -296,6 +324,8 @@ func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 // Start opens a session and starts claiming. It returns once work is
 // running, or the error that prevented it (then Start may be called
 // again). ctx bounds only the start; a Stop called meanwhile waits for it.
+// Cancelling ctx after Start returned does not stop the worker (nor does
+// the end of a signal.NotifyContext given to Start): Stop does.
 func (w *Worker) Start(ctx context.Context) error {
 	if len(w.handlers) == 0 {
 		return fmt.Errorf("%w: worker has no handlers", coordinator.ErrInvalid)
@@ -354,6 +384,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.goLoop(func() { _ = w.c.RunReaper(w.loopCtx, w.isRunning, w.cfg.ReapInterval) })
 	}
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Any("queues", w.cfg.Queues), slog.Any("kinds", w.Kinds()))
+	if !w.cfg.Maintain {
+		// Silent otherwise: a library user who left it unset sees jobs
+		// stay scheduled or retryable and nothing saying why.
+		w.log.Info("worker does not maintain (Config.Maintain is false): scheduled, retryable and snoozed jobs become available only while another worker on the store maintains")
+	}
 	return nil
 }
 
@@ -1055,7 +1090,13 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		op = func(ctx context.Context) error { return r.Snooze(ctx, max(snooze.d, 0)) }
 	case errors.As(herr, &cancelled):
 		out.Op = "cancel"
-		op = func(ctx context.Context) error { return r.Cancel(ctx, cancelled.err) }
+		cerr := cancelled.err
+		if herr != error(cancelled) {
+			// Wrapped or joined: what the handler said around it (its
+			// context, a sibling error) is recorded too.
+			cerr = herr
+		}
+		op = func(ctx context.Context) error { return r.Cancel(ctx, cerr) }
 	case a.cancelRequested.Load():
 		out.Op = "cancel"
 		cerr := ErrCancelRequested
@@ -1121,6 +1162,10 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			herr, out.Op = cause, "fail"
 			op = func(ctx context.Context) error { return r.Fail(ctx, cause, coordinator.FailOpts{Discard: true}) }
 			continue
+		case errors.Is(err, kv.ErrClosed):
+			// No retry can succeed: the store was closed under the worker.
+			w.runLog(r).Error("cannot record outcome: the store is closed (stop workers before closing it); the job stays running until it is re-queued", slog.Any("err", err))
+			return
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
 			w.runLog(r).Warn("outcome unknown: an attempt's reply was lost and the session ended; the job's record says what happened", slog.Any("err", err))
 			return
@@ -1164,6 +1209,17 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 // long, then given up (its job is re-queued once the session's lease is
 // revoked). A Stop called while another runs waits for it, but cuts the
 // drain short as its own ctx ends.
+//
+// ctx is the drain's deadline: with one that never ends
+// (context.Background()), Stop waits as long as a handler runs, for ever
+// for one that waits on its own context. Pass one with a deadline, such
+// as context.WithTimeout(context.Background(), 30*time.Second).
+//
+// Stop the worker before closing the store. A Stop that finds the store
+// closed cuts the drain at once (nothing can be recorded any more) and
+// returns an error wrapping kv.ErrClosed; the jobs it was running stay
+// running until they are re-queued (coordinator.Reap after the next open,
+// or a reaper once the lease expires).
 func (w *Worker) Stop(ctx context.Context) error {
 	if !w.stopBegun.CompareAndSwap(false, true) {
 		select {
@@ -1194,23 +1250,54 @@ func (w *Worker) Stop(ctx context.Context) error {
 			w.handlersWG.Wait()
 			close(drained)
 		}()
-		select {
-		case <-drained:
-		case <-ctx.Done():
-			// Running handlers are interrupted. With none running
-			// (and none to start: claims give their jobs back now),
-			// only outcome writes remain, which finish on their own:
-			// the drain did not miss its deadline.
-			if n := w.Running(); n > 0 {
-				err = fmt.Errorf("worker: drain: %w", ctx.Err())
-				w.log.Warn("drain deadline passed: cancelling running handlers", slog.Int("running", n))
+		// Is the store still open? Closed before Stop, it refuses every
+		// outcome: draining would only wait out ctx. The probe is a read
+		// in the namespace (not a lease renewal, which would keep alive
+		// a lease this worker may have stopped trusting).
+		probe := make(chan error, 1)
+		pctx, pcancel := context.WithCancel(context.Background())
+		go func() {
+			_, perr := w.c.QueueConfig(pctx, w.cfg.Queues[0])
+			probe <- perr
+		}()
+		storeClosed := false
+	drain:
+		for {
+			select {
+			case <-drained:
+				break drain
+			case perr := <-probe:
+				probe = nil // answered: a nil channel is never ready
+				if !errors.Is(perr, kv.ErrClosed) {
+					continue
+				}
+				storeClosed = true
+				w.log.Warn("the store was closed before the worker stopped: cancelling running handlers, whose outcomes cannot be recorded", slog.Int("running", w.Running()))
+				w.cutDrain()
+				<-drained
+				break drain
+			case <-ctx.Done():
+				// Running handlers are interrupted. With none running
+				// (and none to start: claims give their jobs back now),
+				// only outcome writes remain, which finish on their own:
+				// the drain did not miss its deadline.
+				if n := w.Running(); n > 0 {
+					err = fmt.Errorf("worker: drain: %w", ctx.Err())
+					w.log.Warn("drain deadline passed: cancelling running handlers", slog.Int("running", n))
+				}
+				w.cutDrain()
+				<-drained
+				break drain
+			case <-w.force:
+				w.log.Warn("drain deadline of a concurrent Stop passed: cancelling running handlers", slog.Int("running", w.Running()))
+				w.cutDrain()
+				<-drained
+				break drain
 			}
-			w.cutDrain()
-			<-drained
-		case <-w.force:
-			w.log.Warn("drain deadline of a concurrent Stop passed: cancelling running handlers", slog.Int("running", w.Running()))
-			w.cutDrain()
-			<-drained
+		}
+		pcancel()
+		if probe != nil {
+			<-probe
 		}
 		w.runCancel(ErrShutdown)
 		// Drained: no run starts any more, and every finisher is idle.
@@ -1222,6 +1309,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 		defer cancel()
 		if cerr := w.sess.Load().Close(cctx); cerr != nil {
 			w.log.Warn("closing session", slog.Any("err", cerr))
+			storeClosed = storeClosed || errors.Is(cerr, kv.ErrClosed)
+		}
+		if storeClosed {
+			err = fmt.Errorf("worker: stop: %w: close the store only after Stop returns; the jobs the worker was running stay running until re-queued (coordinator.Reap after the next open, or a reaper once the lease expires)", kv.ErrClosed)
 		}
 		w.sessCancel()
 		w.log.Info("worker stopped")
