@@ -94,8 +94,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("--mode %q: want shared or embedded", cfg.mode)
 	case cfg.daemons < 1 || cfg.daemons > 16:
 		return cfg, fmt.Errorf("--daemons %d: want 1 to 16", cfg.daemons)
-	case cfg.leaseTTL < 2*time.Second || cfg.leaseTTL%time.Second != 0:
-		return cfg, fmt.Errorf("--lease-ttl %s: want whole seconds, at least 2s", cfg.leaseTTL)
+	case coordinator.ValidateLeaseTTL(cfg.leaseTTL) != nil:
+		return cfg, fmt.Errorf("--lease-ttl %s: want whole seconds, at least %s", cfg.leaseTTL, coordinator.MinLeaseTTL)
 	case cfg.rate <= 0 || cfg.concurrency < 1:
 		return cfg, fmt.Errorf("--rate and --concurrency must be positive")
 	}

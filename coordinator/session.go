@@ -38,6 +38,15 @@ const (
 // RenewInterval is how often a session renews: a third of its TTL.
 func (cfg SessionConfig) RenewInterval() time.Duration { return cfg.TTL / 3 }
 
+// ValidateLeaseTTL checks a session lease TTL: whole seconds (etcd grants
+// whole seconds), at least MinLeaseTTL. The error wraps ErrInvalid.
+func ValidateLeaseTTL(ttl time.Duration) error {
+	if ttl < MinLeaseTTL || ttl%time.Second != 0 {
+		return fmt.Errorf("%w: lease TTL %s: want whole seconds, at least %s", ErrInvalid, ttl, MinLeaseTTL)
+	}
+	return nil
+}
+
 // withDefaults fills defaults and checks the timing relationships:
 // TTL > TTL - Margin > renew interval, so a session renews at least once
 // before its deadline, with time to spare.
@@ -48,11 +57,8 @@ func (cfg SessionConfig) withDefaults() (SessionConfig, error) {
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultLeaseTTL
 	}
-	if cfg.TTL < MinLeaseTTL {
-		return cfg, fmt.Errorf("%w: lease TTL %s is below the minimum of %s", ErrInvalid, cfg.TTL, MinLeaseTTL)
-	}
-	if cfg.TTL%time.Second != 0 {
-		return cfg, fmt.Errorf("%w: lease TTL %s: etcd grants whole seconds", ErrInvalid, cfg.TTL)
+	if err := ValidateLeaseTTL(cfg.TTL); err != nil {
+		return cfg, err
 	}
 	if cfg.Margin == 0 {
 		cfg.Margin = cfg.TTL / 5

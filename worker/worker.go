@@ -138,7 +138,9 @@ func (cfg Config) withDefaults(c *coordinator.Coordinator) (Config, error) {
 	if cfg.Concurrency < 0 || cfg.DefaultTimeout < 0 || cfg.AbandonGrace < 0 || cfg.PollInterval < 0 || cfg.ReapInterval < 0 {
 		return cfg, fmt.Errorf("%w: negative worker setting", coordinator.ErrInvalid)
 	}
-	if err := validLeaseTTL(cfg.LeaseTTL); err != nil {
+	// Checked here as the session will at Start, so that New refuses
+	// what Start would.
+	if err := coordinator.ValidateLeaseTTL(cfg.LeaseTTL); err != nil {
 		return cfg, err
 	}
 	for _, q := range cfg.Queues {
@@ -147,15 +149,6 @@ func (cfg Config) withDefaults(c *coordinator.Coordinator) (Config, error) {
 		}
 	}
 	return cfg, cfg.validateFeatures(c)
-}
-
-// validLeaseTTL checks ttl as the session will at Start (see
-// coordinator.SessionConfig), so that New refuses what Start would.
-func validLeaseTTL(ttl time.Duration) error {
-	if ttl < coordinator.MinLeaseTTL || ttl%time.Second != 0 {
-		return fmt.Errorf("%w: lease TTL %s: want whole seconds, at least %s", coordinator.ErrInvalid, ttl, coordinator.MinLeaseTTL)
-	}
-	return nil
 }
 
 // Worker claims and runs jobs. Create it with New, register handlers, then

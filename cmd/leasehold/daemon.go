@@ -149,7 +149,7 @@ func (o *daemonOpts) validate() error {
 		return usagef("--data is empty: pass a data directory")
 	case o.concurrency < 1 || o.concurrency > maxConcurrency:
 		return usagef("--concurrency %d: want 1 to %d", o.concurrency, maxConcurrency)
-	case o.leaseTTL < coordinator.MinLeaseTTL || o.leaseTTL%time.Second != 0:
+	case coordinator.ValidateLeaseTTL(o.leaseTTL) != nil:
 		return usagef("--lease-ttl %s: want whole seconds, at least %s", o.leaseTTL, coordinator.MinLeaseTTL)
 	case o.shutdownTimeout < 0:
 		return usagef("--shutdown-timeout %s is negative: want a duration such as 30s, or 0 to interrupt running jobs at once", o.shutdownTimeout)
