@@ -12,7 +12,6 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
-	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -88,14 +87,8 @@ func TestStartSaysWhenNotMaintaining(t *testing.T) {
 // session's validity deadline) and returned "drain: context deadline
 // exceeded".
 func TestStopAfterStoreClosed(t *testing.T) {
-	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := coordinator.New(s, coordinator.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t, nil) // closes the store again at the end: harmless
+	s, c := e.store, e.c
 	started := make(chan struct{})
 	causes := make(chan error, 1)
 	outcomes := make(chan worker.Outcome, 1)
@@ -145,14 +138,8 @@ func TestStopAfterStoreClosed(t *testing.T) {
 // TestStopIdleAfterStoreClosed: Stop of an idle worker whose store was
 // closed first says so too; it returned nil, hiding the wrong order.
 func TestStopIdleAfterStoreClosed(t *testing.T) {
-	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := coordinator.New(s, coordinator.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t, nil) // closes the store again at the end: harmless
+	s, c := e.store, e.c
 	w, err := worker.New(c, worker.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -283,14 +270,8 @@ func TestLastCheckpoint(t *testing.T) {
 // because it was closed is given up at once (no retry can succeed),
 // saying so; it was retried until the session's validity deadline.
 func TestOutcomeGivesUpOnClosedStore(t *testing.T) {
-	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := coordinator.New(s, coordinator.Config{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := newEnv(t, nil) // closes the store again at the end: harmless
+	s, c := e.store, e.c
 	started, release := make(chan struct{}), make(chan struct{})
 	outcomes := make(chan worker.Outcome, 1)
 	w, err := worker.New(c, worker.Config{
