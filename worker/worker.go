@@ -1092,11 +1092,16 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		op = func(ctx context.Context) error { return r.Cancel(ctx, cerr) }
 	case a.cancelRequested.Load():
 		out.Op = "cancel"
+		// What the handler said on its way out (a partial upload, a
+		// command's stderr, a panic) is kept: as it is if it names the
+		// cancel already, else beside it. Its context's bare error would
+		// only repeat the cancel.
 		cerr := ErrCancelRequested
-		if herr != nil && !errors.Is(herr, context.Canceled) && !errors.Is(herr, ErrCancelRequested) {
-			// What the handler said on its way out (a partial upload, a
-			// panic) is kept beside the cancel; its context's own error
-			// would only repeat it.
+		switch {
+		case herr == nil || herr == context.Canceled || herr == ErrCancelRequested:
+		case errors.Is(herr, ErrCancelRequested):
+			cerr = herr
+		default:
 			cerr = fmt.Errorf("%w (the handler returned: %w)", ErrCancelRequested, herr)
 		}
 		op = func(ctx context.Context) error { return r.Cancel(ctx, cerr) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -444,18 +445,23 @@ func TestGracefulStopAfterSessionRenewal(t *testing.T) {
 // error has the cancel alone.
 func TestCancelRequestKeepsHandlerError(t *testing.T) {
 	e := newEnv(t, nil)
-	started := make(chan string, 2)
+	started := make(chan string, 4)
 	e.worker(worker.Config{}, map[string]worker.Handler{
 		"long": func(ctx context.Context, j *worker.Job) error {
 			started <- j.ID
 			<-ctx.Done()
-			if string(j.Payload) == `"own"` {
+			switch string(j.Payload) {
+			case `"own"`:
 				return errors.New("partial upload of 3 files")
+			case `"cause"`: // as an --exec command's error names it
+				return fmt.Errorf("command stopped (%w): killed", context.Cause(ctx))
+			case `"wrapped"`:
+				return fmt.Errorf("upload part 3: %w", ctx.Err())
 			}
 			return ctx.Err()
 		},
 	})
-	for _, payload := range []string{`"own"`, `"ctx"`} {
+	for _, payload := range []string{`"own"`, `"ctx"`, `"cause"`, `"wrapped"`} {
 		id := e.enqueue(coordinator.EnqueueParams{Kind: "long", Payload: json.RawMessage(payload)})
 		if got := <-started; got != id {
 			t.Fatalf("started %s, want %s", got, id)
@@ -468,8 +474,13 @@ func TestCancelRequestKeepsHandlerError(t *testing.T) {
 			t.Fatalf("%s: job %s errors %+v", payload, j.State, j.Errors)
 		}
 		want := worker.ErrCancelRequested.Error()
-		if payload == `"own"` {
+		switch payload {
+		case `"own"`:
 			want += " (the handler returned: partial upload of 3 files)"
+		case `"cause"`:
+			want = "command stopped (" + want + "): killed"
+		case `"wrapped"`:
+			want += " (the handler returned: upload part 3: context canceled)"
 		}
 		if got := j.Errors[0].Error; got != want {
 			t.Fatalf("%s: recorded error %q, want %q", payload, got, want)

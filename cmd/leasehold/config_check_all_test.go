@@ -150,3 +150,20 @@ func TestConfigCheckSharedMaxPayload(t *testing.T) {
 		t.Errorf("with room for it: exit %d:\n%s", code, out)
 	}
 }
+
+// config check checks the file, not the environment it runs in: an empty
+// LEASEHOLD_API_TOKEN there neither fails a good file nor hides a bad
+// one's problems.
+func TestConfigCheckIgnoresEmptyTokenVariables(t *testing.T) {
+	dir := t.TempDir()
+	good := writeFile(t, dir, "good.yaml", "concurrency: 5\n")
+	bad := writeFile(t, dir, "bad.yaml", "concurrency: 5\nlease-ttl: 1s\n")
+	for _, env := range []string{"LEASEHOLD_API_TOKEN=", "LEASEHOLD_API_TOKEN_FILE="} {
+		if r := runCLI(t, []string{env}, "", "config", "check", good); r.code != 0 {
+			t.Errorf("%s: good file: exit %d, stderr %s", env, r.code, r.stderr)
+		}
+		if r := runCLI(t, []string{env}, "", "config", "check", bad); r.code != exitUsage || !strings.Contains(r.stdout+r.stderr, "line 2: lease-ttl 1s") {
+			t.Errorf("%s: bad file: exit %d, out %s err %s; want its lease-ttl reported", env, r.code, r.stdout, r.stderr)
+		}
+	}
+}

@@ -163,7 +163,7 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 		reapGroup(pgid)
 
 		if !termAt.IsZero() {
-			return fmt.Errorf("exec %s: command stopped (%v): %s", spec.kind, context.Cause(ctx), describeExit(werr, stderr))
+			return fmt.Errorf("exec %s: command stopped (%w): %s", spec.kind, context.Cause(ctx), describeExit(werr, stderr))
 		}
 		if errors.Is(werr, exec.ErrWaitDelay) {
 			// The command exited 0; a process that left its group

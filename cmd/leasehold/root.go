@@ -213,26 +213,48 @@ func bindEnv(cmd *cobra.Command) error {
 // file). Such a daemon would take changes from anyone. (bindEnv ignores
 // empty variables.) config check makes the same check of a file.
 func checkEmptyToken(cmd *cobra.Command) error {
-	if err := emptyToken(cmd); err != nil {
+	err := emptyTokenEnv(cmd)
+	if err == nil {
+		err = emptyToken(cmd)
+	}
+	if err != nil {
 		return withCommand(cmdName(cmd), err)
 	}
 	return nil
 }
 
-// emptyToken is checkEmptyToken's check, its error without the command's
-// name.
-func emptyToken(cmd *cobra.Command) error {
+// unsetToken reports whether cmd is a daemon whose --api-token and
+// --api-token-file are both empty.
+func unsetToken(cmd *cobra.Command) bool {
 	token, file := cmd.Flags().Lookup("api-token"), cmd.Flags().Lookup("api-token-file")
-	if topCommand(cmd) != "daemon" || token == nil || file == nil ||
-		strings.TrimSpace(token.Value.String()) != "" || strings.TrimSpace(file.Value.String()) != "" {
+	return topCommand(cmd) == "daemon" && token != nil && file != nil &&
+		strings.TrimSpace(token.Value.String()) == "" && strings.TrimSpace(file.Value.String()) == ""
+}
+
+// emptyTokenEnv is checkEmptyToken's check of the environment: a
+// LEASEHOLD_API_TOKEN or LEASEHOLD_API_TOKEN_FILE set but empty (bindEnv
+// ignores empty variables).
+func emptyTokenEnv(cmd *cobra.Command) error {
+	if !unsetToken(cmd) {
 		return nil
 	}
-	for _, name := range []string{"api-token", "api-token-file"} {
-		f := cmd.Flags().Lookup(name)
-		env := envName(name)
-		if v, ok := os.LookupEnv(env); ok && strings.TrimSpace(v) == "" && !f.Changed {
-			return usagef("%s is set but empty: give the token, or unset it to run without one", env)
+	for _, c := range []struct{ name, what string }{
+		{"api-token", "give the token"},
+		{"api-token-file", "name the token's file"},
+	} {
+		env := envName(c.name)
+		if v, ok := os.LookupEnv(env); ok && strings.TrimSpace(v) == "" && !cmd.Flags().Lookup(c.name).Changed {
+			return usagef("%s is set but empty: %s, or unset it to run without a token", env, c.what)
 		}
+	}
+	return nil
+}
+
+// emptyToken is checkEmptyToken's check of the flags, whatever set them
+// (the command line, a config file: config check makes it of a file).
+func emptyToken(cmd *cobra.Command) error {
+	if !unsetToken(cmd) {
+		return nil
 	}
 	if flagSource(cmd, "api-token-file") > 0 {
 		return usagef("%s is set but empty: name the token's file, or leave it unset to run without a token", flagLabel(cmd, "api-token-file"))
