@@ -297,27 +297,44 @@ func addrInUse(err error, cfg Config) error {
 	if !ok {
 		return nil
 	}
-	for _, c := range []struct {
+	urls := []struct {
 		peer bool
 		url  string
-	}{{true, cfg.PeerURL}, {false, cfg.ClientURL}} {
-		if listensOn(c.url, ta) {
-			return &AddrInUseError{Peer: c.peer, URL: c.url, Err: err}
+	}{{true, cfg.PeerURL}, {false, cfg.ClientURL}}
+	// A URL naming the address exactly first; then one naming a host
+	// (etcd resolved it), which could be either.
+	for _, exact := range []bool{true, false} {
+		for _, c := range urls {
+			if listensOn(c.url, ta, exact) {
+				return &AddrInUseError{Peer: c.peer, URL: c.url, Err: err}
+			}
 		}
 	}
 	return nil
 }
 
 // listensOn reports whether listen URL rawURL can be what bound addr: same
-// port and, if the URL names an address, that address (a host name is
-// taken to match: etcd resolved it).
-func listensOn(rawURL string, addr *net.TCPAddr) bool {
+// port and the URL's address (or all interfaces); with exact false, a URL
+// naming a host matches too.
+func listensOn(rawURL string, addr *net.TCPAddr, exact bool) bool {
 	u, err := url.Parse(rawURL)
 	if err != nil || u.Port() != strconv.Itoa(addr.Port) {
 		return false
 	}
-	ip := net.ParseIP(u.Hostname())
-	return ip == nil || ip.Equal(addr.IP) || (ip.IsUnspecified() && (addr.IP == nil || addr.IP.IsUnspecified()))
+	ip := hostIP(u.Hostname())
+	if ip == nil {
+		return !exact
+	}
+	return ip.Equal(addr.IP) || (ip.IsUnspecified() && (addr.IP == nil || addr.IP.IsUnspecified()))
+}
+
+// hostIP returns the address host names: itself if it is one, the
+// loopback address for localhost, else nil.
+func hostIP(host string) net.IP {
+	if strings.EqualFold(host, "localhost") {
+		return net.IPv4(127, 0, 0, 1)
+	}
+	return net.ParseIP(host)
 }
 
 // SameListenAddr reports whether listen URLs a and b would bind the same
@@ -334,7 +351,7 @@ func SameListenAddr(a, b string) bool {
 		return true
 	}
 	ha, hb := ua.Hostname(), ub.Hostname()
-	ia, ib := net.ParseIP(ha), net.ParseIP(hb)
+	ia, ib := hostIP(ha), hostIP(hb)
 	if ia != nil && ib != nil {
 		return ia.Equal(ib)
 	}
@@ -509,7 +526,6 @@ func (h *startHold) release(err error) {
 // flush ends the hold and writes what it held, except the entries about
 // err; h.mu is held.
 func (h *startHold) flush(err error) {
-	h.on.Store(false)
 	for _, e := range h.held {
 		if err != nil && aboutErr(e.fields, err) {
 			continue
@@ -517,6 +533,9 @@ func (h *startHold) flush(err error) {
 		_ = e.core.Write(e.ent, e.fields)
 	}
 	h.held = nil
+	// Off only now: an entry logged meanwhile saw the hold on and waited
+	// for h.mu, so it is written after the held ones, not before.
+	h.on.Store(false)
 }
 
 // aboutErr reports whether fields hold an error that err is or wraps.
