@@ -12,9 +12,8 @@ import (
 // TestEnqueueAtLimit: --at takes times up to coordinator.MaxScheduledAt,
 // 2262-01-01T00:00:00Z itself included (the coordinator clamps retries
 // and snoozes to it: it is a time a job can have), and refuses one a
-// nanosecond later naming both times exactly (the coordinator's check, the
-// one for every way in), not a whole-second rendering that reads as the
-// limit itself.
+// nanosecond later naming the exact limit, not a whole-second rendering
+// that reads as the limit itself.
 func TestEnqueueAtLimit(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
 
@@ -29,9 +28,9 @@ func TestEnqueueAtLimit(t *testing.T) {
 		t.Errorf("--at 2262-01-01T00:00:00Z: job %s, want scheduled at %s", b, coordinator.MaxScheduledAt)
 	}
 
-	for at, shown := range map[string]string{"2262-01-01T00:00:00.000000001Z": "2262-01-01T00:00:00.000000001Z", "2262-01-01T00:30:00+00:00": "2262-01-01T00:30:00Z"} {
+	for _, at := range []string{"2262-01-01T00:00:00.000000001Z", "2262-01-01T00:30:00+00:00"} {
 		code, out, errs = runInProcess("enqueue", "echo", "{}", "--at", at, "--server", e.srv.URL)
-		want := "leasehold: enqueue: scheduled time " + shown + " is after 2262-01-01T00:00:00Z, the latest a job can be scheduled for: use an earlier time or a shorter delay\n"
+		want := "leasehold: enqueue: --at " + at + " is after 2262-01-01T00:00:00Z, the latest time a job can be scheduled for: use an earlier time\n"
 		if code != exitUsage || out != "" || errs != want {
 			t.Errorf("--at %s: exit %d, stdout %q, stderr %q; want exit %d and %q", at, code, out, errs, exitUsage, want)
 		}
