@@ -163,9 +163,10 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		if err != nil {
 			return req, usagef("%s %q is not an RFC 3339 time: use e.g. 2030-01-02T15:04:05Z", flagLabel(cmd, "at"), o.at)
 		}
-		// The limit is inclusive (the coordinator clamps retries and
-		// snoozes to it), and its own error prints whole seconds and the
-		// date only: a time a nanosecond past would read as the limit.
+		// Refused here too, before any request (no daemon needed), in
+		// words that name the flag or the LEASEHOLD_AT it came from; the
+		// limit is inclusive (the coordinator clamps retries and snoozes
+		// to it).
 		if t.After(coordinator.MaxScheduledAt) {
 			return req, usagef("%s %s is after %s, the latest time a job can be scheduled for: use an earlier time", flagLabel(cmd, "at"), o.at, coordinator.MaxScheduledAt.Format(time.RFC3339))
 		}
