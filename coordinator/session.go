@@ -272,7 +272,7 @@ func (s *Session) Close(ctx context.Context) error {
 	s.end(ErrSessionClosed)
 	<-s.done
 	if err := s.c.store.Revoke(ctx, s.lease); err != nil && !errors.Is(err, kv.ErrLeaseNotFound) {
-		return fmt.Errorf("coordinator: revoke session lease %d (Close again to retry; else it expires within %s): %w", int64(s.lease), s.cfg.TTL, err)
+		return fmt.Errorf("coordinator: revoke session lease %d (Close again to retry; else etcd expires it within %s, and an embedded store drops it at its next open): %w", int64(s.lease), s.cfg.TTL, err)
 	}
 	s.revoked = true
 	return nil

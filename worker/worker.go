@@ -1183,7 +1183,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			// job stays running until Stop closes the session, whose
 			// revoke leaves it to be re-queued (by a reaper, or in
 			// embedded mode at the next open).
-			w.runLog(r).Error("cannot record outcome before the worker stops; the job is re-queued once the session's lease is revoked", slog.Any("err", err))
+			w.runLog(r).Error("cannot record outcome before the worker stops; the job is re-queued once the session's lease is gone (shared: by a reaper; embedded: at the store's next open)", slog.Any("err", err))
 			return
 		}
 		w.runLog(r).Warn("recording outcome failed; retrying", slog.Any("err", err))
