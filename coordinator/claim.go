@@ -166,6 +166,14 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 		}
 		cands = cands[:n]
 	}
+	// A job that another claim of this session still tries, under an
+	// older index entry (the job was claimed and given back meanwhile),
+	// waits until that claim is resolved; the floor stays before it.
+	cands, taken := sess.takeJobs(cands)
+	defer sess.untakeJobs(taken)
+	if len(cands) == 0 {
+		return nil, st, nil, nil
+	}
 	st.Candidates = len(cands)
 
 	// Each available index entry carries the job's record: the claim
@@ -367,7 +375,10 @@ func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, 
 }
 
 // resolveClaims learns which of jobs a claim whose reply was lost actually
-// took: those whose ownership key hangs on this session's lease.
+// took: those whose ownership key hangs on this session's lease. Only this
+// claim can have put them there: until it is resolved, no other claim of
+// this session takes its jobs, under their old index entries or new ones
+// (Session.takeJobs).
 func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*Job) ([]*Run, error) {
 	okeys := make([]string, len(jobs))
 	for i, j := range jobs {
@@ -438,4 +449,39 @@ func (c *Coordinator) ReleaseOrphans(ctx context.Context, sess *Session, mine fu
 		c.log.Warn("released a job claimed by a transaction whose reply was lost", slog.String("job", j.ID), slog.Int64("token", int64(j.Token)))
 	}
 	return n, nil
+}
+
+// takeJobs returns those of cands whose jobs no other claim of s tries,
+// marked as tried by the caller until it passes ids to untakeJobs, once
+// its claim is resolved. A claim whose reply is lost takes every job of
+// its own whose ownership key hangs on s's lease (resolveClaims); were
+// another claim of s in flight with one of those jobs, under a newer index
+// entry, that claim's run would be taken for the lost claim's: one job
+// running twice under one token.
+func (s *Session) takeJobs(cands []kv.KeyValue) (kept []kv.KeyValue, ids []string) {
+	s.claimsMu.Lock()
+	defer s.claimsMu.Unlock()
+	if s.claiming == nil {
+		s.claiming = map[string]bool{}
+	}
+	kept = cands[:0:0]
+	for _, x := range cands {
+		id := idFromIndex(x.Key)
+		if s.claiming[id] {
+			continue
+		}
+		s.claiming[id] = true
+		kept = append(kept, x)
+		ids = append(ids, id)
+	}
+	return kept, ids
+}
+
+// untakeJobs ends what takeJobs began.
+func (s *Session) untakeJobs(ids []string) {
+	s.claimsMu.Lock()
+	defer s.claimsMu.Unlock()
+	for _, id := range ids {
+		delete(s.claiming, id)
+	}
 }

@@ -117,6 +117,8 @@ type Session struct {
 	closeMu    sync.Mutex
 	revoked    bool                     // Close revoked the lease (or found it gone); under closeMu
 	peers      atomic.Pointer[[]string] // see SetPeers
+	claimsMu   sync.Mutex
+	claiming   map[string]bool // ids of the jobs that claims in flight try; see takeJobs
 }
 
 // NewSession grants a lease, registers the worker under it and starts the

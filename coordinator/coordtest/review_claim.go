@@ -22,6 +22,7 @@ var claimReviewTests = []suiteTest{
 	{"SlotRefusedToClaimInFlightStaysFree", testSlotRefusedInFlight},
 	{"ClaimResolvingOnUnreachableStoreEndsWithSession", testClaimResolveUnreachable},
 	{"SpreadClaimsKeepPriority", testSpreadClaimsKeepPriority},
+	{"LostClaimNeverAdoptsAnotherClaimsRun", testLostClaimAdoptsNoOtherRun},
 }
 
 // claimResult is what one Claim call returned.
@@ -347,4 +348,77 @@ func (s *staleSlotStore) Range(ctx context.Context, r kv.RangeRequest) (kv.Range
 		s.last = &res
 	}
 	return res, err
+}
+
+// unappliedStore holds the first claim transaction once armed, until open,
+// then fails it without applying it: a commit whose outcome the caller
+// cannot know (etcd's "request timed out", a leader change).
+type unappliedStore struct {
+	kv.Store
+	armed      atomic.Bool
+	held, open chan struct{}
+}
+
+func (s *unappliedStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if kvtest.Writes(t) && s.armed.CompareAndSwap(true, false) {
+		close(s.held)
+		<-s.open
+		return kv.TxnResult{}, errReplyLost
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// testLostClaimAdoptsNoOtherRun: a claim whose reply is lost learns from
+// the ownership keys which of its jobs it took. Meanwhile another daemon
+// claims one of them and gives it back (a snooze), and this daemon's
+// second claim in flight takes it under its new index entry. The lost
+// claim, which never applied, must not take that run for its own: the job
+// would run twice at once under one token, both runs' writes passing the
+// fence (promises 1, 3 and 9).
+func testLostClaimAdoptsNoOtherRun(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	us := &unappliedStore{Store: h.store, held: make(chan struct{}), open: make(chan struct{})}
+	c := h.coordinator(us, coordinator.Config{})
+	s := h.session(c)
+	us.armed.Store(true)
+	first := make(chan claimResult, 1)
+	go func() {
+		runs, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+		first <- claimResult{runs, st, err}
+	}()
+	<-us.held
+
+	// Another daemon claims the job and snoozes it: available again, at
+	// a later time, under another index entry.
+	other := h.session(h.c)
+	h.clock.Advance(time.Millisecond)
+	r := h.claimOneFrom(h.c, other)
+	if r.Job().ID != j.ID {
+		t.Fatalf("other daemon claimed %s, want %s", r.Job().ID, j.ID)
+	}
+	if err := r.Snooze(h.ctx(), 0); err != nil {
+		t.Fatalf("snooze: %v", err)
+	}
+	// This daemon's second claim in flight: the job is the first claim's
+	// candidate until that claim is resolved, so it is not taken now.
+	second, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if err != nil {
+		t.Fatalf("second claim: %v", err)
+	}
+	close(us.open)
+	res := <-first
+	runs := append(second, res.runs...)
+	if len(runs) > 1 {
+		t.Fatalf("one job, %d runs from two claims of one daemon (tokens %d and %d): a lost claim adopted another claim's run", len(runs), runs[0].Token(), runs[1].Token())
+	}
+	if len(res.runs) == 1 {
+		t.Fatalf("the lost claim, never applied, returned a run of job %s (token %d)", j.ID, res.runs[0].Token())
+	}
+	if len(second) == 0 {
+		// Held back while the first claim was unresolved: the job is
+		// still available, and a claim now takes it.
+		if r := h.claimOneFrom(c, s); r.Job().ID != j.ID {
+			t.Fatalf("claimed %s after the lost claim was resolved, want %s", r.Job().ID, j.ID)
+		}
+	}
 }
