@@ -35,9 +35,6 @@ type Run struct {
 	// any of them may have been applied. A later refusal is checked
 	// against them all.
 	uncertain [][]byte
-	// uncertainAgain: one of them would have run the job again (a retry, a
-	// snooze, a release), so the job may have moved on since it landed.
-	uncertainAgain bool
 	// slot is the key of the queue slot the run holds (global limit), or "".
 	slot string
 }
@@ -266,7 +263,6 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 	if err != nil {
 		if final && !errors.Is(err, errNotSent) {
 			r.uncertain = append(r.uncertain, rec)
-			r.uncertainAgain = r.uncertainAgain || again
 		}
 		return fmt.Errorf("coordinator: %s job %s: %w", op, j.ID, err)
 	}
@@ -304,11 +300,13 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 				return nil
 			}
 		}
-		if r.uncertainAgain {
-			// An earlier write whose reply was lost would have made the
-			// job run again: if it landed, the job was claimed (and maybe
-			// finished) since, and its record no longer shows it. The
-			// outcome is unknown, not refused.
+		if len(r.uncertain) > 0 {
+			// An earlier write whose reply was lost may have landed and
+			// the job moved on since, so that its record no longer shows
+			// it: run again and claimed (a retry, a snooze, a release),
+			// or finished and deleted (an operator, retention), or
+			// retried by an operator. The outcome is unknown, not
+			// refused.
 			r.lost = fmt.Errorf("%w: %s of job %s: an earlier attempt's reply was lost and the job has moved on since", ErrUnknownOutcome, op, j.ID)
 			if cur == 0 {
 				r.sess.RenewNow() // the lease may be gone: find out now

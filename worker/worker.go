@@ -169,6 +169,11 @@ type Worker struct {
 	sess       atomic.Pointer[coordinator.Session]
 	sessParent context.Context    // parent of every session: outlives the claim loop, ends at Stop
 	sessCancel context.CancelFunc // ends sessParent
+	// sessEnd ends the context of the current session when a later one
+	// replaces it (nil for the first, whose context is sessParent):
+	// else every replaced session's context would stay among
+	// sessParent's children until Stop.
+	sessEnd context.CancelFunc
 	slots      chan struct{}      // one token per running handler
 	tickets    chan struct{}      // one token per run not yet recorded: bounds outcome writes in flight
 	wake       chan struct{}      // new work may be available
@@ -784,7 +789,6 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 			scancel()
 		}
 		if err == nil {
-			context.AfterFunc(w.sessParent, scancel) // released with the parent at Stop
 			w.sess.Store(sess)
 			w.log.Info("new session started", slog.Int64("lease", int64(sess.Lease())))
 			// If the revoke above failed (the store was out of reach
@@ -799,6 +803,10 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 				w.log.Warn("cannot revoke the lost session's lease: its jobs are re-queued once it expires", slog.Any("err", err))
 			}
 			cancel()
+			if w.sessEnd != nil {
+				w.sessEnd() // the old session's context; it ended already
+			}
+			w.sessEnd = scancel
 			// The old lease's jobs are orphans now (its revoke, or its
 			// expiry, removed their ownership keys): give them back at
 			// once rather than waiting for a reaper.
@@ -1165,7 +1173,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			w.runLog(r).Error("cannot record outcome: the store is closed (stop workers before closing it); the job stays running until it is re-queued", slog.Any("err", err))
 			return
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
-			w.runLog(r).Warn("outcome unknown: an attempt's reply was lost and the session ended; the job's record says what happened", slog.Any("err", err))
+			w.runLog(r).Warn("outcome unknown: an earlier attempt's reply was lost, and the store no longer shows whether it landed; the job's record says what happened", slog.Any("err", err))
 			return
 		case wctx.Err() != nil && sess.Valid() && sess.ValidUntil().After(time.Now()):
 			// Renewed since this attempt began: go on under the new

@@ -25,6 +25,7 @@ import (
 var safetyTests = []suiteTest{
 	{"ReapLeavesJobFinishedMeanwhile", testReapLeavesFinished},
 	{"LostFinalReplyNotAppliedThenTakenOver", testLostFinalReplyTakenOver},
+	{"LostFinalReplyAppliedThenDeletedIsNotLost", testLostFinalReplyAppliedThenDeleted},
 	{"SecondOutcomeIsWrongState", testSecondOutcome},
 	{"SessionDeadlineFromSendTimeMinusMargin", testSessionDeadline},
 	{"SessionRenewsEveryThirdOfTTL", testSessionCadence},
@@ -68,6 +69,31 @@ func testReapLeavesFinished(t *testing.T, h *harness) {
 		t.Fatalf("held Reap = %d, %v; want nothing reaped: the job was finished meanwhile", n, err)
 	}
 	h.wantState(j.ID, coordinator.StateCompleted)
+}
+
+// testLostFinalReplyAppliedThenDeleted (promise 9): a final write whose
+// reply was lost did land, and the finished job was deleted (by an
+// operator, or retention) before the retry. The retry cannot tell that
+// from a lease lost before the write landed, so it must say the outcome is
+// unknown: ErrLeaseLost would tell the worker, its metrics and OnOutcome
+// that the job's completion was refused.
+func testLostFinalReplyAppliedThenDeleted(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	fs := &flakyStore{Store: h.store}
+	c := h.coordinator(fs, coordinator.Config{})
+	run := h.claimOneFrom(c, h.session(c))
+	fs.fail.Store(1) // applied, reply lost
+	if err := run.Complete(h.ctx(), json.RawMessage(`1`)); !errors.Is(err, errReplyLost) {
+		t.Fatalf("first complete: %v", err)
+	}
+	h.wantState(j.ID, coordinator.StateCompleted)
+	if _, err := h.c.Delete(h.ctx(), j.ID); err != nil {
+		t.Fatalf("delete the completed job: %v", err)
+	}
+	err := run.Complete(h.ctx(), json.RawMessage(`1`))
+	if errors.Is(err, fence.ErrLeaseLost) || !errors.Is(err, coordinator.ErrUnknownOutcome) {
+		t.Fatalf("retried complete of a job completed and deleted since: %v; want ErrUnknownOutcome, not ErrLeaseLost", err)
+	}
 }
 
 // testLostFinalReplyTakenOver (promises 3 and 9): a final write whose reply
