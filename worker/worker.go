@@ -173,14 +173,14 @@ type Worker struct {
 	// replaces it (nil for the first, whose context is sessParent):
 	// else every replaced session's context would stay among
 	// sessParent's children until Stop.
-	sessEnd context.CancelFunc
-	slots      chan struct{}      // one token per running handler
-	tickets    chan struct{}      // one token per run not yet recorded: bounds outcome writes in flight
-	wake       chan struct{}      // new work may be available
-	freed      chan struct{}      // slots the claim loop waits for are free
-	needFree   atomic.Int64       // free slots the claim loop waits for; 0: none
-	active     sync.Map           // job id -> *active: its latest run here
-	held       sync.Map           // job id -> *coordinator.Run: claimed by this worker and not yet finished
+	sessEnd  context.CancelFunc
+	slots    chan struct{} // one token per running handler
+	tickets  chan struct{} // one token per run not yet recorded: bounds outcome writes in flight
+	wake     chan struct{} // new work may be available
+	freed    chan struct{} // slots the claim loop waits for are free
+	needFree atomic.Int64  // free slots the claim loop waits for; 0: none
+	active   sync.Map      // job id -> *active: its latest run here
+	held     sync.Map      // job id -> *coordinator.Run: claimed by this worker and not yet finished
 	// Cancel requests seen lately, by job id: the newest request's
 	// revision. A request may arrive before the run it is for is in
 	// active (just after its claim commits); the run looks here as it
