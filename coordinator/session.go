@@ -19,6 +19,14 @@ type SessionConfig struct {
 	// the coordinator's clock, which stamps jobs, so tests can move job
 	// time without expiring sessions. Default: RealClock.
 	Clock Clock
+	// BootClock reads elapsed time on a clock that goes on counting while
+	// the system is suspended, as the server's TTL does: Go's monotonic
+	// clock (Clock's, on Linux CLOCK_MONOTONIC) stops then, so after a
+	// resume the deadline alone would hold for the rest of its old
+	// interval. The deadline is also kept on this clock, and a session
+	// found past it ends within a second. Default: CLOCK_BOOTTIME on Linux
+	// when Clock is RealClock; none on other systems or with another Clock.
+	BootClock func() time.Duration
 	// Margin is subtracted from the validity deadline to absorb clock-rate
 	// error and the time it takes handlers to stop. Default: TTL/5.
 	Margin time.Duration
@@ -47,12 +55,21 @@ func ValidateLeaseTTL(ttl time.Duration) error {
 	return nil
 }
 
+// DefaultLeaseMargin is a session's Margin when its config sets none: a
+// fifth of ttl. It is also the least time between the session's deadline,
+// when its handlers are cancelled, and the earliest moment the store can
+// expire its lease.
+func DefaultLeaseMargin(ttl time.Duration) time.Duration { return ttl / 5 }
+
 // withDefaults fills defaults and checks the timing relationships:
 // TTL > TTL - Margin > renew interval, so a session renews at least once
 // before its deadline, with time to spare.
 func (cfg SessionConfig) withDefaults() (SessionConfig, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock
+	}
+	if cfg.BootClock == nil && cfg.Clock == RealClock {
+		cfg.BootClock = bootClock // nil where there is none
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultLeaseTTL
@@ -61,7 +78,7 @@ func (cfg SessionConfig) withDefaults() (SessionConfig, error) {
 		return cfg, err
 	}
 	if cfg.Margin == 0 {
-		cfg.Margin = cfg.TTL / 5
+		cfg.Margin = DefaultLeaseMargin(cfg.TTL)
 	}
 	if cfg.Margin < 0 || cfg.TTL-cfg.Margin <= cfg.RenewInterval()*3/2 {
 		return cfg, fmt.Errorf("%w: lease margin %s leaves too little of TTL %s beyond one renewal every %s", ErrInvalid, cfg.Margin, cfg.TTL, cfg.RenewInterval())
@@ -111,14 +128,20 @@ type Session struct {
 	// validUntil keeps the clock's monotonic reading (RealClock's times
 	// have one): the deadline is compared and waited for in elapsed
 	// time, as the server counts the lease's TTL, and a step of the wall
-	// clock (NTP, a VM resumed) neither extends nor cuts it short.
-	validUntil atomic.Pointer[time.Time]
-	renewals   atomic.Int64
-	closeMu    sync.Mutex
-	revoked    bool                     // Close revoked the lease (or found it gone); under closeMu
-	peers      atomic.Pointer[[]string] // see SetPeers
-	claimsMu   sync.Mutex
-	claiming   map[string]bool // ids of the jobs that claims in flight try; see takeJobs
+	// clock (NTP, a VM's clock set after a resume) neither extends nor
+	// cuts it short. The monotonic clock stops while the system is
+	// suspended, the server's TTL does not: bootValidUntil is the same
+	// deadline on cfg.BootClock, which counts that time (unused without
+	// one).
+	validUntil     atomic.Pointer[time.Time]
+	bootValidUntil atomic.Int64 // a cfg.BootClock reading
+
+	renewals atomic.Int64
+	closeMu  sync.Mutex
+	revoked  bool                     // Close revoked the lease (or found it gone); under closeMu
+	peers    atomic.Pointer[[]string] // see SetPeers
+	claimsMu sync.Mutex
+	claiming map[string]bool // ids of the jobs that claims in flight try; see takeJobs
 }
 
 // NewSession grants a lease, registers the worker under it and starts the
@@ -129,13 +152,14 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	if err != nil {
 		return nil, err
 	}
-	sent := cfg.Clock.Now()
+	sent, bootSent := cfg.Clock.Now(), bootNow(cfg.BootClock)
 	lease, err := c.store.Grant(parent, cfg.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: grant session lease: %w", err)
 	}
 	s := &Session{c: c, cfg: cfg, lease: lease, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.setValidUntil(sent.Add(cfg.TTL - cfg.Margin))
+	s.bootValidUntil.Store(int64(bootSent + cfg.TTL - cfg.Margin))
 	info := cfg.Worker
 	info.Lease = int64(lease)
 	info.LeaseTTLMS = cfg.TTL.Milliseconds()
@@ -177,9 +201,29 @@ func (s *Session) ValidUntil() time.Time { return *s.validUntil.Load() }
 func (s *Session) setValidUntil(t time.Time) { s.validUntil.Store(&t) }
 
 // Valid reports whether the session has not ended and its deadline has not
-// passed. Fenced writes are not attempted when it is false.
+// passed, on the session's clock and, if it has one, its boot clock.
+// Fenced writes are not attempted when it is false.
 func (s *Session) Valid() bool {
-	return s.ctx.Err() == nil && s.cfg.Clock.Now().Before(s.ValidUntil())
+	return s.ctx.Err() == nil && !s.expired()
+}
+
+// expired reports whether the validity deadline has passed.
+func (s *Session) expired() bool {
+	return !s.cfg.Clock.Now().Before(s.ValidUntil()) || s.bootExpired()
+}
+
+// bootExpired reports whether the validity deadline has passed on the boot
+// clock, which counts time suspended (false without one).
+func (s *Session) bootExpired() bool {
+	return s.cfg.BootClock != nil && s.cfg.BootClock() >= time.Duration(s.bootValidUntil.Load())
+}
+
+// bootNow reads boot, or returns 0 without one.
+func bootNow(boot func() time.Duration) time.Duration {
+	if boot == nil {
+		return 0
+	}
+	return boot()
 }
 
 // RenewNow asks for a renewal at once, without waiting for the next
@@ -200,11 +244,20 @@ func (s *Session) end(cause error) {
 }
 
 // heartbeat renews the lease every RenewInterval. A renewal is a single
-// KeepAliveOnce with a deadline no later than the validity deadline; its send
-// time becomes the new base of that deadline once acknowledged. Failures are
-// retried quickly until the deadline, at which point the session ends.
+// KeepAliveOnce; its send time becomes the new base of the validity
+// deadline once acknowledged. Each attempt is given at most half the
+// renewal interval (and never past the deadline): a store that hangs (an
+// etcd member blackholed, or a follower waiting for its lost leader) would
+// otherwise hold the one attempt until the deadline, while a new attempt,
+// on a new stream, may reach a member that answers. Failures are retried
+// quickly until the deadline, at which point the session ends.
 func (s *Session) heartbeat() {
 	defer close(s.done)
+	if s.cfg.BootClock != nil {
+		var wg sync.WaitGroup
+		defer wg.Wait() // the watch ends with s.ctx, as every return here does
+		wg.Go(s.watchSuspend)
+	}
 	log := s.c.log.With(slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)))
 	next := s.cfg.RenewInterval()
 	retry := min(500*time.Millisecond, s.cfg.RenewInterval()/2)
@@ -217,17 +270,22 @@ func (s *Session) heartbeat() {
 		case <-s.cfg.Clock.After(max(wait, 0)):
 		case <-s.kick:
 		}
-		if !s.cfg.Clock.Now().Before(s.ValidUntil()) {
+		if s.expired() {
 			log.Warn("session lease not renewed before its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
 			s.end(ErrSessionExpired)
 			return
 		}
-		sent := s.cfg.Clock.Now()
-		rctx, cancel := context.WithDeadline(s.ctx, s.ValidUntil())
+		sent, bootSent := s.cfg.Clock.Now(), bootNow(s.cfg.BootClock)
+		limit := min(s.cfg.RenewInterval()/2, s.ValidUntil().Sub(sent))
+		if s.cfg.BootClock != nil {
+			limit = min(limit, time.Duration(s.bootValidUntil.Load())-bootSent)
+		}
+		rctx, cancel := context.WithTimeout(s.ctx, limit)
 		ttl, err := s.c.store.KeepAliveOnce(rctx, s.lease)
+		timedOut := rctx.Err() != nil && s.ctx.Err() == nil
 		cancel()
 		switch {
-		case err == nil && !s.cfg.Clock.Now().Before(s.ValidUntil()):
+		case err == nil && s.expired():
 			// Acknowledged, but only after the deadline passed: Valid
 			// has been false since, so fenced writes were refused locally
 			// and their runs abandoned while their handlers ran on. The
@@ -243,6 +301,9 @@ func (s *Session) heartbeat() {
 			if v := sent.Add(ttl - s.cfg.Margin); v.After(s.ValidUntil()) {
 				s.setValidUntil(v)
 			}
+			if v := int64(bootSent + ttl - s.cfg.Margin); v > s.bootValidUntil.Load() {
+				s.bootValidUntil.Store(v)
+			}
 			s.renewals.Add(1)
 			next = s.cfg.RenewInterval()
 		case errors.Is(err, kv.ErrLeaseNotFound):
@@ -252,8 +313,40 @@ func (s *Session) heartbeat() {
 		case s.ctx.Err() != nil:
 			return
 		default:
+			if timedOut {
+				err = fmt.Errorf("no answer within %s: %w", limit, err)
+			}
 			log.Warn("session lease renewal failed", slog.Any("err", err), slog.Time("valid_until", s.ValidUntil()))
 			next = retry
+		}
+	}
+}
+
+// suspendCheck is how often a session with a boot clock checks it: the
+// monotonic clock's timers wait out their old intervals after a resume,
+// so a periodic check is what notices the time spent suspended. It costs
+// one wake-up and one clock read per period.
+const suspendCheck = time.Second
+
+// watchSuspend ends the session soon after its deadline passes on the boot
+// clock (after a suspend, typically), even while the heartbeat waits for
+// a renewal or for its next one. It returns when the session ends.
+func (s *Session) watchSuspend() {
+	tick := time.NewTicker(suspendCheck)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if s.bootExpired() {
+			// Same line as the heartbeat's: the boot clock counts time
+			// suspended, which is why the heartbeat has not noticed.
+			s.c.log.Warn("session lease not renewed before its validity deadline: fencing self",
+				slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)), slog.String("clock", "boottime"))
+			s.end(ErrSessionExpired)
+			return
 		}
 	}
 }

@@ -115,8 +115,10 @@ interrupted and re-queued. A second signal stops it at once.`,
 }
 
 // daemonKinds returns the kinds a daemon runs: the built-in ones and each
-// --exec (which may replace a built-in one).
-func daemonKinds(execs []string, log *slog.Logger) (map[string]kindSpec, error) {
+// --exec (which may replace a built-in one). leaseTTL bounds how long an
+// --exec command of a lost run may ignore SIGTERM (execLostGrace; 0: no
+// bound beyond execKillGrace).
+func daemonKinds(execs []string, leaseTTL time.Duration, log *slog.Logger) (map[string]kindSpec, error) {
 	kinds := builtinKinds()
 	seen := map[string]bool{}
 	for _, s := range execs {
@@ -133,6 +135,7 @@ func daemonKinds(execs []string, log *slog.Logger) (map[string]kindSpec, error) 
 			// but said: the payload check of the built-in kind goes too.
 			log.Info("--exec replaces a built-in kind", slog.String("kind", spec.kind))
 		}
+		spec.lostGrace = execLostGrace(leaseTTL)
 		kinds[spec.kind] = kindSpec{handler: execHandler(spec, log)}
 	}
 	return kinds, nil
@@ -218,7 +221,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		log.Warn("the API listens beyond loopback without a token: anyone who reaches it can enqueue and cancel jobs; set --api-token-file", slog.String("listen", o.listen))
 	}
 	m := newMetrics()
-	kinds, err := daemonKinds(o.execs, log)
+	kinds, err := daemonKinds(o.execs, o.leaseTTL, log)
 	if err != nil {
 		return err
 	}

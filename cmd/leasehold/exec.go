@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -37,6 +38,25 @@ const (
 // ignores SIGTERM is killed before its slot is taken from it.
 var execKillGrace = 5 * time.Second
 
+// execLostGrace is the kill grace of a command whose run was lost (its
+// daemon's session reached its deadline, or a write found another run
+// owning the job) when the lease TTL is ttl: half the session's margin,
+// the least time between the handler's cancel and the lease's expiry,
+// after which another daemon may start the job again. The command must be
+// dead by then (at a 30s TTL, 3s; at the 2s minimum, 200ms).
+func execLostGrace(ttl time.Duration) time.Duration {
+	return min(execKillGrace, coordinator.DefaultLeaseMargin(ttl)/2)
+}
+
+// killGrace is how long the command of a job whose context ended has
+// between SIGTERM and SIGKILL.
+func (s execSpec) killGrace(ctx context.Context) time.Duration {
+	if c := context.Cause(ctx); s.lostGrace > 0 && (errors.Is(c, coordinator.ErrSessionExpired) || errors.Is(c, fence.ErrLeaseLost)) {
+		return min(execKillGrace, s.lostGrace)
+	}
+	return execKillGrace
+}
+
 // execGroupPoll is how often stopLeftovers checks whether the processes a
 // command left behind have exited.
 const execGroupPoll = 50 * time.Millisecond
@@ -53,6 +73,9 @@ const execGate = `read -r _ <&3 || exit 125; exec sh -c "$0" 3<&-`
 type execSpec struct {
 	kind    string
 	command string
+	// lostGrace bounds the kill grace of a lost run (execLostGrace); 0:
+	// execKillGrace.
+	lostGrace time.Duration
 }
 
 func parseExec(s string) (execSpec, error) {
@@ -75,8 +98,8 @@ func parseExec(s string) (execSpec, error) {
 // the attempt with the end of stderr as the error. The command runs in its
 // own process group, once the exec guard knows it (execGate); when the
 // job's context ends (cancel, timeout, shutdown, lost lease) the group
-// gets SIGTERM, then SIGKILL after
-// execKillGrace; so do processes the command leaves in its group when it
+// gets SIGTERM, then SIGKILL after execKillGrace (after spec.killGrace
+// for a lost run, before the lease can expire); so do processes the command leaves in its group when it
 // exits (stopLeftovers: an exit 0 is still a success, even if they held
 // its output open), and the daemon reaps those it inherited (reapGroup).
 func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
@@ -127,6 +150,7 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 		go func() { exited <- waitExited(pgid) }()
 		var xerr error
 		var termAt time.Time // when the group got SIGTERM
+		grace := execKillGrace
 		select {
 		case xerr = <-exited:
 		case <-ctx.Done():
@@ -137,8 +161,9 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 				break
 			}
 			termAt = time.Now()
+			grace = spec.killGrace(ctx)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			t := time.NewTimer(execKillGrace)
+			t := time.NewTimer(grace)
 			select {
 			case xerr = <-exited:
 			case <-t.C:
@@ -149,7 +174,7 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			t.Stop()
 		}
 		if xerr == nil {
-			stopLeftovers(pgid, termAt, j.ID, log)
+			stopLeftovers(pgid, termAt, grace, j.ID, log)
 		} else {
 			// Cannot happen: nothing else reaps the shell. Its group is
 			// left as it is rather than signalled under a stale id.
@@ -261,9 +286,9 @@ func (s *groupSet) killAll() {
 // stopLeftovers ends what is left of process group pgid once its leader,
 // the command's shell, has exited: a background child, or one that ignores
 // SIGTERM although the shell obeyed it. They get SIGTERM (unless termAt
-// says when they already did), then SIGKILL once execKillGrace has passed
-// since. No process of a job outlives it.
-func stopLeftovers(pgid int, termAt time.Time, job string, log *slog.Logger) {
+// says when they already did), then SIGKILL once grace has passed since.
+// No process of a job outlives it.
+func stopLeftovers(pgid int, termAt time.Time, grace time.Duration, job string, log *slog.Logger) {
 	if !groupAlive(pgid) {
 		return
 	}
@@ -275,7 +300,7 @@ func stopLeftovers(pgid int, termAt time.Time, job string, log *slog.Logger) {
 	// Nothing says when the last of them exits: look every execGroupPoll.
 	tick := time.NewTicker(execGroupPoll)
 	defer tick.Stop()
-	for time.Since(termAt) < execKillGrace {
+	for time.Since(termAt) < grace {
 		<-tick.C
 		if !groupAlive(pgid) {
 			return

@@ -1,0 +1,216 @@
+package coordinator_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/coordtest"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/localstore"
+)
+
+// sessionFailBound bounds waits for things that must happen without the
+// session's clock moving: how long a test waits before it fails, never a
+// measure.
+const sessionFailBound = 20 * time.Second
+
+// timerClock is a coordtest.Clock that reports the due time of every After
+// it hands out: a test learns that the heartbeat has come back to wait.
+type timerClock struct {
+	*coordtest.Clock
+	timers chan time.Time
+}
+
+func newTimerClock() *timerClock {
+	return &timerClock{Clock: coordtest.NewClock(time.Now()), timers: make(chan time.Time, 1024)}
+}
+
+func (c *timerClock) After(d time.Duration) <-chan time.Time {
+	due := c.Now().Add(d)
+	ch := c.Clock.After(d)
+	c.timers <- due
+	return ch
+}
+
+func (c *timerClock) next(t *testing.T) time.Time {
+	t.Helper()
+	select {
+	case due := <-c.timers:
+		return due
+	case <-time.After(sessionFailBound):
+		t.Fatal("no timer set: the heartbeat did not come back to wait")
+		return time.Time{}
+	}
+}
+
+// sessionOn opens a session over store with cfg (a worker id is added) and
+// closes it when the test ends.
+func sessionOn(t testing.TB, store kv.Store, cfg coordinator.SessionConfig) *coordinator.Session {
+	t.Helper()
+	c, err := coordinator.New(store, coordinator.Config{Namespace: "s", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Worker = coordinator.WorkerInfo{ID: coordinator.NewWorkerID()}
+	s, err := c.NewSession(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("NewSession: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	return s
+}
+
+func openLocalstore(t testing.TB) kv.Store {
+	t.Helper()
+	s, err := localstore.Open(t.TempDir(), localstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// hangStore's first KeepAliveOnce hangs until its context ends, as a
+// renewal sent to a blackholed member, or to a follower cut off from its
+// leader, does; the session's clock moves on by as long as it hung. The
+// calls after it reach the store.
+type hangStore struct {
+	kv.Store
+	clock *coordtest.Clock
+	calls atomic.Int64
+	hung  time.Duration // how long the first call hung; set before it returns
+	sent  time.Time     // on the session's clock, when the last call started
+	mu    sync.Mutex
+}
+
+var errNoDeadline = errors.New("renewal sent without a deadline")
+
+func (s *hangStore) KeepAliveOnce(ctx context.Context, id kv.LeaseID) (time.Duration, error) {
+	s.mu.Lock()
+	s.sent = s.clock.Now()
+	s.mu.Unlock()
+	if s.calls.Add(1) > 1 {
+		return s.Store.KeepAliveOnce(ctx, id)
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0, errNoDeadline
+	}
+	s.mu.Lock()
+	s.hung = time.Until(dl)
+	s.mu.Unlock()
+	<-ctx.Done()
+	s.clock.Advance(s.hung)
+	return 0, ctx.Err()
+}
+
+// A renewal that hangs (a blackholed etcd member, a follower without its
+// leader) must not use up the session's validity window: each attempt is
+// bounded by about half the renewal interval, and the next attempt, on a
+// fresh stream that may reach another member, renews the lease. Before,
+// the one attempt ran until the validity deadline and the daemon fenced
+// itself while the store was healthy.
+func TestSessionRenewsPastHungRenewal(t *testing.T) {
+	const ttl = 3 * time.Second // renew every 1 s; deadline 2.4 s after a send
+	clock := newTimerClock()
+	hs := &hangStore{Store: openLocalstore(t), clock: clock.Clock}
+	s := sessionOn(t, hs, coordinator.SessionConfig{TTL: ttl, Clock: clock})
+	interval := s.Config().RenewInterval()
+	clock.next(t) // the heartbeat waits for its first renewal
+	clock.Advance(interval)
+	retry := clock.next(t) // the first renewal hung until its deadline; the heartbeat waits to retry
+	if n := hs.calls.Load(); n != 1 {
+		t.Fatalf("%d renewals sent, want 1", n)
+	}
+	if hs.hung > interval/2 {
+		t.Errorf("a renewal attempt was given %v, want at most half the renewal interval (%v)", hs.hung, interval/2)
+	}
+	if !s.Valid() || s.Ctx().Err() != nil {
+		t.Fatalf("one hung renewal (%v) ended the session (cause %v): it used up the validity window", hs.hung, context.Cause(s.Ctx()))
+	}
+	clock.Advance(retry.Sub(clock.Now()))
+	clock.next(t) // the second attempt is done; the heartbeat waits again
+	if n := hs.calls.Load(); n != 2 {
+		t.Fatalf("%d renewals sent, want 2", n)
+	}
+	if n := s.Renewals(); n != 1 {
+		t.Fatalf("%d renewals acknowledged, want the second attempt's (session cause %v)", n, context.Cause(s.Ctx()))
+	}
+	if want := hs.sent.Add(ttl - s.Config().Margin); !s.ValidUntil().Equal(want) {
+		t.Fatalf("valid until %v, want the second attempt's send time + TTL − margin = %v", s.ValidUntil(), want)
+	}
+	if !s.Valid() {
+		t.Fatalf("session not valid after the second attempt renewed it (cause %v)", context.Cause(s.Ctx()))
+	}
+}
+
+// bootClock is a fake boot clock (see SessionConfig.BootClock): it moves
+// only when told to, as after a suspend.
+type bootClock struct{ now atomic.Int64 }
+
+func (b *bootClock) read() time.Duration     { return time.Duration(b.now.Load()) }
+func (b *bootClock) advance(d time.Duration) { b.now.Add(int64(d)) }
+
+// A system suspended for longer than the validity window (a laptop lid, a
+// VM paused) resumes with the monotonic clock where it was, while the
+// store's TTL ran on and the lease is gone. The session counts that time
+// on its boot clock: it is invalid at once and ends promptly, with
+// ErrSessionExpired, although its monotonic clock has not moved and no
+// renewal is due. Before, it stayed valid, its handlers running, for the
+// rest of its old window.
+func TestSessionEndsAfterSuspend(t *testing.T) {
+	const ttl = 30 * time.Second
+	boot := &bootClock{}
+	boot.advance(time.Hour)
+	s := sessionOn(t, openLocalstore(t), coordinator.SessionConfig{TTL: ttl, Clock: coordtest.NewClock(time.Now()), BootClock: boot.read})
+	if !s.Valid() {
+		t.Fatal("new session not valid")
+	}
+	boot.advance(ttl) // suspended for a TTL; the monotonic clock stood still
+	if s.Valid() {
+		t.Fatal("session still valid after the system was suspended for its TTL")
+	}
+	select {
+	case <-s.Done():
+	case <-time.After(sessionFailBound):
+		t.Fatal("session did not end after the system was suspended for its TTL")
+	}
+	if cause := context.Cause(s.Ctx()); !errors.Is(cause, coordinator.ErrSessionExpired) {
+		t.Fatalf("session ended with %v, want ErrSessionExpired", cause)
+	}
+}
+
+// The deadline on the boot clock moves with each acknowledged renewal, from
+// the boot clock's reading when it was sent: a session that renews stays
+// valid however long it runs.
+func TestSessionBootDeadlineFollowsRenewals(t *testing.T) {
+	const ttl = 30 * time.Second // deadline 24 s after a send
+	boot := &bootClock{}
+	clock := newTimerClock()
+	s := sessionOn(t, openLocalstore(t), coordinator.SessionConfig{TTL: ttl, Clock: clock, BootClock: boot.read})
+	clock.next(t) // the heartbeat waits for its first renewal
+	boot.advance(10 * time.Second)
+	s.RenewNow()
+	clock.next(t) // renewed; the heartbeat waits again
+	if n := s.Renewals(); n != 1 {
+		t.Fatalf("%d renewals acknowledged, want 1", n)
+	}
+	boot.advance(20 * time.Second) // 30 s after the start, 20 s after the renewal
+	if !s.Valid() {
+		t.Fatalf("session not valid 20 s after a renewal with a TTL of %v (cause %v): its boot-clock deadline did not move with the renewal", ttl, context.Cause(s.Ctx()))
+	}
+	boot.advance(4 * time.Second) // 24 s after the renewal: TTL − margin
+	if s.Valid() {
+		t.Fatal("session still valid TTL − margin after its last renewal, on the boot clock")
+	}
+}
