@@ -201,13 +201,17 @@ func (s *Session) ValidUntil() time.Time { return *s.validUntil.Load() }
 func (s *Session) setValidUntil(t time.Time) { s.validUntil.Store(&t) }
 
 // Valid reports whether the session has not ended and its deadline has not
-// passed, on the session's clock and, if it has one, its boot clock.
-// Fenced writes are not attempted when it is false.
+// passed. Fenced writes are not attempted when it is false. It does not
+// read the boot clock (a system call, and Valid runs before every write):
+// a session past its deadline on that clock is ended within suspendCheck
+// (watchSuspend), and until then the store's fence refuses the writes of
+// a lease that expired.
 func (s *Session) Valid() bool {
-	return s.ctx.Err() == nil && !s.expired()
+	return s.ctx.Err() == nil && s.cfg.Clock.Now().Before(s.ValidUntil())
 }
 
-// expired reports whether the validity deadline has passed.
+// expired reports whether the validity deadline has passed, on the
+// session's clock or on its boot clock.
 func (s *Session) expired() bool {
 	return !s.cfg.Clock.Now().Before(s.ValidUntil()) || s.bootExpired()
 }
@@ -243,14 +247,10 @@ func (s *Session) end(cause error) {
 	s.cancel(cause)
 }
 
-// heartbeat renews the lease every RenewInterval. A renewal is a single
-// KeepAliveOnce; its send time becomes the new base of the validity
-// deadline once acknowledged. Each attempt is given at most half the
-// renewal interval (and never past the deadline): a store that hangs (an
-// etcd member blackholed, or a follower waiting for its lost leader) would
-// otherwise hold the one attempt until the deadline, while a new attempt,
-// on a new stream, may reach a member that answers. Failures are retried
-// quickly until the deadline, at which point the session ends.
+// heartbeat renews the lease every RenewInterval (see renew); the send
+// time of the renewal acknowledged becomes the new base of the validity
+// deadline. Failures are retried quickly until the deadline, at which
+// point the session ends.
 func (s *Session) heartbeat() {
 	defer close(s.done)
 	if s.cfg.BootClock != nil {
@@ -275,16 +275,8 @@ func (s *Session) heartbeat() {
 			s.end(ErrSessionExpired)
 			return
 		}
-		sent, bootSent := s.cfg.Clock.Now(), bootNow(s.cfg.BootClock)
-		limit := min(s.cfg.RenewInterval()/2, s.ValidUntil().Sub(sent))
-		if s.cfg.BootClock != nil {
-			limit = min(limit, time.Duration(s.bootValidUntil.Load())-bootSent)
-		}
-		rctx, cancel := context.WithTimeout(s.ctx, limit)
-		ttl, err := s.c.store.KeepAliveOnce(rctx, s.lease)
-		timedOut := rctx.Err() != nil && s.ctx.Err() == nil
-		cancel()
-		switch {
+		r := s.renew()
+		switch err := r.err; {
 		case err == nil && s.expired():
 			// Acknowledged, but only after the deadline passed: Valid
 			// has been false since, so fenced writes were refused locally
@@ -295,13 +287,14 @@ func (s *Session) heartbeat() {
 			s.end(ErrSessionExpired)
 			return
 		case err == nil:
+			ttl := r.ttl
 			if ttl <= 0 || ttl > s.cfg.TTL {
 				ttl = s.cfg.TTL
 			}
-			if v := sent.Add(ttl - s.cfg.Margin); v.After(s.ValidUntil()) {
+			if v := r.sent.Add(ttl - s.cfg.Margin); v.After(s.ValidUntil()) {
 				s.setValidUntil(v)
 			}
-			if v := int64(bootSent + ttl - s.cfg.Margin); v > s.bootValidUntil.Load() {
+			if v := int64(r.bootSent + ttl - s.cfg.Margin); v > s.bootValidUntil.Load() {
 				s.bootValidUntil.Store(v)
 			}
 			s.renewals.Add(1)
@@ -313,11 +306,71 @@ func (s *Session) heartbeat() {
 		case s.ctx.Err() != nil:
 			return
 		default:
-			if timedOut {
-				err = fmt.Errorf("no answer within %s: %w", limit, err)
-			}
-			log.Warn("session lease renewal failed", slog.Any("err", err), slog.Time("valid_until", s.ValidUntil()))
+			log.Warn("session lease renewal failed", slog.Any("err", err), slog.Int("attempts", r.attempts), slog.Time("valid_until", s.ValidUntil()))
 			next = retry
+		}
+	}
+}
+
+// renewal is what renew learned: the acknowledged attempt's send times
+// (on the session's clock and its boot clock) and the TTL the store gave,
+// or the error of the last attempt to fail.
+type renewal struct {
+	sent     time.Time
+	bootSent time.Duration
+	ttl      time.Duration
+	err      error
+	attempts int
+}
+
+// maxRenewAttempts bounds the renewal attempts in flight at once.
+const maxRenewAttempts = 3
+
+// renew sends a renewal (KeepAliveOnce) and, while none has answered,
+// another every half renewal interval, up to maxRenewAttempts at once,
+// each on a stream of its own: a store that hangs (an etcd member
+// blackholed, or a follower waiting for its lost leader) would otherwise
+// hold the only attempt until the deadline, while a new stream may reach
+// a member that answers (etcd's client balances streams over the
+// endpoints). No attempt is cut short before the deadline: a slow member
+// that answers is as good as a fast one. It returns the first
+// acknowledgement (or the lease found gone), or once every attempt has
+// failed, the last error; it waits for the attempts it cancels.
+func (s *Session) renew() renewal {
+	ctx, cancel := context.WithDeadline(s.ctx, s.ValidUntil())
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	results := make(chan renewal, maxRenewAttempts)
+	attempts, inFlight := 0, 0
+	send := func() {
+		sent, bootSent := s.cfg.Clock.Now(), bootNow(s.cfg.BootClock)
+		attempts++
+		inFlight++
+		wg.Go(func() {
+			ttl, err := s.c.store.KeepAliveOnce(ctx, s.lease)
+			results <- renewal{sent: sent, bootSent: bootSent, ttl: ttl, err: err}
+		})
+	}
+	// Real time, not the session's clock: this paces requests on the
+	// network, and reads no deadline.
+	hedge := time.NewTicker(max(s.cfg.RenewInterval()/2, time.Millisecond))
+	defer hedge.Stop()
+	send()
+	for {
+		select {
+		case r := <-results:
+			inFlight--
+			r.attempts = attempts
+			if r.err == nil || errors.Is(r.err, kv.ErrLeaseNotFound) || inFlight == 0 {
+				return r
+			}
+		case <-hedge.C:
+			if inFlight < maxRenewAttempts {
+				send()
+			}
 		}
 	}
 }

@@ -342,10 +342,12 @@ func ttlSeconds(ttl time.Duration) int64 {
 // another holds the stream uses a stream of its own, as clientv3 does.
 // A renewal cut short by ctx drops the kept stream: the next one opens a
 // new stream, which the client's round-robin balancer may put on another
-// endpoint. Give each attempt a short deadline: a blackholed member looks
-// connected until gRPC's keepalive closes its connection (10 s at least),
-// and a follower cut off from its leader holds a renewal for its request
-// timeout (about 7 s).
+// endpoint, and so does a renewal made while another waits for its answer.
+// That is how a session gets past a member that does not answer (see
+// coordinator's Session.renew): a blackholed member looks connected until
+// gRPC's keepalive closes its connection (10 s at least), and a follower
+// cut off from its leader holds a renewal for its request timeout (about
+// 7 s).
 func (s *Store) KeepAliveOnce(ctx context.Context, id kv.LeaseID) (time.Duration, error) {
 	if s.isClosed() {
 		return 0, kv.ErrClosed

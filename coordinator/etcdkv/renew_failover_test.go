@@ -13,10 +13,11 @@ import (
 // dropped, no reset) drops the kept stream: the next renewals open new
 // streams, which the client's round-robin balancer spreads over the
 // endpoints, so one reaches an endpoint that answers while the blackholed
-// one still looks connected. The session relies on this when it bounds
-// each attempt (coordinator.Session): were the stream kept, every attempt
-// would hang on the same dead connection until gRPC's keepalive closed it
-// (10 s + KeepAliveTimeout at the least).
+// one still looks connected. The session relies on this (Session.renew:
+// attempts beside a hung one, which is cancelled once another answers):
+// were the stream kept, every later renewal would hang on the same dead
+// connection until gRPC's keepalive closed it (10 s + KeepAliveTimeout at
+// the least).
 func TestKeepAliveOnceLeavesBlackholedEndpoint(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ps := []*etcdtest.Proxy{etcdtest.NewProxy(t, srv.Endpoint()), etcdtest.NewProxy(t, srv.Endpoint())}
