@@ -152,9 +152,20 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	if err != nil {
 		return nil, err
 	}
+	// A session is valid for TTL − margin from the grant's send time: a
+	// grant and registration that take longer (a store without quorum
+	// that answers once it is back) would start a session already past
+	// its deadline, which would fence itself at once. They get that long;
+	// the caller tries again.
+	window := cfg.TTL - cfg.Margin
+	sctx, scancel := context.WithTimeout(parent, window)
+	defer scancel()
 	sent, bootSent := cfg.Clock.Now(), bootNow(cfg.BootClock)
-	lease, err := c.store.Grant(parent, cfg.TTL)
+	lease, err := c.store.Grant(sctx, cfg.TTL)
 	if err != nil {
+		if parent.Err() == nil && sctx.Err() != nil {
+			err = fmt.Errorf("no answer within the session's validity window %s (TTL − margin): %w", window, err)
+		}
 		return nil, fmt.Errorf("coordinator: grant session lease: %w", err)
 	}
 	s := &Session{c: c, cfg: cfg, lease: lease, done: make(chan struct{}), kick: make(chan struct{}, 1)}
@@ -164,7 +175,14 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	info.Lease = int64(lease)
 	info.LeaseTTLMS = cfg.TTL.Milliseconds()
 	b, _ := json.Marshal(info)
-	if _, err := c.store.Txn(parent, kv.Txn{Then: []kv.Op{kv.Put(c.keys.worker(info.ID), b, lease)}}); err != nil {
+	_, err = c.store.Txn(sctx, kv.Txn{Then: []kv.Op{kv.Put(c.keys.worker(info.ID), b, lease)}})
+	if err == nil && !cfg.Clock.Now().Before(s.ValidUntil()) {
+		err = fmt.Errorf("registered after the session's validity deadline (%s after the grant was sent): %w", cfg.Clock.Now().Sub(sent), ErrSessionExpired)
+	}
+	if err != nil {
+		if parent.Err() == nil && sctx.Err() != nil {
+			err = fmt.Errorf("no answer within the session's validity window %s (TTL − margin): %w", window, err)
+		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(parent), time.Second)
 		defer cancel()
 		_ = c.store.Revoke(rctx, lease)

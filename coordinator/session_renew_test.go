@@ -203,3 +203,74 @@ func TestSessionBootDeadlineFollowsRenewals(t *testing.T) {
 		t.Fatalf("%d renewals acknowledged, want no third: the session was past its deadline", n)
 	}
 }
+
+// slowGrantStore's Grant waits until its context ends (hang), or moves the
+// session's clock on by late before it answers (a store that regained its
+// quorum answering a grant it held meanwhile).
+type slowGrantStore struct {
+	kv.Store
+	hang    bool
+	clock   *coordtest.Clock
+	late    time.Duration
+	granted atomic.Int64 // the lease granted, if any
+}
+
+func (s *slowGrantStore) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error) {
+	if s.hang {
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
+	id, err := s.Store.Grant(ctx, ttl)
+	s.granted.Store(int64(id))
+	s.clock.Advance(s.late)
+	return id, err
+}
+
+// A session is valid for TTL − margin from its grant's send time. A grant
+// the store holds longer than that (etcd without quorum answers once it
+// has it back) must not start a session already past its deadline, which
+// fenced itself at once (a second self-fence in the logs, after every
+// outage): NewSession gives up after that long, or refuses a grant that
+// came too late and revokes its lease, and the caller tries again.
+func TestNewSessionRefusesGrantPastItsWindow(t *testing.T) {
+	const ttl = 2 * time.Second
+	t.Run("hung", func(t *testing.T) {
+		hs := &slowGrantStore{Store: openLocalstore(t), hang: true}
+		hc, err := coordinator.New(hs, coordinator.Config{Namespace: "s", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := hc.NewSession(context.Background(), coordinator.SessionConfig{TTL: ttl, Worker: coordinator.WorkerInfo{ID: coordinator.NewWorkerID()}})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("NewSession on a store that never answers: %v, want a deadline error", err)
+			}
+		case <-time.After(sessionFailBound):
+			t.Fatal("NewSession waited for a grant longer than the session could be valid")
+		}
+	})
+	t.Run("late", func(t *testing.T) {
+		store := openLocalstore(t)
+		clock := coordtest.NewClock(time.Now())
+		ls := &slowGrantStore{Store: store, clock: clock, late: ttl}
+		lc, err := coordinator.New(ls, coordinator.Config{Namespace: "s", Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := lc.NewSession(context.Background(), coordinator.SessionConfig{TTL: ttl, Clock: clock, Worker: coordinator.WorkerInfo{ID: coordinator.NewWorkerID()}})
+		if err == nil {
+			t.Fatalf("NewSession with a grant answered a TTL late returned a session valid until %v (now %v), want an error", s.ValidUntil(), clock.Now())
+		}
+		if !errors.Is(err, coordinator.ErrSessionExpired) {
+			t.Fatalf("NewSession with a grant answered a TTL late: %v, want ErrSessionExpired", err)
+		}
+		if _, err := store.KeepAliveOnce(context.Background(), kv.LeaseID(ls.granted.Load())); !errors.Is(err, kv.ErrLeaseNotFound) {
+			t.Fatalf("the late grant's lease was not revoked: keep-alive says %v", err)
+		}
+	})
+}
