@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +104,11 @@ type WorkerInfo struct {
 	Running int `json:"running"`
 	// Lease is the worker's current session lease.
 	Lease int64 `json:"lease"`
+	// LeaseID is Lease in hexadecimal, as etcdctl prints lease ids (a
+	// string: JSON readers that hold numbers as doubles, jq 1.6 and
+	// JavaScript among them, round ids above 2^53). Empty in
+	// registrations of versions before it.
+	LeaseID string `json:"lease_id,omitempty"`
 }
 
 // Session is one lease of a daemon, renewed every third of its TTL. Every
@@ -173,6 +179,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	s.bootValidUntil.Store(int64(bootSent + cfg.TTL - cfg.Margin))
 	info := cfg.Worker
 	info.Lease = int64(lease)
+	info.LeaseID = strconv.FormatInt(int64(lease), 16)
 	info.LeaseTTLMS = cfg.TTL.Milliseconds()
 	b, _ := json.Marshal(info)
 	_, err = c.store.Txn(sctx, kv.Txn{Then: []kv.Op{kv.Put(c.keys.worker(info.ID), b, lease)}})

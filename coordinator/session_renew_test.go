@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -273,4 +274,23 @@ func TestNewSessionRefusesGrantPastItsWindow(t *testing.T) {
 			t.Fatalf("the late grant's lease was not revoked: keep-alive says %v", err)
 		}
 	})
+}
+
+// A worker's registration carries its lease id as a string too: ids are
+// above 2^53, which JSON readers that hold numbers as doubles (jq 1.6,
+// JavaScript) round, so the number alone names another lease.
+func TestWorkerRegistrationCarriesLeaseIDString(t *testing.T) {
+	store := openLocalstore(t)
+	s := sessionOn(t, store, coordinator.SessionConfig{})
+	c, err := coordinator.New(store, coordinator.Config{Namespace: "s", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, err := c.Workers(context.Background())
+	if err != nil || len(ws) != 1 {
+		t.Fatalf("Workers: %v, %v", ws, err)
+	}
+	if want := strconv.FormatInt(int64(s.Lease()), 16); ws[0].LeaseID != want || ws[0].Lease != int64(s.Lease()) {
+		t.Fatalf("registration lease %d, lease_id %q; want %d and %q", ws[0].Lease, ws[0].LeaseID, s.Lease(), want)
+	}
 }
