@@ -77,6 +77,22 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	n, err := etcdnode.Start(sctx, o.cfg)
+	var dirInUse *etcdnode.DirInUseError
+	if errors.As(err, &dirInUse) {
+		// Refused before etcd touched it: etcd would wait for the
+		// member's lock of it forever.
+		by := "another etcd member"
+		if dirInUse.PID > 0 {
+			by += " (pid " + strconv.Itoa(dirInUse.PID) + ")"
+		}
+		return failf("%s %s is in use by %s: stop it, or give this member its own data directory",
+			flagLabel(cmd, "data"), o.cfg.Dir, by)
+	}
+	if err != nil && ctx.Err() != nil {
+		// SIGINT or SIGTERM while etcd was starting: what it started is
+		// closed, or is left to this exit (etcd waits for --data).
+		return failf("interrupted before member %s served", o.cfg.Name)
+	}
 	var inUse *etcdnode.AddrInUseError
 	if errors.As(err, &inUse) {
 		// etcd logged it with a stack trace, held back (etcdnode); it

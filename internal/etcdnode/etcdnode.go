@@ -368,10 +368,21 @@ type Node struct {
 
 // Start starts the member and waits until it serves or ctx ends. A member
 // of a multi-member cluster is ready only once a quorum has started. A
-// listen address that something else holds is an *AddrInUseError.
+// listen address that something else holds is an *AddrInUseError; a data
+// directory that a running member holds, a *DirInUseError.
+//
+// etcd's start cannot be interrupted (it waits without end for a data
+// directory that another member took meanwhile): when ctx ends first,
+// Start returns at once and leaves it to finish in the background, and
+// closes the member it starts.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
+		return nil, err
+	}
+	// Before etcd binds a port or touches the directory (it cleans up its
+	// snap directory before it opens the backend).
+	if err := dirFree(cfg.Dir); err != nil {
 		return nil, err
 	}
 	ec := embed.NewConfig()
@@ -400,8 +411,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.QuotaBytes > 0 {
 		ec.QuotaBackendBytes = cfg.QuotaBytes
 	}
-	e, err := embed.StartEtcd(ec)
-	hold.release(err)
+	e, err := startEtcd(ctx, ec, hold, stopping)
 	if err != nil {
 		if ae := addrInUse(err, cfg); ae != nil {
 			return nil, ae
@@ -422,6 +432,42 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		e.Server.Stop()
 		n.Close()
 		return nil, fmt.Errorf("etcdnode: member %s not ready: %w", cfg.Name, ctx.Err())
+	}
+}
+
+// starting counts the goroutines that run embed.StartEtcd, those that
+// Start gave up on included: tests wait for them.
+var starting sync.WaitGroup
+
+// startEtcd runs embed.StartEtcd, ending the hold when it returns, until
+// ctx ends: then it returns ctx's error and leaves the start to a
+// goroutine, which closes the member if it starts.
+func startEtcd(ctx context.Context, ec *embed.Config, hold *startHold, stopping *atomic.Bool) (*embed.Etcd, error) {
+	type result struct {
+		e   *embed.Etcd
+		err error
+	}
+	res, gaveUp := make(chan result), make(chan struct{})
+	starting.Add(1)
+	go func() {
+		defer starting.Done()
+		e, err := embed.StartEtcd(ec)
+		hold.release(err)
+		select {
+		case res <- result{e, err}:
+		case <-gaveUp:
+			if e != nil {
+				stopping.Store(true)
+				e.Close()
+			}
+		}
+	}()
+	select {
+	case r := <-res:
+		return r.e, r.err
+	case <-ctx.Done():
+		close(gaveUp)
+		return nil, ctx.Err()
 	}
 }
 
