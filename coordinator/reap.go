@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/fence"
 )
 
 // Reap re-queues running jobs whose ownership key is gone: their daemon's
@@ -69,6 +70,7 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 	now := c.clock.Now().UTC()
 	var units []unit
 	var reaped []*Job
+	var lost []lostRun // reaped[i]'s lost run, for its log line
 	for i := range ids {
 		o, rec, cr := got[3*i], got[3*i+1], got[3*i+2]
 		if o != nil || rec == nil {
@@ -117,6 +119,7 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 		}
 		units = append(units, u)
 		reaped = append(reaped, j)
+		lost = append(lost, lostRun{owner: lostOwner, token: lostToken})
 	}
 	if len(units) == 0 {
 		return 0, nil, nil
@@ -135,6 +138,7 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 			n++
 			j := reaped[i]
 			c.log.Info("reaped job after its owner's lease was lost", slog.String("job", j.ID), slog.String("kind", j.Kind),
+				slog.String("owner", lost[i].owner), slog.Int64("token", int64(lost[i].token)),
 				slog.String("state", string(j.State)), slog.Int("rescues", j.Rescues))
 			if c.cfg.OnReap != nil {
 				c.cfg.OnReap(j)
@@ -145,6 +149,13 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 		return n, nil, fmt.Errorf("coordinator: reap %d jobs (%d moved before the error): %w", len(units), n, err)
 	}
 	return n, again, nil
+}
+
+// lostRun is the run a reap ended: its owner and fencing token, which its
+// job's record no longer holds once re-queued.
+type lostRun struct {
+	owner string
+	token fence.Token
 }
 
 // ownerless lists the running jobs that seem to have no ownership key: the
@@ -265,7 +276,14 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 				if err != nil && ctx.Err() == nil {
 					c.log.Warn("reap after daemon loss failed", slog.Any("err", err))
 				}
-				c.log.Info("daemon session ended; reaped its jobs", slog.String("daemon", idFromIndex(ev.KV.Key)), slog.Int("reaped", n))
+				// Silent when nothing was reaped: every graceful stop (its
+				// jobs released) and every session a daemon replaces
+				// deletes a registration.
+				level := slog.LevelInfo
+				if n == 0 {
+					level = slog.LevelDebug
+				}
+				c.log.Log(ctx, level, "daemon session ended; reaped its jobs", slog.String("daemon", idFromIndex(ev.KV.Key)), slog.Int("reaped", n))
 				break
 			}
 		}

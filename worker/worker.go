@@ -215,7 +215,13 @@ type Worker struct {
 	stopping    bool
 	inFlight    atomic.Int64
 	sessionLost atomic.Int64
-	abandoned   atomic.Int64
+	// fenceWatch counts the sessions whose end watchFence has yet to
+	// look at (each session's context ends at the latest at Stop);
+	// fenceSeen is closed once it has looked at the current session's
+	// (set by Start, then by the claim loop only).
+	fenceWatch sync.WaitGroup
+	fenceSeen  <-chan struct{}
+	abandoned  atomic.Int64
 }
 
 // Outcome says how one run ended (see Config.OnOutcome).
@@ -313,8 +319,28 @@ func (w *Worker) Pending() int { return len(w.tickets) }
 // Session returns the current session (nil before Start).
 func (w *Worker) Session() *coordinator.Session { return w.sess.Load() }
 
-// SessionsLost counts sessions that ended by losing their lease.
+// SessionsLost counts sessions that ended by losing their lease (cause
+// coordinator.ErrSessionExpired): self-fencing. It counts each as it ends,
+// not when the claim loop replaces it; sessions closed on purpose are not
+// counted.
 func (w *Worker) SessionsLost() int64 { return w.sessionLost.Load() }
+
+// watchFence counts s in SessionsLost if it ends by losing its lease,
+// and makes s the current session's: renewSession waits for the count
+// before it replaces s, Stop for every session's (their contexts have
+// all ended by then).
+func (w *Worker) watchFence(s *coordinator.Session) {
+	seen := make(chan struct{})
+	w.fenceSeen = seen
+	w.fenceWatch.Add(1)
+	context.AfterFunc(s.Ctx(), func() {
+		defer w.fenceWatch.Done()
+		defer close(seen)
+		if errors.Is(context.Cause(s.Ctx()), coordinator.ErrSessionExpired) {
+			w.sessionLost.Add(1)
+		}
+	})
+}
 
 // Stopped is closed when Stop has finished.
 func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
@@ -358,6 +384,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.sessParent, w.sessCancel = sctx, scancel
+	w.watchFence(sess)
 	w.sess.Store(sess)
 	w.loopCtx, w.loopCancel = context.WithCancel(context.Background())
 	w.runCtx, w.runCancel = context.WithCancelCause(context.Background())
@@ -514,7 +541,8 @@ const claimsInFlight = 2
 // claimed is what one claim in flight reports back to the claim loop.
 type claimed struct {
 	queue string
-	wakes uint64 // the loop's wake count when the claim started
+	sess  *coordinator.Session // the session it claimed under
+	wakes uint64               // the loop's wake count when the claim started
 	runs  int
 	st    coordinator.ClaimStats
 	err   error
@@ -539,10 +567,12 @@ type claimState struct {
 // when there is nothing to claim. Up to claimsInFlight claims run at once,
 // each in a goroutine of its own that starts the handlers of its runs;
 // their slots are reserved before the claim. When the session ends it
-// waits for the claims in flight, then opens a new session; the old
-// session's handlers, cancelled, may still be returning (their runs are
-// fenced, and a new run of the same job here is told apart from theirs).
-// When it returns, no claim is in flight.
+// opens a new session at once, even while claims are in flight (a store
+// out of reach may hold them for as long as the outage): those of the old
+// session start nothing (see claim). The old session's handlers,
+// cancelled, may still be returning (their runs are fenced, and a new run
+// of the same job here is told apart from theirs). When it returns, no
+// claim is in flight.
 func (w *Worker) claimLoop() {
 	ctx := w.loopCtx
 	done := make(chan claimed, claimsInFlight)
@@ -555,18 +585,17 @@ func (w *Worker) claimLoop() {
 	st := &claimState{lastJanitor: time.Now(), empty: map[string]uint64{}}
 	for ctx.Err() == nil {
 		sess := w.sess.Load()
-		// Renewing the session and releasing orphans need every claim
-		// made so far to be held: wait for the claims in flight first.
-		quiet := sess.Ctx().Err() != nil || time.Since(st.lastJanitor) >= w.cfg.ReapInterval
-		if quiet && inFlight > 0 {
-			w.claimDone(<-done, st)
-			inFlight--
-			continue
-		}
 		if sess.Ctx().Err() != nil {
 			if !w.renewSession(ctx, sess) {
 				return
 			}
+			continue
+		}
+		// Releasing orphans needs every claim made so far to be held:
+		// wait for the claims in flight first.
+		if time.Since(st.lastJanitor) >= w.cfg.ReapInterval && inFlight > 0 {
+			w.claimDone(<-done, st)
+			inFlight--
 			continue
 		}
 		if time.Since(st.lastJanitor) >= w.cfg.ReapInterval {
@@ -691,6 +720,15 @@ func (w *Worker) claim(ctx context.Context, sess *coordinator.Session, q string,
 	if w.cfg.OnClaim != nil {
 		w.cfg.OnClaim(q, len(runs), st)
 	}
+	if len(runs) > 0 && !sess.Valid() {
+		// Landed after its session's validity deadline (the claim loop
+		// may have replaced the session meanwhile): its runs can write
+		// nothing, not even a release. Their jobs hang on the old lease:
+		// the reap that follows its revoke, or its expiry, re-queues
+		// them.
+		w.log.Warn("claim landed after its session ended: its jobs are re-queued once the old lease is gone", slog.String("queue", q), slog.Int("jobs", len(runs)), slog.Int64("lease", int64(sess.Lease())))
+		runs = runs[:0]
+	}
 	w.startMu.Lock()
 	stopping := w.stopping
 	if !stopping {
@@ -712,7 +750,7 @@ func (w *Worker) claim(ctx context.Context, sess *coordinator.Session, q string,
 		// free slots again.
 		runtime.Gosched()
 	}
-	return claimed{queue: q, runs: len(runs), st: st, err: err}
+	return claimed{queue: q, sess: sess, runs: len(runs), st: st, err: err}
 }
 
 // claimDone takes in the report of a claim: more claims follow one that
@@ -723,7 +761,13 @@ func (w *Worker) claimDone(c claimed, st *claimState) {
 	if c.st.Conflicts > 0 {
 		st.lastConflict = time.Now()
 	}
-	failed := c.err != nil && w.loopCtx.Err() == nil && w.sess.Load().Ctx().Err() == nil
+	if c.sess.Ctx().Err() != nil {
+		// Its session ended: what it found says nothing of the store
+		// or the queue.
+		return
+	}
+	// A claim fails as its session ends: not the store's failure.
+	failed := c.err != nil && w.loopCtx.Err() == nil
 	if failed {
 		w.log.Warn("claim failed", slog.String("queue", c.queue), slog.Any("err", c.err))
 		// It may still land: look for orphans again soon.
@@ -763,11 +807,13 @@ const gatherFor = time.Millisecond
 // been cancelled through its context; they record nothing.
 func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) bool {
 	cause := context.Cause(old.Ctx())
-	w.sessionLost.Add(1)
 	w.log.Warn("session ended: running jobs were interrupted and fenced; starting a new session", slog.Any("cause", cause))
 	cctx, cancel := context.WithTimeout(ctx, time.Second)
 	_ = old.Close(cctx) // stops its heartbeat; the lease is likely gone
 	cancel()
+	// Each attempt is bounded by NewSession (a store without quorum
+	// answers nothing, and a lease granted later than TTL − margin after
+	// the request would be past its validity deadline already).
 	delay := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		// The session must outlive ctx (the claim loop's, which Stop
@@ -789,6 +835,8 @@ func (w *Worker) renewSession(ctx context.Context, old *coordinator.Session) boo
 			scancel()
 		}
 		if err == nil {
+			<-w.fenceSeen // old's end is counted before a new session shows
+			w.watchFence(sess)
 			w.sess.Store(sess)
 			w.log.Info("new session started", slog.Int64("lease", int64(sess.Lease())))
 			// If the revoke above failed (the store was out of reach
@@ -1321,6 +1369,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 			err = fmt.Errorf("worker: stop: %w: close the store only after Stop returns; any jobs the worker was running stay running until re-queued (coordinator.Reap after the next open, or a reaper once the lease expires)", kv.ErrClosed)
 		}
 		w.sessCancel()
+		w.fenceWatch.Wait()
 		w.log.Info("worker stopped")
 	}()
 	return err

@@ -17,6 +17,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -56,15 +58,35 @@ type metrics struct {
 	renewalTime   prometheus.Histogram
 	storeErrors   *prometheus.CounterVec
 
-	// enqueueQueues are the queue labels leasehold_enqueued_total has used
-	// (at most maxQueueLabels; later queues count as "other"): a client
-	// may enqueue to any queue name, and each would be a series forever.
-	mu            sync.Mutex
-	enqueueQueues map[string]bool
+	// enqueueQueues are the queue labels leasehold_enqueued_total uses.
+	enqueueQueues queueLabels
 }
 
-// maxQueueLabels bounds the queue labels of leasehold_enqueued_total.
+// maxQueueLabels bounds the queue labels of a metric.
 const maxQueueLabels = 100
+
+// queueLabels bounds a metric's queue label values: the first
+// maxQueueLabels queues it sees keep their names, later ones are "other".
+// A client may enqueue to any queue name, and each would be a series
+// forever. The zero value is ready to use.
+type queueLabels struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// label returns q's label.
+func (l *queueLabels) label(q string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	if !l.seen[q] && len(l.seen) >= maxQueueLabels {
+		return "other"
+	}
+	l.seen[q] = true
+	return q
+}
 
 // latencyBuckets suit queue latency and handler durations: 1 ms to ~30 min.
 var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 17)
@@ -104,7 +126,7 @@ func newMetrics() *metrics {
 	m.renewals = prometheus.NewCounter(prometheus.CounterOpts{Name: "leasehold_lease_renewals_total", Help: "Acknowledged renewals of this daemon's session lease."})
 	m.renewalTime = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "leasehold_lease_renewal_seconds", Help: "Round trip of session lease renewals, failed ones included.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
 	m.reg.MustRegister(m.reclaimDelay, m.renewals, m.renewalTime)
-	m.storeErrors = counter("leasehold_store_errors_total", "Failed store requests (etcd or Pebble), by operation; cancellations are not counted.", "backend", "op")
+	m.storeErrors = counter("leasehold_store_errors_total", "Failed store requests (etcd or Pebble), by operation, timeouts included; requests cancelled by their caller are not counted.", "backend", "op")
 	return m
 }
 
@@ -116,21 +138,7 @@ func (m *metrics) observeRequest(route string, code int, took time.Duration) {
 
 // onEnqueued counts jobs inserted through the API.
 func (m *metrics) onEnqueued(j *coordinator.Job) {
-	m.enqueued.WithLabelValues(m.enqueueQueue(j.Queue), j.Kind).Inc()
-}
-
-// enqueueQueue returns q's label for leasehold_enqueued_total.
-func (m *metrics) enqueueQueue(q string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.enqueueQueues == nil {
-		m.enqueueQueues = map[string]bool{}
-	}
-	if !m.enqueueQueues[q] && len(m.enqueueQueues) >= maxQueueLabels {
-		return "other"
-	}
-	m.enqueueQueues[q] = true
-	return q
+	m.enqueued.WithLabelValues(m.enqueueQueues.label(j.Queue), j.Kind).Inc()
 }
 
 // workerHooks sets cfg's metric hooks, calling any that were set before.
@@ -230,7 +238,7 @@ func (m *metrics) registerDaemon(w *worker.Worker) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_worker_running_jobs", Help: "Handlers running on this daemon now."},
 			func() float64 { return float64(w.Running()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasehold_self_fencing_total", Help: "Sessions this daemon ended because it could not renew its lease (it interrupted its jobs and started a new session)."},
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasehold_self_fencing_total", Help: "Sessions this daemon ended because it could not renew its lease (self-fencing: it interrupted its jobs and starts a new session), counted as they end; sessions closed on purpose are not counted."},
 			func() float64 { return float64(w.SessionsLost()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_lease_valid_seconds", Help: "How long this daemon's session lease is still known to be valid (0 when it is not)."},
 			func() float64 {
@@ -248,6 +256,9 @@ func (m *metrics) registerDaemon(w *worker.Worker) {
 type jobsCollector struct {
 	c   *coordinator.Coordinator
 	log *slog.Logger
+	// queues are the queue labels of leasehold_queue_jobs (the queues
+	// beyond them are summed as "other").
+	queues queueLabels
 }
 
 var (
@@ -282,9 +293,20 @@ func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 		return
 	}
-	for q, c := range queues {
-		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(c.Available), q, string(coordinator.StateAvailable))
-		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(c.Running), q, string(coordinator.StateRunning))
+	// In name order, so that which queues get their own label does not
+	// depend on map order.
+	byLabel := map[string]*queueCount{}
+	for _, q := range slices.Sorted(maps.Keys(queues)) {
+		l := jc.queues.label(q)
+		if byLabel[l] == nil {
+			byLabel[l] = &queueCount{}
+		}
+		byLabel[l].Available += queues[q].Available
+		byLabel[l].Running += queues[q].Running
+	}
+	for l, c := range byLabel {
+		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(c.Available), l, string(coordinator.StateAvailable))
+		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(c.Running), l, string(coordinator.StateRunning))
 	}
 }
 
@@ -343,8 +365,10 @@ func (m *metrics) instrumentStore(s kv.Store, backend string) kv.Store {
 	return &meteredStore{Store: s, m: m, backend: backend}
 }
 
+// count counts err, unless the caller cancelled the request: a request
+// whose deadline passed is counted, as the store did not answer in time.
 func (s *meteredStore) count(ctx context.Context, op string, err error) {
-	if err == nil || ctx.Err() != nil || errors.Is(err, context.Canceled) {
+	if err == nil || errors.Is(ctx.Err(), context.Canceled) || errors.Is(err, context.Canceled) {
 		return
 	}
 	s.m.storeErrors.WithLabelValues(s.backend, op).Inc()

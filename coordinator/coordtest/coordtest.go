@@ -73,6 +73,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, maintReviewTests...)
 	tests = append(tests, runReviewTests...)
 	tests = append(tests, watchLoopReviewTests...)
+	tests = append(tests, reapLogReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
