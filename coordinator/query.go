@@ -42,7 +42,9 @@ type ListParams struct {
 	Queue string
 	// Limit bounds the page; 0 means 100. At most 10000. A page also ends
 	// after about 16 MiB of records, with Next set: large jobs come in
-	// smaller pages.
+	// smaller pages. A filtered page ends, with Next set, after looking at
+	// 10000 jobs (or 64 MiB of them): it may hold fewer than Limit jobs,
+	// even none, with more to come.
 	Limit int
 	// After is the Next cursor of the previous page (of a listing with
 	// the same State and Queue); anything else is ErrInvalid.
@@ -66,6 +68,19 @@ const MaxListLimit = 10000
 var listPageBytes = 16 << 20
 
 const listChunk = 1000
+
+// A List call looks at no more than listScanMax index entries or records,
+// and reads no more than about listScanBytes of records: a filter that
+// few jobs match ends its page short, even empty, with Next set, rather
+// than reading the whole store in one request.
+var (
+	listScanMax   = ListScanMax
+	listScanBytes = 64 << 20
+)
+
+// ListScanMax is the number of jobs a filtered List call looks through at
+// most.
+const ListScanMax = 10 * listChunk
 
 // List returns jobs matching p. Without a state filter jobs come in id order
 // (which is creation order); with one, in the order of that state's index
@@ -118,19 +133,36 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 	}
 	var page ListPage
 	end := kv.PrefixEnd(prefix)
+	// Filters the store cannot apply are applied after reading: the kind,
+	// and the queue except on one queue's index. The state of a timer or
+	// finished entry is in the entry's value, so entries of other states
+	// are skipped before their records are read.
+	filtered := p.Kind != "" || (p.Queue != "" && p.State != StateAvailable)
+	stateInIndex := prefix == c.keys.timers() || prefix == c.keys.finished()
 	size := 0             // bytes of the records on the page
 	scanned, read := 0, 0 // bytes of records, and records, read so far
+	examined := 0         // index entries or records looked at
 	for len(page.Jobs) < p.Limit {
-		if size >= listPageBytes {
-			break // page.Next is the key after the last one read
+		if size >= listPageBytes || examined >= listScanMax || scanned >= listScanBytes {
+			break // page.Next is the key after the last one examined
 		}
 		// One record first, then as many records as large as those read
-		// so far fit in what is left.
+		// so far fit in what is left. A filtered listing reads them in
+		// chunks whatever the page still lacks: most may be skipped, and
+		// reading only what it lacks made a round trip per skipped job.
 		want := 1
 		if read > 0 {
-			want = min(p.Limit-len(page.Jobs), listChunk, max(1, (listPageBytes-size)/max(1, scanned/read)))
+			want = min(listChunk, max(1, (listPageBytes-size)/max(1, scanned/read)))
+			if !filtered {
+				want = min(want, p.Limit-len(page.Jobs))
+			}
 		}
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: want, KeysOnly: byIndex})
+		rangeWant := want
+		if stateInIndex {
+			rangeWant = listChunk // small entries, records read only for matches
+		}
+		rangeWant = min(rangeWant, listScanMax-examined)
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: rangeWant, KeysOnly: byIndex && !stateInIndex})
 		if err != nil {
 			return ListPage{}, fmt.Errorf("coordinator: list jobs: %w", err)
 		}
@@ -138,14 +170,34 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			page.Next = ""
 			break
 		}
-		recs := rr.KVs
-		at := make([]string, len(rr.KVs)) // the key read for each of recs
-		for i, x := range rr.KVs {
+		last, more := rr.KVs[len(rr.KVs)-1].Key, rr.More
+		entries := rr.KVs
+		if stateInIndex {
+			entries = nil
+			for i, x := range rr.KVs {
+				examined++
+				if st, _ := parseIndexValue(x.Value); st != p.State {
+					continue
+				}
+				entries = append(entries, x)
+				if len(entries) == want && i < len(rr.KVs)-1 {
+					// The entries after this one are read again
+					// with the next records.
+					last, more = x.Key, true
+					break
+				}
+			}
+		} else {
+			examined += len(rr.KVs)
+		}
+		recs := entries
+		at := make([]string, len(entries)) // the key read for each of recs
+		for i, x := range entries {
 			at[i] = x.Key
 		}
-		if byIndex {
-			jkeys := make([]string, len(rr.KVs))
-			for i, x := range rr.KVs {
+		if byIndex && len(entries) > 0 {
+			jkeys := make([]string, len(entries))
+			for i, x := range entries {
 				jkeys[i] = c.keys.job(idFromIndex(x.Key))
 			}
 			got, err := c.getMany(ctx, jkeys)
@@ -156,11 +208,10 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			for i, g := range got {
 				if g != nil { // finished and purged between the reads
 					recs = append(recs, *g)
-					at = append(at, rr.KVs[i].Key)
+					at = append(at, entries[i].Key)
 				}
 			}
 		}
-		last, more := rr.KVs[len(rr.KVs)-1].Key, rr.More
 		for i := range recs {
 			scanned += len(recs[i].Value)
 			read++
@@ -174,10 +225,11 @@ func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) 
 			}
 			size += len(recs[i].Value)
 			page.Jobs = append(page.Jobs, j)
-			if size >= listPageBytes && i < len(recs)-1 {
+			if (size >= listPageBytes || len(page.Jobs) == p.Limit) && i < len(recs)-1 {
 				// The page is full: the records read after this
-				// one (sized by those before, which may have been
-				// much smaller) come on the next page.
+				// one (a filtered chunk, or sized by those before,
+				// which may have been much smaller) come on the
+				// next page.
 				last, more = at[i], true
 				break
 			}

@@ -313,18 +313,24 @@ func TestCLIUsageErrors(t *testing.T) {
 
 func TestCLIUnreachableDaemon(t *testing.T) {
 	srv := "http://" + closedPort(t)
-	want := "leasehold: cannot reach the daemon at " + srv + ": is 'leasehold daemon' running? (set --server)\n"
-	for _, args := range [][]string{
-		{"enqueue", "echo", "--server", srv},
-		{"jobs", "list", "--server", srv},
-		{"jobs", "wait", "--all", "--server", srv},
-		{"workers", "list", "--server", srv},
+	wantFor := func(cmd string) string {
+		return "leasehold: " + cmd + ": cannot reach the daemon at " + srv + ": is 'leasehold daemon' running? (set --server)\n"
+	}
+	for _, c := range []struct {
+		cmd  string
+		args []string
+	}{
+		{"enqueue", []string{"enqueue", "echo", "--server", srv}},
+		{"jobs list", []string{"jobs", "list", "--server", srv}},
+		{"jobs wait", []string{"jobs", "wait", "--all", "--server", srv}},
+		{"workers list", []string{"workers", "list", "--server", srv}},
 	} {
-		r := runCLI(t, nil, "", args...)
-		if r.code != exitFailure || r.stderr != want || r.stdout != "" {
-			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", args, r.code, r.stderr, want)
+		r := runCLI(t, nil, "", c.args...)
+		if want := wantFor(c.cmd); r.code != exitFailure || r.stderr != want || r.stdout != "" {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1 and %q", c.args, r.code, r.stderr, want)
 		}
 	}
+	want := wantFor("jobs list")
 	// Inside an --exec job, LEASEHOLD_KIND is the job's kind, not --kind
 	// (an invalid --kind would be refused with exit 2 before any request).
 	r := runCLI(t, []string{"LEASEHOLD_JOB_ID=01ARZ3NDEKTSV4RRFFQ69G5FAV", "LEASEHOLD_KIND=not a kind"}, "", "jobs", "list", "--server", srv)

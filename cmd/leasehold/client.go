@@ -48,6 +48,15 @@ func newClient(server string) (*client, error) {
 	return &client{server: server, base: u, hc: &http.Client{Transport: tr}}, nil
 }
 
+// peer names what the client reads from, for messages: the daemon at its
+// --server, or in shared mode etcd at its endpoints.
+func (c *client) peer() string {
+	if c.onClose != nil {
+		return c.server // "etcd at ..."
+	}
+	return "the daemon at " + c.server
+}
+
 // close releases the client's idle connections.
 func (c *client) close() {
 	c.hc.CloseIdleConnections()
@@ -93,8 +102,7 @@ func (c *client) transportError(ctx context.Context, err error) error {
 	var cve *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &oe) && oe.Op == "dial":
-		return &cliError{code: exitFailure, bare: true,
-			msg: fmt.Sprintf("cannot reach the daemon at %s: is 'leasehold daemon' running? (set --server)", c.server)}
+		return failf("cannot reach the daemon at %s: is 'leasehold daemon' running? (set --server)", c.server)
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return failf("the daemon at %s did not answer in time: check that it is healthy (its log, %s/healthz) and retry", c.server, strings.TrimSuffix(c.server, "/"))
 	case ctx.Err() != nil:

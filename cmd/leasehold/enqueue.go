@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -239,7 +240,7 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 			fmt.Fprintf(stderr, "leasehold: enqueue: job %s already exists with unique key %s (state %s); nothing enqueued\n", res.Job.ID, res.Job.UniqueKey, res.Job.State)
 			return nil
 		}
-		warnUnserved(ctx, c, stderr, res.Job.Queue, 1)
+		warnUnserved(ctx, c, &o.target, stderr, res.Job.Queue, 1)
 		return nil
 	}
 
@@ -298,7 +299,7 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 			return err
 		}
 	}
-	warnUnserved(ctx, c, stderr, req.Queue, o.count)
+	warnUnserved(ctx, c, &o.target, stderr, req.Queue, o.count)
 	return nil
 }
 
@@ -310,14 +311,27 @@ const servedQueuesTimeout = 5 * time.Second
 // serves queue: most likely a typo, whose jobs would wait forever. It is
 // no refusal, as enqueuing for daemons deployed later is legitimate. It
 // reads the daemons' registrations (GET /v1/workers, as 'workers list'
-// and the DAEMONS column of 'queues list' do); with no live daemon there
-// is nothing to compare with (as for kinds, see liveKinds), and a failed
-// read says nothing: the jobs are enqueued either way.
-func warnUnserved(ctx context.Context, c *client, w io.Writer, queue string, n int) {
+// and the DAEMONS column of 'queues list' do); a failed read says
+// nothing: the jobs are enqueued either way. With no live daemon there is
+// no queue to compare with (as for kinds, see liveKinds), but in shared
+// mode that is what a mistyped --namespace looks like: the warning names
+// the namespace instead.
+func warnUnserved(ctx context.Context, c *client, t *target, w io.Writer, queue string, n int) {
 	ctx, cancel := context.WithTimeout(ctx, servedQueuesTimeout)
 	defer cancel()
 	var res workersResponse
-	if err := c.call(ctx, http.MethodGet, "/v1/workers", nil, nil, &res); err != nil || len(res.Workers) == 0 {
+	if err := c.call(ctx, http.MethodGet, "/v1/workers", nil, nil, &res); err != nil {
+		return
+	}
+	jobs := "the job waits"
+	if n > 1 {
+		jobs = "the jobs wait"
+	}
+	if len(res.Workers) == 0 {
+		if t.etcd.shared() {
+			fmt.Fprintf(w, "leasehold: enqueue: warning: no live daemon in namespace %s: %s until one starts there; check --namespace\n",
+				cmp.Or(t.etcd.namespace, coordinator.DefaultNamespace), jobs)
+		}
 		return
 	}
 	served := map[string]bool{}
@@ -328,10 +342,6 @@ func warnUnserved(ctx context.Context, c *client, w io.Writer, queue string, n i
 	}
 	if served[queue] {
 		return
-	}
-	jobs := "the job waits"
-	if n > 1 {
-		jobs = "the jobs wait"
 	}
 	fmt.Fprintf(w, "leasehold: enqueue: warning: no live daemon serves queue %q (the daemons serve %s): %s until one does\n",
 		queue, strings.Join(sortedKeys(served), ", "), jobs)

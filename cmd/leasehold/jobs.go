@@ -106,7 +106,12 @@ func runJobsList(cmd *cobra.Command, o *listOpts) error {
 			return failf("write output: %v", err)
 		}
 	}
-	if page.Next != "" {
+	switch {
+	case page.Next != "" && len(page.Jobs) < o.limit:
+		// A filtered page ends after looking at a bounded number of
+		// jobs: short, or empty, is not the end.
+		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: the page ended early (a filtered page looks through at most %d jobs); more may match: run again with --after %s\n", coordinator.ListScanMax, page.Next)
+	case page.Next != "":
 		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: more jobs: run again with --after %s\n", page.Next)
 	}
 	return nil
@@ -338,17 +343,19 @@ func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
 			return err
 		}
 	}
-	c, err := o.target.client(cmd.Context())
-	if err != nil {
-		return err
-	}
-	defer c.close()
 	ctx := cmd.Context()
 	if o.timeout > 0 {
+		// Set before connecting: the timeout bounds every read,
+		// the first included.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.timeout)
 		defer cancel()
 	}
+	c, err := o.target.client(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.close()
 	p := newMeter(cmd.ErrOrStderr(), "waiting")
 	defer p.clear()
 	if o.all {
@@ -431,7 +438,7 @@ func waitIDsTimedOut(parent context.Context, c *client, o *waitOpts, ids []strin
 	unread := ""
 	rest := ids[len(final):]
 	for k, id := range rest {
-		rctx, cancel := context.WithTimeout(parent, requestTimeout)
+		rctx, cancel := context.WithTimeout(parent, o.lastReadTimeout())
 		res, err := c.getJob(rctx, id, 0)
 		gaveUp := rctx.Err() != nil
 		cancel()
@@ -475,6 +482,16 @@ func waitIDsTimedOut(parent context.Context, c *client, o *waitOpts, ids []strin
 	return failf("timed out after %s: %d of %d jobs %s not final yet (%s first%s): raise %s or wait again", o.timeout, len(notFinal), len(ids), are, notFinal[0], unread, o.timeoutFlag)
 }
 
+// lastReadTimeout bounds a read made once the wait's timeout has passed:
+// no longer than the timeout itself, so that a store that does not answer
+// does not hold the command for a requestTimeout more.
+func (o *waitOpts) lastReadTimeout() time.Duration {
+	if o.timeout > 0 {
+		return min(o.timeout, requestTimeout)
+	}
+	return requestTimeout
+}
+
 func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer, p *meter) error {
 	var last *statsResponse
 	base := -1 // final jobs at the first poll
@@ -482,9 +499,15 @@ func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer,
 		st, err := c.stats(ctx)
 		if ctx.Err() != nil {
 			p.clear()
+			if last == nil {
+				// Nothing was read: that is no sign of jobs not
+				// final, and a store that did not answer within
+				// the timeout is not asked again.
+				return failf("timed out after %s: could not read the job counts from %s within the timeout: check that it is healthy, then wait again (or raise %s)", o.timeout, c.peer(), o.timeoutFlag)
+			}
 			// The counts as they are now, with a context of their own
 			// (the wait's has expired); else those of the last poll.
-			rctx, cancel := context.WithTimeout(parent, requestTimeout)
+			rctx, cancel := context.WithTimeout(parent, o.lastReadTimeout())
 			if now, err := c.stats(rctx); err == nil {
 				last = now
 			}

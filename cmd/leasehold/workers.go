@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -38,6 +39,15 @@ func newWorkersCmd() *cobra.Command {
 			}
 			if err := tw.Flush(); err != nil {
 				return failf("write output: %v", err)
+			}
+			if len(res.Workers) == 0 {
+				// A bare header looks like an answer; in shared mode
+				// it is often a mistyped --namespace.
+				if tgt.etcd.shared() {
+					fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: workers list: no live daemon in namespace %s: check --namespace\n", cmp.Or(tgt.etcd.namespace, coordinator.DefaultNamespace))
+				} else {
+					fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: workers list: none registered in the store of the daemon at %s\n", tgt.server)
+				}
 			}
 			return nil
 		}),

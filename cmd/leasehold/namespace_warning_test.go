@@ -1,0 +1,62 @@
+package main
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/coordinator/etcdtest"
+)
+
+// In shared mode, a namespace no live daemon is registered in is most
+// often a typo: enqueue still enqueues (exit 0, the id on stdout) but
+// warns once on stderr, naming the namespace; workers list says on stderr
+// that its bare header means none is live there.
+func TestSharedNoDaemonInNamespaceWarns(t *testing.T) {
+	ep := strings.Join(etcdtest.Start(t).Endpoints(), ",")
+
+	code, out, errs := runInProcess("enqueue", "work", `{"s":1}`, "--etcd", ep, "--namespace", "dflt")
+	if code != 0 || len(strings.Fields(out)) != 1 {
+		t.Fatalf("enqueue --namespace dflt: exit %d, stdout %q, stderr %q; want exit 0 and one id", code, out, errs)
+	}
+	if want := "leasehold: enqueue: warning: no live daemon in namespace dflt: the job waits until one starts there; check --namespace\n"; errs != want {
+		t.Errorf("enqueue --namespace dflt: stderr %q, want %q", errs, want)
+	}
+
+	code, out, errs = runInProcess("enqueue", "work", "--count", "3", "--etcd", ep)
+	if code != 0 || len(strings.Fields(out)) != 3 {
+		t.Fatalf("enqueue --count 3: exit %d, stdout %q, stderr %q; want exit 0 and three ids", code, out, errs)
+	}
+	if want := "leasehold: enqueue: warning: no live daemon in namespace default: the jobs wait until one starts there; check --namespace\n"; errs != want {
+		t.Errorf("enqueue --count 3: stderr %q, want %q", errs, want)
+	}
+
+	code, out, errs = runInProcess("workers", "list", "--etcd", ep, "--namespace", "dflt")
+	if code != 0 || strings.Count(out, "\n") != 1 || !strings.HasPrefix(out, "ID") {
+		t.Errorf("workers list --namespace dflt: exit %d, stdout %q; want exit 0 and the header", code, out)
+	}
+	if want := "leasehold: workers list: no live daemon in namespace dflt: check --namespace\n"; errs != want {
+		t.Errorf("workers list --namespace dflt: stderr %q, want %q", errs, want)
+	}
+}
+
+// Against a daemon's API, a list of no workers says so on stderr too; with
+// --json the empty array says it already.
+func TestWorkersListNoneRegistered(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, workersResponse{})
+	}))
+	defer srv.Close()
+	code, out, errs := runInProcess("workers", "list", "--server", srv.URL)
+	if code != 0 || strings.Count(out, "\n") != 1 {
+		t.Errorf("workers list: exit %d, stdout %q; want exit 0 and the header", code, out)
+	}
+	if want := "leasehold: workers list: none registered in the store of the daemon at " + srv.URL + "\n"; errs != want {
+		t.Errorf("workers list: stderr %q, want %q", errs, want)
+	}
+	code, out, errs = runInProcess("workers", "list", "--json", "--server", srv.URL)
+	if code != 0 || strings.TrimSpace(out) != "[]" || errs != "" {
+		t.Errorf("workers list --json: exit %d, stdout %q, stderr %q; want [] and nothing on stderr", code, out, errs)
+	}
+}
