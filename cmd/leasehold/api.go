@@ -46,17 +46,22 @@ package main
 //	 "unique":{"by_args":true,"by_queue":true,"by_period":"1h",
 //	           "by_state":["completed"]},"metadata":{...}}
 //
-// where only kind is required. Unknown fields are refused.
+// where only kind is required. Unknown fields are refused, and field
+// names match exactly; so are unknown query parameters and repeated ones.
 //
 // Errors are {"error":"one line saying what was wrong and what to do"} with
 // 400 for bad input (malformed JSON or text not UTF-8, unknown field,
-// unknown kind or state, bad id, oversized payload), 413 for a body over
-// the size limit, 404 for an unknown job or endpoint, 405 for a wrong
-// method, 409 for an operation the job's state does not allow, 500
-// otherwise. A refused request writes nothing.
+// unknown kind or state, bad or empty id, oversized payload), 413 for a
+// body over the size limit, 404 for an unknown job or endpoint (a path
+// with an empty segment included: no redirect), 405 for a wrong method,
+// 409 for an operation the job's state does not allow, 503 with
+// Retry-After when the store did not answer within storeTimeout (a write's
+// outcome is then unknown), 500 otherwise. A refused request writes
+// nothing.
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,6 +69,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"path"
 	"reflect"
 	"slices"
 	"strconv"
@@ -88,7 +95,19 @@ const (
 	maxBatchJobs = 10000
 	// maxWait bounds the long-poll of GET /v1/jobs/{id}?wait=.
 	maxWait = 5 * time.Minute
+	// storeTimeout bounds the store work of one API or dashboard request
+	// (a long-poll's wait is bounded by maxWait instead), so that requests
+	// made while the store does not answer (etcd without quorum) end with
+	// a 503 rather than pile up for the whole outage.
+	storeTimeout = 10 * time.Second
+	// retryAfter is the Retry-After (seconds) of a request whose store
+	// work timed out.
+	retryAfter = "5"
 )
+
+// errStoreTimeout is the cause of a request context whose store deadline
+// (storeTimeout) passed.
+var errStoreTimeout = errors.New("the store did not answer in time")
 
 // createRequest is one job to enqueue, as the API takes it.
 type createRequest struct {
@@ -165,6 +184,10 @@ type apiConfig struct {
 	// Backup takes backups for POST /v1/backup: the embedded daemon's
 	// store; nil in shared mode (backup.go).
 	Backup backuper
+	// StoreTimeout bounds the store work of one request (0: storeTimeout;
+	// none for the in-process API of a CLI command, whose calls have the
+	// CLI's own bound).
+	StoreTimeout time.Duration
 }
 
 // api serves the HTTP API. It is an http.Handler.
@@ -191,6 +214,9 @@ func newAPI(cfg apiConfig) *api {
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = newMetrics()
+	}
+	if cfg.StoreTimeout <= 0 {
+		cfg.StoreTimeout = storeTimeout
 	}
 	a := &api{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, m: cfg.Metrics}
 	a.waits, a.stopWaits = context.WithCancel(context.Background())
@@ -226,12 +252,93 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		route = "unmatched"
 		out = &jsonFallback{statusWriter: rw, r: r}
 	}
-	if a.guard(out, r) {
+	switch {
+	case !a.guard(out, r):
+	case a.refuseUnclean(rw, r):
+		route = "unmatched"
+	default:
+		if !a.cfg.CLI && !unboundedRoutes[route] {
+			ctx, cancel := context.WithTimeoutCause(r.Context(), a.cfg.StoreTimeout, errStoreTimeout)
+			defer cancel()
+			r = r.WithContext(ctx)
+		}
 		a.mux.ServeHTTP(out, r)
 	}
 	a.m.observeRequest(route, rw.code, time.Since(start))
 	a.log.Debug("http request", slog.String("method", r.Method), slog.String("path", r.URL.Path),
 		slog.Int("status", rw.code), slog.Duration("took", time.Since(start)))
+}
+
+// refuseUnclean answers a path with an empty segment (or a . or ..
+// segment) with a JSON error, unless it is a dashboard page's, and reports
+// whether it did. The mux would redirect it to the cleaned path: for
+// POST /v1/jobs//cancel, to the bulk cancel, and without a JSON body.
+func (a *api) refuseUnclean(w http.ResponseWriter, r *http.Request) bool {
+	p := r.URL.Path
+	clean := cleanURLPath(p)
+	if clean == p {
+		return false
+	}
+	if !strings.HasPrefix(clean, "/v1/") && safeMethod(r.Method) {
+		c := r.Clone(r.Context())
+		c.URL.Path = clean
+		if _, pattern := a.mux.Handler(c); strings.HasPrefix(pattern, "GET /jobs") || pattern == "GET /{$}" {
+			return false // a browser follows the redirect to the page
+		}
+	}
+	if rest, ok := strings.CutPrefix(p, "/v1/jobs/"); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
+		a.fail(w, r, badRequest("empty job id in %s %s: put the job's id between /v1/jobs/ and what follows", r.Method, truncateString(p, 200)))
+		return true
+	}
+	writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the path has an empty, . or .. segment; use e.g. /v1/jobs", r.Method, truncateString(p, 200)))
+	return true
+}
+
+// cleanURLPath is p as net/http's ServeMux cleans it before routing: no
+// empty, . or .. segments, a trailing slash kept.
+func cleanURLPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// unboundedRoutes get no storeTimeout in ServeHTTP: /readyz and
+// /metrics have budgets of their own, the health checks read nothing, a
+// backup copies the local store (however long that takes), and GET
+// /v1/jobs/{id} bounds its long-poll and its read itself (getJob).
+var unboundedRoutes = map[string]bool{
+	"GET /readyz": true, "GET /metrics": true, "GET /healthz": true, "GET /v1/health": true,
+	"POST /v1/backup": true, "GET /v1/jobs/{id}": true,
+}
+
+// storeTimedOut reports whether the store deadline of r's context passed.
+func storeTimedOut(r *http.Request) bool {
+	return errors.Is(context.Cause(r.Context()), errStoreTimeout)
+}
+
+// timeoutMessage says that the store work of r timed out, and, for a
+// request that writes, that its outcome is unknown.
+func (a *api) timeoutMessage(r *http.Request) string {
+	why := "the data directory's disk stalled?"
+	if a.cfg.Shared {
+		why = "etcd unreachable or without quorum?"
+	}
+	msg := fmt.Sprintf("the store did not answer within %s (%s)", a.cfg.StoreTimeout, why)
+	switch {
+	case safeMethod(r.Method):
+		return msg + ": retry later"
+	case r.URL.Path == "/v1/jobs" || r.URL.Path == "/v1/jobs/batch":
+		return msg + ": the outcome is unknown, the job may or may not have been enqueued; retry later with the same unique_key (without one, a retry may enqueue it twice), or list the jobs first"
+	}
+	return msg + ": the outcome is unknown, the change may or may not have been made; check, then retry later"
 }
 
 // statusWriter records the status code of a response.
@@ -312,6 +419,9 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusServiceUnavailable, "etcd did not answer in time: "+checkEtcd)
 	case a.cfg.CLI && r.Context().Err() != nil:
 		writeError(w, http.StatusServiceUnavailable, "interrupted")
+	case storeTimedOut(r):
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, a.timeoutMessage(r))
 	case r.Context().Err() != nil:
 		// The client went away or the daemon is stopping.
 		writeError(w, http.StatusServiceUnavailable, "request cancelled: the client disconnected or the daemon is stopping")
@@ -400,7 +510,8 @@ func (a *api) batchBody() bodySpec {
 }
 
 // decodeBody decodes one JSON object of at most spec.limit bytes into v,
-// refusing unknown fields, trailing data and text that is not UTF-8.
+// refusing unknown fields (names match exactly), trailing data and text
+// that is not UTF-8.
 func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, spec.limit)
 	// Read whole (the decoder would buffer the object anyway) to check
@@ -422,6 +533,61 @@ func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) er
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("request body has more after its JSON object: send exactly one object")
+	}
+	if err := exactFields(body, reflect.TypeOf(v), ""); err != nil {
+		return badRequest("%s: %s", err, spec.fields)
+	}
+	return nil
+}
+
+// exactFields refuses a key of the JSON object data that is not exactly
+// the name of a field of t (nor of its nested objects): encoding/json
+// also takes "KIND" for "kind", so that a misspelt field would be taken
+// for another. where prefixes the field's name in the error.
+func exactFields(data []byte, t reflect.Type, where string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) != nil || obj == nil {
+			return nil // null, or not an object: decoded already
+		}
+		fields := map[string]reflect.Type{}
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if f.IsExported() && name != "-" {
+				fields[cmp.Or(name, f.Name)] = f.Type
+			}
+		}
+		for _, k := range sortedKeys(obj) {
+			ft, ok := fields[k]
+			if !ok {
+				for name := range fields {
+					if strings.EqualFold(name, k) {
+						return fmt.Errorf("unknown field %q (names are case-sensitive: %s)", where+k, where+name)
+					}
+				}
+				return fmt.Errorf("unknown field %q", where+k)
+			}
+			if err := exactFields(obj[k], ft, where+k+"."); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return nil // a json.RawMessage: any JSON
+		}
+		var arr []json.RawMessage
+		if json.Unmarshal(data, &arr) != nil {
+			return nil
+		}
+		for i, x := range arr {
+			if err := exactFields(x, t.Elem(), fmt.Sprintf("%s[%d].", strings.TrimSuffix(where, "."), i)); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -649,9 +815,19 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // checkQuery refuses query parameters other than allowed, so that a typo
-// is not silently ignored.
+// is not silently ignored, and a parameter given twice, of which only
+// one would count.
 func checkQuery(r *http.Request, allowed ...string) error {
-	for k := range r.URL.Query() {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return badRequest("bad query string: %s: escape it as a URL query (key=value&...)", oneLine(err.Error()))
+	}
+	for _, k := range sortedKeys(q) {
+		if n := len(q[k]); n > 1 {
+			return badRequest("query parameter %q is given %d times: give it once", truncateString(k, 40), n)
+		}
+	}
+	for k := range q {
 		ok := false
 		for _, a := range allowed {
 			ok = ok || k == a
@@ -740,11 +916,13 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
 		// The wait expired (or the daemon is stopping): answer with the
 		// job as it is now.
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+	// Read even if the request's context ended with the wait (a CLI's
+	// deadline may be the wait's), within the store deadline.
+	ctx, cancel := context.WithTimeoutCause(context.WithoutCancel(r.Context()), a.cfg.StoreTimeout, errStoreTimeout)
 	defer cancel()
 	j, err := a.cfg.Coord.Get(ctx, id)
 	if err != nil {
-		a.fail(w, r, err)
+		a.fail(w, r.WithContext(ctx), err)
 		return
 	}
 	writeJSON(w, http.StatusOK, jobResponse{Job: j})

@@ -465,11 +465,12 @@ func newHTTPServer(a *api, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, 
 }
 
 // onSignals cancels the daemon's context (with cancel) at the first SIGINT
-// or SIGTERM. Once ctx is done, a signal ends the process at once, by that
-// signal, after killing the commands of the running jobs: they run in
-// process groups of their own, which the daemon's death would not reach,
-// and would go on beside the runs that replace them. The returned function
-// stops watching for signals.
+// or SIGTERM. Once ctx is done, a signal ends the process at once, with
+// exit code 1 (a stop cut short is a failure; the exit codes are 0, 1 and
+// 2), after killing the commands of the running jobs: they run in process
+// groups of their own, which the daemon's exit would not reach, and would
+// go on beside the runs that replace them. The returned function stops
+// watching for signals.
 func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger) func() {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
@@ -485,13 +486,9 @@ func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger)
 		}
 		select {
 		case sig := <-sigs:
-			log.Warn("second signal: stopping at once, killing the commands of running jobs", slog.String("signal", sig.String()))
+			log.Warn("second signal: forcing the exit at once, with exit code 1; killing the commands of running jobs (their jobs are re-queued as after a crash)", slog.String("signal", sig.String()))
 			execGroups.killAll()
-			signal.Reset(sig)
-			_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
-			// Still here: the signal is ignored (a daemon started under
-			// nohup, say). Exit as a shell reports death by it.
-			os.Exit(128 + int(sig.(syscall.Signal)))
+			os.Exit(exitFailure)
 		case <-done:
 		}
 	}()

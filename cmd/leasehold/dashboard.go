@@ -426,13 +426,28 @@ func (a *api) render(w http.ResponseWriter, r *http.Request, status int, t *temp
 	_, _ = w.Write(buf.Bytes())
 }
 
-// storeErr records a failed read on p.
-func (a *api) storeErr(p *dashPage, what string, err error) {
+// storeErr records a failed read of r on p.
+func (a *api) storeErr(r *http.Request, p *dashPage, what string, err error) {
 	if err == nil || p.Err != "" {
 		return
 	}
 	a.log.Warn("dashboard: reading the store failed", slog.String("what", what), slog.Any("err", err))
+	if storeTimedOut(r) {
+		p.Err = fmt.Sprintf("Reading %s failed: %s", what, a.timeoutMessage(r))
+		return
+	}
 	p.Err = fmt.Sprintf("Reading %s failed: %s", what, cleanCoordError(err))
+}
+
+// pageStatus returns status, or 503 with a Retry-After if a read of p
+// failed at the store deadline of r: the page is then incomplete, and says
+// why.
+func pageStatus(w http.ResponseWriter, r *http.Request, p *dashPage, status int) int {
+	if p.Err == "" || !storeTimedOut(r) {
+		return status
+	}
+	w.Header().Set("Retry-After", retryAfter)
+	return http.StatusServiceUnavailable
 }
 
 // known fills the kinds and queues offered by the filters, from the live
@@ -458,23 +473,23 @@ func (a *api) dashboard(w http.ResponseWriter, r *http.Request) {
 	p := a.newPage("Overview", "overview")
 	var err error
 	p.Counts, err = a.cfg.Coord.Counts(ctx)
-	a.storeErr(p, "job counts", err)
+	a.storeErr(r, p, "job counts", err)
 	for _, n := range p.Counts {
 		p.Total += n
 	}
 	ws, err := a.cfg.Coord.Workers(ctx)
-	a.storeErr(p, "live daemons", err)
+	a.storeErr(r, p, "live daemons", err)
 	// One page of running jobs for the daemons' tables (at most
 	// dashboardRunning, and about 16 MiB: this page refreshes every few
 	// seconds); the queues' running counts come from the running index.
 	runPage, err := a.cfg.Coord.List(ctx, coordinator.ListParams{State: coordinator.StateRunning, Limit: dashboardRunning})
-	a.storeErr(p, "running jobs", err)
+	a.storeErr(r, p, "running jobs", err)
 	running := runPage.Jobs
 	p.RunningCut = runPage.Next != ""
 	runningByQueue, err := a.cfg.Coord.RunningByQueue(ctx)
-	a.storeErr(p, "running jobs by queue", err)
+	a.storeErr(r, p, "running jobs by queue", err)
 	queues, err := a.cfg.Coord.Queues(ctx)
-	a.storeErr(p, "queues", err)
+	a.storeErr(r, p, "queues", err)
 
 	// Queues: those configured, served, or with available or running jobs.
 	rows := map[string]*queueRow{}
@@ -512,8 +527,8 @@ func (a *api) dashboard(w http.ResponseWriter, r *http.Request) {
 	p.known(ws, p.Queues)
 
 	p.Jobs, err = latestJobs(ctx, a.cfg.Coord, dashboardJobs, time.Now())
-	a.storeErr(p, "the latest jobs", err)
-	a.render(w, r, http.StatusOK, overviewTmpl, p)
+	a.storeErr(r, p, "the latest jobs", err)
+	a.render(w, r, pageStatus(w, r, p, http.StatusOK), overviewTmpl, p)
 }
 
 func (a *api) dashboardJobs(w http.ResponseWriter, r *http.Request) {
@@ -544,7 +559,7 @@ func (a *api) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 	case lp.State == "" && lp.Kind == "" && lp.Queue == "" && lp.After == "":
 		var err error
 		p.Jobs, err = latestJobs(ctx, a.cfg.Coord, dashboardPage, time.Now())
-		a.storeErr(p, "the latest jobs", err)
+		a.storeErr(r, p, "the latest jobs", err)
 		p.Order = fmt.Sprintf("The %d newest jobs, newest first. Filter to see others.", dashboardPage)
 	default:
 		pg, err := a.cfg.Coord.List(ctx, lp)
@@ -552,7 +567,7 @@ func (a *api) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 			status, p.Err = http.StatusBadRequest, "Bad filter: "+cleanCoordError(err)
 			break
 		}
-		a.storeErr(p, "jobs", err)
+		a.storeErr(r, p, "jobs", err)
 		p.Jobs = pg.Jobs
 		if pg.Next != "" {
 			nq := url.Values{}
@@ -564,6 +579,9 @@ func (a *api) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 			p.Next = "/jobs?" + nq.Encode()
 		}
 		p.Order = "In the order of the state's index (available: priority and due time; scheduled and retryable: due time; finished: finishing time), or creation order without a state, " + strconv.Itoa(dashboardPage) + " per page."
+	}
+	if status == http.StatusOK { // a bad filter's 400 stands
+		status = pageStatus(w, r, p, status)
 	}
 	a.render(w, r, status, jobListTmpl, p)
 }
@@ -583,8 +601,8 @@ func (a *api) dashboardJob(w http.ResponseWriter, r *http.Request) {
 		a.render(w, r, http.StatusNotFound, missingTmpl, p)
 		return
 	case err != nil:
-		a.storeErr(p, "the job", err)
-		a.render(w, r, http.StatusServiceUnavailable, missingTmpl, p)
+		a.storeErr(r, p, "the job", err)
+		a.render(w, r, pageStatus(w, r, p, http.StatusServiceUnavailable), missingTmpl, p)
 		return
 	}
 	p.Job, p.Timeline = j, timeline(j)
