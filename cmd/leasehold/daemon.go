@@ -84,7 +84,7 @@ expired. Either way it runs
 jobs of the built-in kinds (sleep, echo, fail) and of each --exec kind, and
 serves the HTTP API and dashboard on --listen. SIGINT or SIGTERM stops it
 gracefully: running jobs get --shutdown-timeout to finish, then they are
-interrupted and re-queued. A second signal stops it at once.`,
+interrupted and re-queued. A second signal stops it at once (exit code 1).`,
 		Example: `  leasehold daemon --data /var/lib/leasehold --listen 127.0.0.1:7420
   leasehold daemon --exec 'thumbnail=./thumbnail.sh' --exec 'mail=python3 send.py' --concurrency 50`,
 		Args: argsBetween(0, 0, "[--data DIR] [--listen ADDR] [--concurrency N] [--exec KIND=COMMAND]..."),
