@@ -26,7 +26,9 @@ type SessionConfig struct {
 	// resume the deadline alone would hold for the rest of its old
 	// interval. The deadline is also kept on this clock, and a session
 	// found past it ends within a second. Default: CLOCK_BOOTTIME on Linux
-	// when Clock is RealClock; none on other systems or with another Clock.
+	// when Clock is RealClock and the store's leases expire
+	// (kv.Limits.LeasesExpire: etcd, not localstore, whose leases outlive
+	// a suspend); none on other systems or with another Clock.
 	BootClock func() time.Duration
 	// Margin is subtracted from the validity deadline to absorb clock-rate
 	// error and the time it takes handlers to stop. Default: TTL/5.
@@ -68,9 +70,6 @@ func DefaultLeaseMargin(ttl time.Duration) time.Duration { return ttl / 5 }
 func (cfg SessionConfig) withDefaults() (SessionConfig, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock
-	}
-	if cfg.BootClock == nil && cfg.Clock == RealClock {
-		cfg.BootClock = bootClock // nil where there is none
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultLeaseTTL
@@ -158,6 +157,9 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	if err != nil {
 		return nil, err
 	}
+	if cfg.BootClock == nil && cfg.Clock == RealClock && c.store.Limits().LeasesExpire {
+		cfg.BootClock = bootClock // nil where there is none
+	}
 	// A session is valid for TTL − margin from the grant's send time: a
 	// grant and registration that take longer (a store without quorum
 	// that answers once it is back) would start a session already past
@@ -166,13 +168,16 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	window := cfg.TTL - cfg.Margin
 	sctx, scancel := context.WithTimeout(parent, window)
 	defer scancel()
+	late := func(err error) error {
+		if parent.Err() == nil && sctx.Err() != nil {
+			return fmt.Errorf("no answer within the session's validity window %s (TTL − margin): %w", window, err)
+		}
+		return err
+	}
 	sent, bootSent := cfg.Clock.Now(), bootNow(cfg.BootClock)
 	lease, err := c.store.Grant(sctx, cfg.TTL)
 	if err != nil {
-		if parent.Err() == nil && sctx.Err() != nil {
-			err = fmt.Errorf("no answer within the session's validity window %s (TTL − margin): %w", window, err)
-		}
-		return nil, fmt.Errorf("coordinator: grant session lease: %w", err)
+		return nil, fmt.Errorf("coordinator: grant session lease: %w", late(err))
 	}
 	s := &Session{c: c, cfg: cfg, lease: lease, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	s.setValidUntil(sent.Add(cfg.TTL - cfg.Margin))
@@ -187,9 +192,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 		err = fmt.Errorf("registered after the session's validity deadline (%s after the grant was sent): %w", cfg.Clock.Now().Sub(sent), ErrSessionExpired)
 	}
 	if err != nil {
-		if parent.Err() == nil && sctx.Err() != nil {
-			err = fmt.Errorf("no answer within the session's validity window %s (TTL − margin): %w", window, err)
-		}
+		err = late(err)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(parent), time.Second)
 		defer cancel()
 		_ = c.store.Revoke(rctx, lease)
@@ -287,8 +290,11 @@ func (s *Session) heartbeat() {
 	next := s.cfg.RenewInterval()
 	retry := min(500*time.Millisecond, s.cfg.RenewInterval()/2)
 	for {
+		// Never sleep to the deadline: a session that began late (its
+		// grant slow to come) or whose renewals failed renews in half
+		// the time it has left.
 		deadline := s.ValidUntil()
-		wait := min(next, deadline.Sub(s.cfg.Clock.Now()))
+		wait := min(next, deadline.Sub(s.cfg.Clock.Now())/2)
 		select {
 		case <-s.ctx.Done():
 			return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -292,5 +293,47 @@ func TestWorkerRegistrationCarriesLeaseIDString(t *testing.T) {
 	}
 	if want := strconv.FormatInt(int64(s.Lease()), 16); ws[0].LeaseID != want || ws[0].Lease != int64(s.Lease()) {
 		t.Fatalf("registration lease %d, lease_id %q; want %d and %q", ws[0].Lease, ws[0].LeaseID, s.Lease(), want)
+	}
+}
+
+// A session whose grant came late, with less than a renewal interval left
+// before its deadline, renews before that deadline: it used to sleep until
+// it and fence itself without a single renewal.
+func TestSessionBegunLateRenewsBeforeItsDeadline(t *testing.T) {
+	const ttl = 3 * time.Second // deadline 2.4 s after the grant's send; renew every 1 s
+	clock := newTimerClock()
+	ls := &slowGrantStore{Store: openLocalstore(t), clock: clock.Clock, late: 2 * time.Second}
+	s := sessionOn(t, ls, coordinator.SessionConfig{TTL: ttl, Clock: clock})
+	due := clock.next(t)
+	if !due.Before(s.ValidUntil()) {
+		t.Fatalf("first renewal due at %v, at or after the deadline %v: the session would fence itself unrenewed", due, s.ValidUntil())
+	}
+	clock.Advance(due.Sub(clock.Now()))
+	clock.next(t) // renewed; the heartbeat waits again
+	if n := s.Renewals(); n != 1 || !s.Valid() {
+		t.Fatalf("%d renewals, valid %v (cause %v); want one renewal and a live session", n, s.Valid(), context.Cause(s.Ctx()))
+	}
+}
+
+// expiringStore is a store whose leases expire on their own, as etcd's do.
+type expiringStore struct{ kv.Store }
+
+func (s expiringStore) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.LeasesExpire = true
+	return l
+}
+
+// The boot clock counts time suspended against the deadline only where the
+// store's leases expire on their own: a localstore lease outlives a
+// suspend (only a revoke or the next open ends it), and ending the session
+// there would interrupt every running job for nothing.
+func TestBootClockOnlyWhereLeasesExpire(t *testing.T) {
+	if s := sessionOn(t, openLocalstore(t), coordinator.SessionConfig{}); s.Config().BootClock != nil {
+		t.Error("a session on localstore counts time suspended against its deadline")
+	}
+	s := sessionOn(t, expiringStore{openLocalstore(t)}, coordinator.SessionConfig{})
+	if got := s.Config().BootClock != nil; got != (runtime.GOOS == "linux") {
+		t.Errorf("a session on a store whose leases expire has a boot clock: %v, want %v on %s", got, runtime.GOOS == "linux", runtime.GOOS)
 	}
 }

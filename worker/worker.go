@@ -576,32 +576,44 @@ type claimState struct {
 func (w *Worker) claimLoop() {
 	ctx := w.loopCtx
 	done := make(chan claimed, claimsInFlight)
+	st := &claimState{lastJanitor: time.Now(), empty: map[string]uint64{}}
 	inFlight := 0
+	// stale counts the claims in flight of sessions replaced since they
+	// began: a store out of reach may hold them for long, and nothing
+	// waits for them but the loop's end.
+	stale := 0
+	report := func(c claimed) {
+		if c.sess != w.sess.Load() {
+			stale--
+		}
+		w.claimDone(c, st)
+		inFlight--
+	}
 	defer func() {
 		for ; inFlight > 0; inFlight-- {
 			<-done
 		}
 	}()
-	st := &claimState{lastJanitor: time.Now(), empty: map[string]uint64{}}
 	for ctx.Err() == nil {
 		sess := w.sess.Load()
 		if sess.Ctx().Err() != nil {
 			if !w.renewSession(ctx, sess) {
 				return
 			}
+			stale = inFlight
 			continue
 		}
-		// Releasing orphans needs every claim made so far to be held:
-		// wait for the claims in flight first.
-		if time.Since(st.lastJanitor) >= w.cfg.ReapInterval && inFlight > 0 {
-			w.claimDone(<-done, st)
-			inFlight--
+		// Releasing orphans needs every claim of this session made so
+		// far to be held: wait for those in flight first (those of
+		// sessions replaced hang on other leases).
+		if time.Since(st.lastJanitor) >= w.cfg.ReapInterval && inFlight > stale {
+			report(<-done)
 			continue
 		}
 		if time.Since(st.lastJanitor) >= w.cfg.ReapInterval {
 			// Claims whose reply was lost and could not be resolved hang
-			// on our lease with no handler: give them back. No claim is
-			// in flight, so every claim this worker made is held.
+			// on our lease with no handler: give them back. No claim of
+			// this session is in flight, so every one it made is held.
 			st.lastJanitor = time.Now()
 			if _, err := w.c.ReleaseOrphans(ctx, sess, w.isHeld); err != nil && ctx.Err() == nil {
 				w.log.Warn("releasing orphaned claims failed", slog.Any("err", err))
@@ -655,8 +667,7 @@ func (w *Worker) claimLoop() {
 		case <-ctx.Done():
 		case <-sess.Ctx().Done():
 		case c := <-done:
-			w.claimDone(c, st)
-			inFlight--
+			report(c)
 		case <-w.wake:
 			st.wakes++
 		case <-w.freed:

@@ -67,7 +67,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"path"
@@ -312,11 +314,13 @@ func cleanURLPath(p string) string {
 
 // unboundedRoutes get no storeTimeout in ServeHTTP: /readyz and
 // /metrics have budgets of their own, the health checks read nothing, a
-// backup copies the local store (however long that takes), and GET
-// /v1/jobs/{id} bounds its long-poll and its read itself (getJob).
+// backup copies the local store and a bulk cancel goes through the whole
+// backlog in transactions of its own (however long either takes: the CLI
+// waits an hour for a bulk cancel), and GET /v1/jobs/{id} bounds its
+// long-poll and its read itself (getJob).
 var unboundedRoutes = map[string]bool{
 	"GET /readyz": true, "GET /metrics": true, "GET /healthz": true, "GET /v1/health": true,
-	"POST /v1/backup": true, "GET /v1/jobs/{id}": true,
+	"POST /v1/backup": true, "POST /v1/jobs/cancel": true, "GET /v1/jobs/{id}": true,
 }
 
 // storeTimedOut reports whether the store deadline of r's context passed.
@@ -473,14 +477,27 @@ type bodySpec struct {
 
 // jsonFields lists the JSON names of the fields of struct v, in order.
 func jsonFields(v any) string {
-	t := reflect.TypeOf(v)
-	names := make([]string, 0, t.NumField())
-	for f := range t.Fields() {
-		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name != "" && name != "-" {
-			names = append(names, name)
-		}
+	var names []string
+	for name := range jsonNames(reflect.TypeOf(v)) {
+		names = append(names, name)
 	}
 	return strings.Join(names, ", ")
+}
+
+// jsonNames yields the JSON name and type of each field of struct t that
+// encoding/json decodes, in order.
+func jsonNames(t reflect.Type) iter.Seq2[string, reflect.Type] {
+	return func(yield func(string, reflect.Type) bool) {
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if !yield(cmp.Or(name, f.Name), f.Type) {
+				return
+			}
+		}
+	}
 }
 
 // jobLimit bounds the JSON of one create request: room for the largest
@@ -554,13 +571,7 @@ func exactFields(data []byte, t reflect.Type, where string) error {
 		if json.Unmarshal(data, &obj) != nil || obj == nil {
 			return nil // null, or not an object: decoded already
 		}
-		fields := map[string]reflect.Type{}
-		for f := range t.Fields() {
-			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-			if f.IsExported() && name != "-" {
-				fields[cmp.Or(name, f.Name)] = f.Type
-			}
-		}
+		fields := maps.Collect(jsonNames(t))
 		for _, k := range sortedKeys(obj) {
 			ft, ok := fields[k]
 			if !ok {

@@ -258,7 +258,7 @@ const dashboardOverview = `{{define "content"}}
 const dashboardJobList = `{{define "content"}}
 <section><h2>Jobs{{with .Filter.State}} · {{.}}{{end}}{{with .Filter.Kind}} · kind {{.}}{{end}}{{with .Filter.Queue}} · queue {{.}}{{end}}</h2>
 {{template "filters" .}}
-{{if .Jobs}}{{template "jobrows" .}}{{else}}<p class="mute">No jobs match.</p>{{end}}
+{{if .Jobs}}{{template "jobrows" .}}{{else if .Next}}<p class="mute">None among the jobs this page looked through (a filtered page looks through a bounded number); more may match on the next page.</p>{{else}}<p class="mute">No jobs match.</p>{{end}}
 <p class="note">{{.Order}}{{with .Next}} · <a id="next-page" href="{{.}}">next page →</a>{{end}}</p>
 </section>
 {{end}}`

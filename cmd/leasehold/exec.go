@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -39,8 +38,7 @@ const (
 var execKillGrace = 5 * time.Second
 
 // execLostGrace is the kill grace of a command whose run was lost (its
-// daemon's session reached its deadline, or a write found another run
-// owning the job) when the lease TTL is ttl: half the session's margin,
+// daemon's session reached its deadline) when the lease TTL is ttl: half the session's margin,
 // the least time between the handler's cancel and the lease's expiry,
 // after which another daemon may start the job again. The command must be
 // dead by then (at a 30s TTL, 3s; at the 2s minimum, 200ms).
@@ -51,7 +49,7 @@ func execLostGrace(ttl time.Duration) time.Duration {
 // killGrace is how long the command of a job whose context ended has
 // between SIGTERM and SIGKILL.
 func (s execSpec) killGrace(ctx context.Context) time.Duration {
-	if c := context.Cause(ctx); s.lostGrace > 0 && (errors.Is(c, coordinator.ErrSessionExpired) || errors.Is(c, fence.ErrLeaseLost)) {
+	if s.lostGrace > 0 && errors.Is(context.Cause(ctx), coordinator.ErrSessionExpired) {
 		return min(execKillGrace, s.lostGrace)
 	}
 	return execKillGrace

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/fence"
 )
 
 // A command of a run that was lost (its daemon's session reached its
@@ -18,7 +17,7 @@ func TestExecLostRunKilledBeforeLeaseCanExpire(t *testing.T) {
 	old := execKillGrace
 	execKillGrace = time.Hour // a command of a run not lost keeps this
 	t.Cleanup(func() { execKillGrace = old })
-	for _, cause := range []error{coordinator.ErrSessionExpired, fence.ErrLeaseLost} {
+	for _, cause := range []error{coordinator.ErrSessionExpired} {
 		t.Run(fmt.Sprint(cause), func(t *testing.T) {
 			l := newLifeLine(t)
 			spec, err := parseExec(fmt.Sprintf(`t=exec 3>%s; trap "" TERM; echo $$ >%s; echo >&3; while :; do sleep 1; done`, l.path, l.pidFile))

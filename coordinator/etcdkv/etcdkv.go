@@ -89,7 +89,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
 		cli:    cli,
-		limits: kv.Limits{MaxOps: maxOps, MaxBytes: maxBytes, RangeCountsAll: true},
+		limits: kv.Limits{MaxOps: maxOps, MaxBytes: maxBytes, RangeCountsAll: true, LeasesExpire: true},
 		ctx:    ctx,
 		cancel: cancel,
 	}

@@ -251,6 +251,11 @@ type Limits struct {
 	// its start to its end, not just those it returns: etcd visits them
 	// all to fill in the response's count.
 	RangeCountsAll bool
+	// LeasesExpire is true when the store ends a lease that is not
+	// renewed within its TTL, whatever this process does (etcd); false
+	// when only a revoke or the store's next open does (localstore,
+	// owned by one process).
+	LeasesExpire bool
 }
 
 // Store is the seam. Implementations must be safe for concurrent use.
