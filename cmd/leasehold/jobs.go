@@ -107,7 +107,7 @@ func runJobsList(cmd *cobra.Command, o *listOpts) error {
 		}
 	}
 	switch {
-	case page.Next != "" && len(page.Jobs) < o.limit && (o.kind != "" || o.queue != ""):
+	case page.Next != "" && len(page.Jobs) < o.limit && (o.state != "" || o.kind != "" || o.queue != ""):
 		// A filtered page ends after looking at a bounded number of
 		// jobs: short, or empty, is not the end.
 		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: the page ended early (a filtered page looks through at most %d jobs); more may match: run again with --after %s\n", coordinator.ListScanMax, page.Next)
