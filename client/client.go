@@ -7,7 +7,10 @@
 // (Dial: shared mode, straight to etcd; New: over any coordinator). Both
 // behave the same, down to the errors: test them with errors.Is against
 // coordinator.ErrInvalid, ErrNotFound, ErrWrongState and ErrConflict (a
-// change that kept losing races: safe to retry).
+// change that kept losing races: safe to retry). A store that does not
+// answer in time gives an error wrapping context.DeadlineExceeded, also
+// through a daemon (its 503 with Retry-After): the outcome of a write is
+// then unknown, so insert with a unique key to retry without a duplicate.
 //
 // Job arguments are typed, as in River: a type with a Kind method is a
 // job's arguments, its JSON encoding the job's payload, and it may give its

@@ -143,6 +143,10 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 			return wrapAPIError(coordinator.ErrConflict, msg)
 		case resp.StatusCode == http.StatusConflict:
 			return wrapAPIError(coordinator.ErrWrongState, msg)
+		case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+			// The daemon's store did not answer within its deadline: the
+			// error a store that does not answer gives in shared mode.
+			return fmt.Errorf("leasehold daemon at %s: %s: %w", b.server, msg, context.DeadlineExceeded)
 		}
 		return fmt.Errorf("leasehold daemon at %s answered %s: %s", b.server, resp.Status, msg)
 	}

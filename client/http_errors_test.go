@@ -65,3 +65,34 @@ func TestHTTPToTLSDaemonSaysUseHTTPS(t *testing.T) {
 		t.Errorf("Get over http:// from a TLS daemon: %v, want %q", err, want)
 	}
 }
+
+// A daemon whose store did not answer within its deadline answers 503 with
+// Retry-After; the client's error wraps context.DeadlineExceeded, as a
+// store that does not answer does in shared mode, so that callers handle
+// both alike (a write's outcome unknown). Another 503 does not.
+func TestHTTPStoreDeadlineIsDeadlineExceeded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, retryAfter := range []bool{true, false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if retryAfter {
+				w.Header().Set("Retry-After", "5")
+			}
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":"the store did not answer within 10s (etcd unreachable or without quorum?): the outcome is unknown"}`+"\n")
+		}))
+		c, err := client.NewHTTP(srv.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Cancel(ctx, someID)
+		if got := errors.Is(err, context.DeadlineExceeded); got != retryAfter {
+			t.Errorf("503 with Retry-After %v: error %v wraps context.DeadlineExceeded: %v, want %v", retryAfter, err, got, retryAfter)
+		}
+		if err == nil || !strings.Contains(err.Error(), "the store did not answer within 10s") {
+			t.Errorf("503: error %v, want the daemon's message", err)
+		}
+		_ = c.Close()
+		srv.Close()
+	}
+}
