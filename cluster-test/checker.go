@@ -902,7 +902,9 @@ func laneName(slot int) string {
 // checkGraceful warns about runs that a graceful stop (SIGTERM) abandoned:
 // a daemon given --shutdown-timeout to drain should let its handlers finish
 // or release their jobs, not drop them as lost runs (which count towards a
-// job's rescues).
+// job's rescues). A run lost because its session expired (the daemon
+// fenced itself, before or during the stop) was not dropped by the stop,
+// though its handler may return only after the signal.
 func (c *checker) checkGraceful() {
 	for _, inst := range c.in.Instances {
 		if inst.Term.IsZero() || inst.Worker == "" {
@@ -917,7 +919,8 @@ func (c *checker) checkGraceful() {
 		for _, runs := range c.byJob {
 			for _, r := range runs {
 				o := r.Outcome
-				if r.Worker != inst.Worker || o == nil || o.Op != "abandon" || o.At.Before(inst.Term) || o.At.After(end) {
+				if r.Worker != inst.Worker || o == nil || o.Op != "abandon" || o.At.Before(inst.Term) || o.At.After(end) ||
+					strings.Contains(o.Err, coordinator.ErrSessionExpired.Error()) {
 					continue
 				}
 				if first == nil {

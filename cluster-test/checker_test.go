@@ -442,6 +442,23 @@ func TestGracefulStopThatAbandonsWarns(t *testing.T) {
 	}
 }
 
+// A run lost to a self-fence before the SIGTERM, whose handler returned
+// only after it, was not dropped by the graceful stop: no warning.
+func TestGracefulStopAfterSelfFenceDoesNotWarn(t *testing.T) {
+	w := cleanWorld()
+	w.in.Instances[0].Term, w.in.Instances[0].Ended, w.in.Instances[0].How = at(10), at(10.1), "terminated"
+	w.enqueue("01JF000000000000000000000B", 9)
+	w.start("01JF000000000000000000000B", "w1", 40, 9.5)
+	w.outcome("01JF000000000000000000000B", "w1", 40, 10.01, "abandon", false, "fence: lease lost: session ended (coordinator: session expired)")
+	w.cleanRun("01JF000000000000000000000B", "w2", 41, 11)
+	w.final("01JF000000000000000000000B", coordinator.StateCompleted, "w2", 41)
+	res := Check(w.in)
+	wantClean(t, res)
+	if len(res.Warnings) != 0 {
+		t.Fatalf("warnings %+v; want none: the run was lost to a self-fence, not dropped by the stop", res.Warnings)
+	}
+}
+
 func TestOrphanedClaimWarns(t *testing.T) {
 	w := storeWorld()
 	for i := range w.in.Log {
