@@ -32,9 +32,19 @@ type ClaimStats struct {
 // When several daemons contend for the same head of a queue, spread makes
 // each pick candidates at random from a window larger than n, so that they
 // do not all race for the same jobs.
+//
+// A claim ends with its session: one that the store holds (an outage, a
+// hung connection) must not hold the claims of the next session, which
+// wait for its reads of the queue. It then fails with ErrSessionExpired;
+// what it may have claimed hangs on the ended session's lease.
 func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n int, spread bool) ([]*Run, ClaimStats, error) {
+	ctx, unbound := sess.bound(ctx)
+	defer unbound()
 	for {
 		runs, st, back, err := c.claim(ctx, sess, queue, n, spread)
+		if err != nil && ctx.Err() != nil && sess.Ctx().Err() != nil {
+			return nil, st, fmt.Errorf("coordinator: claim: %w", ErrSessionExpired)
+		}
 		if back == nil {
 			return runs, st, err
 		}
@@ -255,10 +265,8 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 		// cannot be reached would hold the claim, and a worker's Stop that
 		// waits for it, for as long as the outage). Runs of an ended
 		// session could write nothing, and its lease takes the claim back.
-		rctx, rcancel := context.WithCancel(context.WithoutCancel(ctx))
-		stop := context.AfterFunc(sess.Ctx(), rcancel)
+		rctx, rcancel := sess.bound(context.WithoutCancel(ctx))
 		runs, rerr := c.resolveClaims(rctx, sess, jobs)
-		stop()
 		rcancel()
 		// The candidates not resolved may still be available: the next
 		// claim reads from the queue's start. They are held until now: a
@@ -409,6 +417,10 @@ func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*
 // from the goroutine that claims. Each release is a fenced write under the
 // orphaned claim's own token.
 func (c *Coordinator) ReleaseOrphans(ctx context.Context, sess *Session, mine func(jobID string) bool) (int, error) {
+	// An ended session's orphans hang on its lease, which is gone or
+	// going: the release ends with the session.
+	ctx, unbound := sess.bound(ctx)
+	defer unbound()
 	var orphans []kv.KeyValue
 	if err := c.scan(ctx, c.keys.owners(), false, func(x kv.KeyValue) error {
 		if x.Lease == sess.lease && !mine(idFromIndex(x.Key)) {

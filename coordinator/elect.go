@@ -77,8 +77,7 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 		// The candidate's run of quick watch ends is over: once it is a
 		// candidate again, its first retry is at once.
 		retry.reset()
-		lctx, cancel := context.WithCancel(ctx)
-		stop := context.AfterFunc(sess.Ctx(), cancel)
+		lctx, cancel := sess.bound(ctx)
 		// Leadership also ends if the key is deleted under us.
 		watched := make(chan struct{})
 		go func() {
@@ -90,7 +89,6 @@ func (c *Coordinator) RunElected(ctx context.Context, name string, session func(
 		err = fn(lctx)
 		ownEnd := lctx.Err() == nil
 		cancel()
-		stop()
 		<-watched
 		if !ownEnd {
 			backoff = 0
@@ -149,10 +147,8 @@ func (c *Coordinator) holdWhileKept(ctx context.Context, sess *Session, key stri
 // or when the watch ends: then with ended true and the watch's error, if
 // it gave one. It starts retry's count of the watch.
 func (c *Coordinator) waitGone(ctx context.Context, sess *Session, key string, rev int64, retry *watchRetry) (ended bool, err error) {
-	wctx, cancel := context.WithCancel(ctx)
+	wctx, cancel := sess.bound(ctx)
 	defer cancel()
-	stop := context.AfterFunc(sess.Ctx(), cancel)
-	defer stop()
 	retry.begin()
 	ch := c.store.Watch(wctx, key, rev+1)
 	defer func() {

@@ -208,6 +208,14 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 // (ErrSessionExpired, ErrSessionClosed, or the parent's cause).
 func (s *Session) Ctx() context.Context { return s.ctx }
 
+// bound returns ctx, ended also when the session ends, and its cancel
+// (which may be called more than once).
+func (s *Session) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
 // Done is closed once the session has ended and its heartbeat stopped.
 func (s *Session) Done() <-chan struct{} { return s.done }
 

@@ -58,29 +58,33 @@ func (g *gate) pass(ctx context.Context) (waited bool, err error) {
 	}
 }
 
-// outageStore cuts reads and writes (data) and lease requests (lease)
-// apart, and says when a read or write is held.
+// outageStore cuts reads and writes (data), the replies to writes
+// (reply: the write is applied, its caller is not told), and lease
+// requests (lease) apart, and says when a read or write, or a reply, is
+// held.
 type outageStore struct {
 	kv.Store
-	data, lease gate
-	held        chan struct{}
+	data, reply, lease gate
+	held, replyHeld    chan struct{}
 }
 
-func newOutageStore() *outageStore { return &outageStore{held: make(chan struct{}, 1)} }
+func newOutageStore() *outageStore {
+	return &outageStore{held: make(chan struct{}, 1), replyHeld: make(chan struct{}, 1)}
+}
 
-func (s *outageStore) holdData(ctx context.Context) error {
-	s.data.mu.Lock()
-	cut := s.data.up != nil
-	s.data.mu.Unlock()
+// holdAt waits while g is cut, saying so on held first.
+func holdAt(ctx context.Context, g *gate, held chan struct{}) error {
+	g.mu.Lock()
+	cut := g.up != nil
+	g.mu.Unlock()
 	if cut {
-		select {
-		case s.held <- struct{}{}:
-		default:
-		}
+		signal(held)
 	}
-	_, err := s.data.pass(ctx)
+	_, err := g.pass(ctx)
 	return err
 }
+
+func (s *outageStore) holdData(ctx context.Context) error { return holdAt(ctx, &s.data, s.held) }
 
 func (s *outageStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
 	if err := s.holdData(ctx); err != nil {
@@ -93,7 +97,11 @@ func (s *outageStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if err := s.holdData(ctx); err != nil {
 		return kv.TxnResult{}, err
 	}
-	return s.Store.Txn(ctx, t)
+	res, err := s.Store.Txn(ctx, t)
+	if herr := holdAt(ctx, &s.reply, s.replyHeld); herr != nil {
+		return kv.TxnResult{}, herr
+	}
+	return res, err
 }
 
 func (s *outageStore) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error) {
@@ -225,19 +233,14 @@ func stopChecked(t *testing.T, w *worker.Worker) {
 // during an outage, the worker starts replacing it at once, although a
 // claim made before is held by the store; each attempt at a new session is
 // bounded and logged (an unbounded grant said nothing for the whole
-// outage). The held claim, landing after the session ended, starts
-// nothing: its job is re-queued once the old lease is revoked and runs
-// once, under the new session.
+// outage). The held claim, applied by the store but its reply lost, ends
+// with its session and starts nothing: its job is re-queued once the old
+// lease is revoked and runs once, under the new session.
 func TestSessionReplacedWhileClaimInFlight(t *testing.T) {
 	o := newOutageEnv(t)
 	var runs, abandons atomic.Int32
-	landed, completed := make(chan struct{}, 1), make(chan struct{}, 1)
+	completed := make(chan struct{}, 1)
 	w := o.worker(o.config(worker.Config{
-		OnClaim: func(_ string, n int, _ coordinator.ClaimStats) {
-			if n > 0 {
-				signal(landed)
-			}
-		},
 		OnOutcome: func(out worker.Outcome) {
 			switch out.Op {
 			case "abandon":
@@ -250,19 +253,23 @@ func TestSessionReplacedWhileClaimInFlight(t *testing.T) {
 		runs.Add(1)
 		return nil
 	}})
-	o.cutWithClaimInFlight(t)
+	o.st.reply.cut()
+	o.st.lease.cut()
+	if _, err := o.raw.Enqueue(context.Background(), coordinator.EnqueueParams{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	awaitSignal(t, o.st.replyHeld, "the claim was applied and its reply held")
 	o.logs.await(t, "session ended: running jobs were interrupted and fenced; starting a new session")
 	r := o.logs.await(t, "cannot start a new session; retrying")
 	if err := attrOf(r, "err"); !strings.Contains(err, "no answer within") || attrOf(r, "in") == "" {
 		t.Fatalf("failed attempt logged with err %q, in %q; want the bound it missed and the next delay", err, attrOf(r, "in"))
 	}
-	o.st.data.heal() // the held claim lands, under the ended session
-	awaitSignal(t, landed, "the held claim landed")
+	o.st.reply.heal()
 	o.st.lease.heal()
 	awaitSignal(t, completed, "the job completed under the new session")
 	stopChecked(t, w)
 	if n := runs.Load(); n != 1 || abandons.Load() != 0 {
-		t.Fatalf("%d runs, %d abandoned; want 1 run and none abandoned (the late claim's run must not start)", n, abandons.Load())
+		t.Fatalf("%d runs, %d abandoned; want 1 run and none abandoned (the lost claim's run must not start)", n, abandons.Load())
 	}
 	if n := w.SessionsLost(); n != 1 {
 		t.Fatalf("SessionsLost = %d, want 1", n)

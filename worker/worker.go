@@ -605,9 +605,16 @@ func (w *Worker) claimLoop() {
 		}
 		// Releasing orphans needs every claim of this session made so
 		// far to be held: wait for those in flight first (those of
-		// sessions replaced hang on other leases).
+		// sessions replaced hang on other leases). The store may hold
+		// them for as long as an outage: the session's end is not
+		// waited out.
 		if time.Since(st.lastJanitor) >= w.cfg.ReapInterval && inFlight > stale {
-			report(<-done)
+			select {
+			case c := <-done:
+				report(c)
+			case <-sess.Ctx().Done():
+			case <-ctx.Done():
+			}
 			continue
 		}
 		if time.Since(st.lastJanitor) >= w.cfg.ReapInterval {
@@ -615,7 +622,7 @@ func (w *Worker) claimLoop() {
 			// on our lease with no handler: give them back. No claim of
 			// this session is in flight, so every one it made is held.
 			st.lastJanitor = time.Now()
-			if _, err := w.c.ReleaseOrphans(ctx, sess, w.isHeld); err != nil && ctx.Err() == nil {
+			if _, err := w.c.ReleaseOrphans(ctx, sess, w.isHeld); err != nil && ctx.Err() == nil && sess.Ctx().Err() == nil {
 				w.log.Warn("releasing orphaned claims failed", slog.Any("err", err))
 			}
 		}
@@ -630,10 +637,16 @@ func (w *Worker) claimLoop() {
 			if spread && time.Since(st.peersRead) >= peersEvery {
 				// Which daemons share the queue: spread claims prefer
 				// the jobs that hashing gives to this one.
+				// The read ends with the session: a store that holds
+				// it must not keep the loop from replacing the session.
 				st.peersRead = time.Now()
-				if ids, err := w.c.PeerIDs(ctx); err == nil {
+				pctx, cancel := context.WithCancel(ctx)
+				stop := context.AfterFunc(sess.Ctx(), cancel)
+				if ids, err := w.c.PeerIDs(pctx); err == nil {
 					sess.SetPeers(ids)
 				}
+				stop()
+				cancel()
 			}
 			w.reserve(q, want)
 			inFlight++

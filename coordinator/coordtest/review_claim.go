@@ -2,6 +2,7 @@ package coordtest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,7 @@ var claimReviewTests = []suiteTest{
 	{"ClaimResolvingOnUnreachableStoreEndsWithSession", testClaimResolveUnreachable},
 	{"SpreadClaimsKeepPriority", testSpreadClaimsKeepPriority},
 	{"LostClaimNeverAdoptsAnotherClaimsRun", testLostClaimAdoptsNoOtherRun},
+	{"HeldClaimEndsWithItsSession", testHeldClaimEndsWithSession},
 }
 
 // claimResult is what one Claim call returned.
@@ -420,5 +422,58 @@ func testLostClaimAdoptsNoOtherRun(t *testing.T, h *harness) {
 		if r := h.claimOneFrom(c, s); r.Job().ID != j.ID {
 			t.Fatalf("claimed %s after the lost claim was resolved, want %s", r.Job().ID, j.ID)
 		}
+	}
+}
+
+// heldQueueReadStore, once armed, holds the first read of a queue's
+// available index until its context ends (a hung connection), and says
+// when it holds it.
+type heldQueueReadStore struct {
+	kv.Store
+	armed   atomic.Bool
+	holding chan struct{}
+}
+
+func (s *heldQueueReadStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if strings.Contains(r.Start, "/q/") && s.armed.CompareAndSwap(true, false) {
+		close(s.holding)
+		<-ctx.Done()
+		return kv.RangeResult{}, ctx.Err()
+	}
+	return s.Store.Range(ctx, r)
+}
+
+// testHeldClaimEndsWithSession: a claim whose read of the queue the store
+// holds ends when its session does, with ErrSessionExpired, although its
+// caller's context goes on; and the claims of the next session are not
+// held behind it (claims of one queue read one at a time). Before, the
+// next session claimed nothing from the queue for as long as the store
+// held the old claim's read.
+func testHeldClaimEndsWithSession(t *testing.T, h *harness) {
+	job := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	hs := &heldQueueReadStore{Store: h.store, holding: make(chan struct{})}
+	c := h.coordinator(hs, coordinator.Config{})
+	old := h.session(c)
+	hs.armed.Store(true)
+	done := make(chan claimResult, 1)
+	go func() {
+		runs, st, err := c.Claim(h.ctx(), old, coordinator.DefaultQueue, 1, false)
+		done <- claimResult{runs, st, err}
+	}()
+	<-hs.holding
+	cctx, cancel := context.WithTimeout(h.ctx(), 5*time.Second)
+	defer cancel()
+	_ = old.Close(cctx) // the session ends (on an outage, at its deadline)
+	select {
+	case r := <-done:
+		if !errors.Is(r.err, coordinator.ErrSessionExpired) || len(r.runs) != 0 {
+			t.Fatalf("held claim after its session ended: %d runs, %v; want none and ErrSessionExpired", len(r.runs), r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a claim held by the store did not return when its session ended")
+	}
+	runs, _, err := c.Claim(cctx, h.session(c), coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != job.ID {
+		t.Fatalf("claim of the next session: %d runs, %v; want job %s", len(runs), err, job.ID)
 	}
 }
