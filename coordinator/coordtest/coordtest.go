@@ -692,7 +692,11 @@ func (h *harness) heldReap(s *coordinator.Session) (finish func() (int, error)) 
 		n, err := reaper.Reap(h.ctx(), nil, nil)
 		done <- result{n, err}
 	}()
-	<-gate.Held()
+	select {
+	case <-gate.Held():
+	case <-time.After(failBound):
+		h.t.Fatal("the reaper never reached the held transaction")
+	}
 	return func() (int, error) {
 		open()
 		r := <-done

@@ -34,6 +34,9 @@ var safetyTests = []suiteTest{
 	{"ClaimLosesRaceForReadJob", testClaimRace},
 	{"ReaperScanCatchesWhatWatchMissed", testReaperScan},
 	{"GroupedOutcomesBatchedAreFencedEach", testGroupedOutcomesBatched},
+	{"StaleFirstWriteOfEachKindRefused", testStaleFirstWriteOfEachKind},
+	{"ReapTornReadLeavesReclaimedJob", testReapTornRead},
+	{"WritesStopPastDeadline", testWritesStopPastDeadline},
 }
 
 // failBound bounds waits for things that must happen without any clock
