@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -167,6 +169,23 @@ func statusError(ctx context.Context, err error) error {
 	return ctx.Err()
 }
 
+// reconnect paces gRPC's attempts to reach a member it lost. gRPC's
+// default waits up to 120 s between attempts (1 s, growing 1.6-fold): a
+// daemon whose etcd was down for a few minutes then went on failing for
+// up to two minutes after etcd came back (measured: 19.7 s after a 150 s
+// outage of the only member), unready and claiming nothing. Attempts at
+// most 2 s apart cost one connection attempt per member every 2 s while
+// it is down.
+var reconnect = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  100 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   2 * time.Second,
+	},
+	MinConnectTimeout: 5 * time.Second,
+}
+
 // clientConfig turns cfg into a clientv3.Config, loading the TLS files.
 func clientConfig(cfg Config) (clientv3.Config, error) {
 	c := clientv3.Config{
@@ -179,6 +198,7 @@ func clientConfig(cfg Config) (clientv3.Config, error) {
 		Username:             cfg.Username,
 		Password:             cfg.Password,
 		Logger:               cfg.Logger,
+		DialOptions:          []grpc.DialOption{grpc.WithConnectParams(reconnect)},
 	}
 	if c.DialTimeout <= 0 {
 		c.DialTimeout = DefaultDialTimeout
