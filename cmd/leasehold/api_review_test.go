@@ -110,7 +110,8 @@ func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
 	log := quietLogger(t)
 	ls := tempLocal(t, log)
 	gate := kvtest.NewGate(ls)
-	coord, err := coordinator.New(gate, coordinator.Config{Logger: log})
+	ws := &watchStarted{Store: gate, started: make(chan struct{}, 1)}
+	coord, err := coordinator.New(ws, coordinator.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +161,11 @@ func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		polled <- answer{resp.StatusCode, string(b)}
 	}()
-	<-active // the long-poll was accepted
+	// The long-poll's handler waits on the job. (Its connection turning
+	// active would not do: net/http reports a connection active once it
+	// has read any of a request, also when the stop then cuts that read
+	// short, and the request goes unanswered.)
+	<-ws.started
 	stopped := make(chan struct{})
 	go func() {
 		stop()
@@ -177,6 +182,21 @@ func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
 	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
 		t.Errorf("Serve: %v", err)
 	}
+}
+
+// watchStarted says when a watch begins.
+type watchStarted struct {
+	kv.Store
+	started chan struct{}
+}
+
+func (s *watchStarted) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	ch := s.Store.Watch(ctx, prefix, fromRev)
+	select {
+	case s.started <- struct{}{}:
+	default:
+	}
+	return ch
 }
 
 // A long-poll outlives the server's ReadTimeout (2 minutes in the daemon,
