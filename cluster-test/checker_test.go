@@ -427,35 +427,31 @@ func TestStoreLogStaleIndexReported(t *testing.T) {
 	wantKind(t, Check(w.in), "index-mismatch")
 }
 
-func TestGracefulStopThatAbandonsWarns(t *testing.T) {
-	w := cleanWorld()
-	w.in.Instances[0].Term, w.in.Instances[0].Ended, w.in.Instances[0].How = at(10), at(10.1), "terminated"
-	w.enqueue("01JF000000000000000000000B", 9)
-	w.start("01JF000000000000000000000B", "w1", 40, 9.5)
-	w.outcome("01JF000000000000000000000B", "w1", 40, 10.01, "abandon", false, "fence: lease lost: session ended (context canceled)")
-	w.cleanRun("01JF000000000000000000000B", "w2", 41, 11)
-	w.final("01JF000000000000000000000B", coordinator.StateCompleted, "w2", 41)
-	res := Check(w.in)
-	wantClean(t, res)
-	if len(res.Warnings) != 1 || res.Warnings[0].Kind != "graceful-stop-abandoned" {
-		t.Fatalf("warnings %+v; want one graceful-stop-abandoned", res.Warnings)
-	}
-}
-
-// A run lost to a self-fence before the SIGTERM, whose handler returned
-// only after it, was not dropped by the graceful stop: no warning.
-func TestGracefulStopAfterSelfFenceDoesNotWarn(t *testing.T) {
-	w := cleanWorld()
-	w.in.Instances[0].Term, w.in.Instances[0].Ended, w.in.Instances[0].How = at(10), at(10.1), "terminated"
-	w.enqueue("01JF000000000000000000000B", 9)
-	w.start("01JF000000000000000000000B", "w1", 40, 9.5)
-	w.outcome("01JF000000000000000000000B", "w1", 40, 10.01, "abandon", false, "fence: lease lost: session ended (coordinator: session expired)")
-	w.cleanRun("01JF000000000000000000000B", "w2", 41, 11)
-	w.final("01JF000000000000000000000B", coordinator.StateCompleted, "w2", 41)
-	res := Check(w.in)
-	wantClean(t, res)
-	if len(res.Warnings) != 0 {
-		t.Fatalf("warnings %+v; want none: the run was lost to a self-fence, not dropped by the stop", res.Warnings)
+// A run that a graceful stop abandoned draws a warning; a run lost to a
+// self-fence before the SIGTERM, whose handler returned only after it,
+// was not dropped by the stop: no warning.
+func TestGracefulStopAbandonWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		name, err string
+		warn      bool
+	}{
+		{"abandoned by the stop", "fence: lease lost: session ended (context canceled)", true},
+		{"lost to a self-fence before it", "fence: lease lost: session ended (coordinator: session expired)", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := cleanWorld()
+			w.in.Instances[0].Term, w.in.Instances[0].Ended, w.in.Instances[0].How = at(10), at(10.1), "terminated"
+			w.enqueue("01JF000000000000000000000B", 9)
+			w.start("01JF000000000000000000000B", "w1", 40, 9.5)
+			w.outcome("01JF000000000000000000000B", "w1", 40, 10.01, "abandon", false, tc.err)
+			w.cleanRun("01JF000000000000000000000B", "w2", 41, 11)
+			w.final("01JF000000000000000000000B", coordinator.StateCompleted, "w2", 41)
+			res := Check(w.in)
+			wantClean(t, res)
+			if got := len(res.Warnings) == 1 && res.Warnings[0].Kind == "graceful-stop-abandoned"; got != tc.warn || (!tc.warn && len(res.Warnings) != 0) {
+				t.Fatalf("warnings %+v; want a graceful-stop-abandoned warning: %v", res.Warnings, tc.warn)
+			}
+		})
 	}
 }
 
