@@ -17,7 +17,8 @@ import (
 )
 
 type etcdOpts struct {
-	cfg etcdnode.Config
+	cfg               etcdnode.Config
+	quota, maxRequest sizeValue
 }
 
 func newEtcdCmd(g *globalOpts) *cobra.Command {
@@ -55,6 +56,8 @@ production, run etcd itself.`,
 	f.StringVar(&o.cfg.InitialCluster, "initial-cluster", "", "NAME=ADVERTISED_PEER_URL,... of every member of a new cluster, or of the cluster it joins (default: this member alone)")
 	f.StringVar(&o.cfg.InitialClusterState, "initial-cluster-state", etcdnode.ClusterStateNew, "new: start a new cluster; existing: join a running one after 'etcdctl member add' (read on the first start only)")
 	f.StringVar(&o.cfg.AutoCompactionRetention, "auto-compaction-retention", "5m", "revision history kept (periodic auto-compaction)")
+	f.Var(&o.quota, "quota-backend-bytes", "size at which the member refuses writes until defragmented (e.g. 8GiB; default etcd's 2GiB)")
+	f.Var(&o.maxRequest, "max-request-bytes", "largest client request the member takes (e.g. 4MiB; default etcd's 1.5MiB); daemons and clients then need --etcd-max-request-bytes to match")
 	f.DurationVar(&o.cfg.ElectionTimeout, "election-timeout", time.Second, "raft election timeout")
 	f.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "raft heartbeat interval")
 	f.StringVar(&o.cfg.LogLevel, "etcd-log-level", "error", "etcd's own log level")
@@ -71,6 +74,11 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	// log level: bad input is refused here, before anything is written.
 	if err := o.validate(cmd); err != nil {
 		return err
+	}
+	o.cfg.QuotaBytes, o.cfg.MaxRequestBytes = int64(o.quota), uint(o.maxRequest)
+	if o.quota > maxEtcdQuota {
+		log.Warn("--quota-backend-bytes is above what etcd advises (8GiB): a large backend slows restarts and defragmentation",
+			"quota_backend_bytes", o.quota.String())
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -132,6 +140,17 @@ var etcdLogLevels = []string{"debug", "info", "warn", "error"}
 // maxEtcdElection is the longest election timeout etcd accepts.
 const maxEtcdElection = 50 * time.Second
 
+// maxEtcdQuota is the largest backend quota etcd advises (it warns above).
+const maxEtcdQuota = 8 << 30
+
+// The --max-request-bytes accepted: the least the daemons' payloads fit in
+// (as --etcd-max-request-bytes), and well under gRPC's message limits (etcd
+// advises at most 10MiB).
+const (
+	minEtcdRequest = 256 << 10
+	maxEtcdRequest = 64 << 20
+)
+
 // validate refuses bad flags with a usage error that names each flag as
 // the user set it (flagLabel: --name, or its LEASEHOLD_* variable).
 func (o *etcdOpts) validate(cmd *cobra.Command) error {
@@ -139,6 +158,10 @@ func (o *etcdOpts) validate(cmd *cobra.Command) error {
 	l := func(name string) string { return flagLabel(cmd, name) }
 	if strings.TrimSpace(c.Dir) == "" {
 		return usagef("--data is empty: name the member's data directory")
+	}
+	if o.maxRequest != 0 && (o.maxRequest < minEtcdRequest || o.maxRequest > maxEtcdRequest) {
+		return usagef("%s %s: want %s to %s (etcd's default is 1.5MiB)", l("max-request-bytes"), o.maxRequest,
+			sizeValue(minEtcdRequest), sizeValue(maxEtcdRequest))
 	}
 	if strings.TrimSpace(c.Name) == "" || strings.ContainsAny(c.Name, "=,") {
 		return usagef("%s %q: want a name without '=' or ',', such as m1", l("name"), c.Name)

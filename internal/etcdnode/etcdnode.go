@@ -69,6 +69,9 @@ type Config struct {
 	AdvertisePeerURL string
 	// QuotaBytes caps the backend size. Default: etcd's (2 GiB).
 	QuotaBytes int64
+	// MaxRequestBytes is the largest client request the member takes.
+	// Default: etcd's (1.5 MiB).
+	MaxRequestBytes uint
 	// ClusterToken separates clusters that share hosts. Default: "leasehold".
 	ClusterToken string
 }
@@ -410,6 +413,9 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(lg)
 	if cfg.QuotaBytes > 0 {
 		ec.QuotaBackendBytes = cfg.QuotaBytes
+	}
+	if cfg.MaxRequestBytes > 0 {
+		ec.MaxRequestBytes = cfg.MaxRequestBytes
 	}
 	e, err := startEtcd(ctx, ec, hold, stopping)
 	if err != nil {
