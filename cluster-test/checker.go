@@ -100,6 +100,11 @@ type CheckInput struct {
 	// End is when the run ended; runs with no outcome and no known
 	// process end are taken to last until then.
 	End time.Time
+	// QuiesceEnd says why the quiesce period ended (quiesceStalled, ...;
+	// "" if not known), after Quiesce without a job finishing or
+	// QuiesceMax in all.
+	QuiesceEnd          string
+	Quiesce, QuiesceMax time.Duration
 }
 
 // Run is one claimed run of a job, as the histories show it.
@@ -152,7 +157,10 @@ type Result struct {
 	States       map[string]int `json:"final_states"`
 	Runs         int            `json:"runs"`
 	Lost         []string       `json:"lost"`
-	Violations   []Violation    `json:"violations"`
+	// Undrained are jobs not final when the quiesce period reached
+	// --quiesce-max while jobs still finished: a backlog, not jobs lost.
+	Undrained  []string    `json:"undrained"`
+	Violations []Violation `json:"violations"`
 	// Warnings are broken promises that are not safety violations (a
 	// graceful stop that interrupted its jobs, say).
 	Warnings      []Violation       `json:"warnings"`
@@ -345,10 +353,19 @@ func (c *checker) checkLost() {
 		case f == nil:
 			r.Lost = append(r.Lost, id)
 			c.violate("lost", id, "job ran (histories show it) but is neither in the store nor among the acknowledged enqueues")
+		case !f.State.Final() && c.in.QuiesceEnd == quiesceCapped:
+			r.States[string(f.State)]++
+			r.Undrained = append(r.Undrained, id)
+			c.violate("undrained", id, "not final after the quiesce period (%s): state %s, attempt %d, owner %q, token %d",
+				describeQuiesce(c.in.QuiesceEnd, c.in.Quiesce, c.in.QuiesceMax), f.State, f.Attempt, f.Owner, f.Token)
 		case !f.State.Final():
 			r.States[string(f.State)]++
 			r.Lost = append(r.Lost, id)
-			c.violate("lost", id, "not final after the quiesce period: state %s, attempt %d, owner %q, token %d", f.State, f.Attempt, f.Owner, f.Token)
+			why := ""
+			if c.in.QuiesceEnd != "" {
+				why = " (" + describeQuiesce(c.in.QuiesceEnd, c.in.Quiesce, c.in.QuiesceMax) + ")"
+			}
+			c.violate("lost", id, "not final after the quiesce period%s: state %s, attempt %d, owner %q, token %d", why, f.State, f.Attempt, f.Owner, f.Token)
 		default:
 			r.States[string(f.State)]++
 		}

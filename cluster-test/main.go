@@ -55,6 +55,7 @@ type config struct {
 	leaseTTL         time.Duration
 	shutdownTimeout  time.Duration
 	quiesce          time.Duration
+	quiesceMax       time.Duration
 	expectViolations bool
 	keepData         bool
 	maxTimelines     int
@@ -78,7 +79,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Float64Var(&cfg.rate, "rate", 12, "jobs enqueued per second")
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", 2*time.Second, "daemon session lease TTL (whole seconds)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 3*time.Second, "daemon drain time on SIGTERM")
-	fs.DurationVar(&cfg.quiesce, "quiesce", 60*time.Second, "after the faults, how long jobs may take to finish before unfinished ones count as lost")
+	fs.DurationVar(&cfg.quiesce, "quiesce", 60*time.Second, "after the faults, how long no job may finish before unfinished ones count as lost")
+	fs.DurationVar(&cfg.quiesceMax, "quiesce-max", 10*time.Minute, "after the faults, how long a backlog still draining may take in all before what is left counts as undrained")
 	fs.BoolVar(&cfg.expectViolations, "expect-violations", false, "invert the verdict: exit 0 only if violations were found (for a deliberately broken --binary)")
 	fs.BoolVar(&cfg.keepData, "keep-data", false, "keep the etcd and Pebble data directories")
 	fs.IntVar(&cfg.maxTimelines, "max-timelines", 10, "violating jobs whose timeline is printed (all go to violations.txt)")
@@ -98,6 +100,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("--lease-ttl %s: want whole seconds, at least %s", cfg.leaseTTL, coordinator.MinLeaseTTL)
 	case cfg.rate <= 0 || cfg.concurrency < 1:
 		return cfg, fmt.Errorf("--rate and --concurrency must be positive")
+	case cfg.quiesce <= 0 || cfg.quiesceMax < cfg.quiesce:
+		return cfg, fmt.Errorf("--quiesce %s, --quiesce-max %s: want --quiesce positive and --quiesce-max at least as long", cfg.quiesce, cfg.quiesceMax)
 	}
 	if cfg.mode == "embedded" {
 		cfg.daemons = 1
@@ -438,22 +442,33 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	h.logf("workload stopped: %d jobs acknowledged, %d enqueue errors, %d skipped while the store stalled, %d cancel requests; waiting for jobs to finish",
 		w.count(), w.enqErrs.Load(), w.skipped.Load(), w.cancels.Load())
 	qStart := time.Now()
-	for time.Since(qStart) < cfg.quiesce && ctx.Err() == nil {
+	q := newQuiescer(qStart, cfg.quiesce, cfg.quiesceMax)
+	qEnd := ""
+	for qEnd == "" {
+		if ctx.Err() != nil {
+			qEnd = quiesceStopped
+			break
+		}
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		jobs, err := tgt.list(lctx)
 		cancel()
-		if err == nil {
+		if err != nil {
+			qEnd = q.check(time.Now())
+		} else {
 			open := 0
 			for _, j := range jobs {
 				if !j.State.Final() {
 					open++
 				}
 			}
-			if open == 0 {
-				break
-			}
+			qEnd = q.observe(time.Now(), open)
 		}
-		h.sleep(ctx, time.Second)
+		if qEnd == "" {
+			h.sleep(ctx, time.Second)
+		}
+	}
+	if qEnd != quiesceAllFinal {
+		h.logf("quiesce ended: %s", describeQuiesce(qEnd, cfg.quiesce, cfg.quiesceMax))
 	}
 	qSecs := time.Since(qStart).Seconds()
 	stopSup()
@@ -523,14 +538,16 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	anomalies := append([]string(nil), h.anomalies...)
 	h.mu.Unlock()
 	in := &CheckInput{Mode: cfg.mode, Jobs: w.snapshot(), Final: final, Events: events, Faults: faults,
-		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, End: end}
+		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, End: end,
+		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax}
 	if err := writeJSON(filepath.Join(h.out, "checkinput.json"), savedInput{Mode: in.Mode, Jobs: in.Jobs, Final: in.Final,
-		Faults: in.Faults, Instances: in.Instances, LogOK: in.LogOK, End: in.End, Plan: plans, Lanes: len(h.daemons)}); err != nil {
+		Faults: in.Faults, Instances: in.Instances, LogOK: in.LogOK, End: in.End, Plan: plans, Lanes: len(h.daemons),
+		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax}); err != nil {
 		return fail(err)
 	}
 	rep := Report{Mode: cfg.mode, Seed: cfg.seed, Daemons: cfg.daemons, Concurrency: cfg.concurrency,
 		LeaseTTL: cfg.leaseTTL.String(), Rate: cfg.rate, Binary: h.binary, Started: wall,
-		WorkloadSecs: round3(workSecs), QuiesceSecs: round3(qSecs), Plan: plans, Anomalies: anomalies, Instances: in.Instances, TornLines: torn,
+		WorkloadSecs: round3(workSecs), QuiesceSecs: round3(qSecs), QuiesceEnd: qEnd, Plan: plans, Anomalies: anomalies, Instances: in.Instances, TornLines: torn,
 		StoreLog: storeLogState, Out: h.out,
 		Workload: map[string]int64{"acknowledged": int64(w.count()), "enqueue_errors": w.enqErrs.Load(),
 			"skipped": w.skipped.Load(), "cancel_requests": w.cancels.Load(), "history_events": int64(len(events))}}
@@ -589,7 +606,7 @@ func report(cfg config, in *CheckInput, rep *Report, lanes int, wall time.Time, 
 	}
 	fmt.Fprintf(stdout, "report %s, picture %s (seed %d, %.0fs)\n", filepath.Join(rep.Out, "report.json"), filepath.Join(rep.Out, "timeline.svg"), rep.Seed, time.Since(wall).Seconds())
 	code := 0
-	found := countViolations(res) > 0 || len(res.Lost) > 0
+	found := countViolations(res) > 0 || len(res.Lost) > 0 || len(res.Undrained) > 0
 	if found != cfg.expectViolations {
 		code = 1
 	}
@@ -641,6 +658,11 @@ type savedInput struct {
 	End       time.Time                   `json:"end"`
 	Plan      []plan                      `json:"plan"`
 	Lanes     int                         `json:"lanes"`
+	// QuiesceEnd, Quiesce and QuiesceMax: CheckInput's (absent from runs
+	// saved before they were).
+	QuiesceEnd string        `json:"quiesce_end,omitempty"`
+	Quiesce    time.Duration `json:"quiesce,omitempty"`
+	QuiesceMax time.Duration `json:"quiesce_max,omitempty"`
 }
 
 // recheck runs the checker again on a saved run.
@@ -662,7 +684,8 @@ func recheck(cfg config, stdout io.Writer) (int, error) {
 	if err != nil {
 		return 3, err
 	}
-	in := &CheckInput{Mode: si.Mode, Jobs: si.Jobs, Final: si.Final, Events: events, Faults: si.Faults, Instances: si.Instances, LogOK: si.LogOK, End: si.End}
+	in := &CheckInput{Mode: si.Mode, Jobs: si.Jobs, Final: si.Final, Events: events, Faults: si.Faults, Instances: si.Instances, LogOK: si.LogOK, End: si.End,
+		QuiesceEnd: si.QuiesceEnd, Quiesce: si.Quiesce, QuiesceMax: si.QuiesceMax}
 	if si.Mode == "shared" {
 		in.Log, err = readStoreLog(filepath.Join(dir, "store.jsonl"))
 		if err != nil {

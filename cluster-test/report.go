@@ -138,6 +138,7 @@ type Report struct {
 	WallSeconds  float64          `json:"wall_seconds"`
 	WorkloadSecs float64          `json:"workload_seconds"`
 	QuiesceSecs  float64          `json:"quiesce_seconds"`
+	QuiesceEnd   string           `json:"quiesce_end"`
 	Faults       int              `json:"faults"`
 	FaultsByKind map[string]int   `json:"faults_by_kind"`
 	FaultList    []*Fault         `json:"fault_list"`
@@ -172,16 +173,20 @@ func faultsByKind(faults []*Fault) (int, map[string]int) {
 }
 
 func summaryLine(res *Result, faults int) string {
-	return fmt.Sprintf("cluster-test: %d jobs, %d faults, %d violations, lost %d, duplicate runs %d, reclaim p50/p99 %.2f/%.2f s",
-		res.Jobs, faults, countViolations(res), len(res.Lost), res.DuplicateRuns, res.Reclaim.P50, res.Reclaim.P99)
+	undrained := ""
+	if len(res.Undrained) > 0 {
+		undrained = fmt.Sprintf(", undrained %d", len(res.Undrained))
+	}
+	return fmt.Sprintf("cluster-test: %d jobs, %d faults, %d violations, lost %d%s, duplicate runs %d, reclaim p50/p99 %.2f/%.2f s",
+		res.Jobs, faults, countViolations(res), len(res.Lost), undrained, res.DuplicateRuns, res.Reclaim.P50, res.Reclaim.P99)
 }
 
-// countViolations counts violations other than lost jobs (those are
-// reported as lost).
+// countViolations counts violations other than lost and undrained jobs
+// (those are reported as such).
 func countViolations(res *Result) int {
 	n := 0
 	for _, v := range res.Violations {
-		if v.Kind != "lost" {
+		if v.Kind != "lost" && v.Kind != "undrained" {
 			n++
 		}
 	}
