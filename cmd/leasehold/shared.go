@@ -94,7 +94,8 @@ func (e *etcdFlags) validate() error {
 }
 
 // dial connects to etcd and builds the store over it. The caller closes
-// the client after the store.
+// the client after the store. A daemon passes its log; a command passes
+// nil, and fails at once if nothing listens at the endpoints.
 func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Client, *etcdkv.Store, error) {
 	if err := e.validate(); err != nil {
 		return nil, nil, err
@@ -106,6 +107,7 @@ func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Clien
 		Username: e.user, Password: e.password,
 		// Room for a request as large as the servers take.
 		MaxCallSendMsgSize: max(2<<20, int(e.maxRequest)+etcdkv.RequestBytesMargin),
+		FailFast:           log == nil,
 	})
 	if err != nil {
 		return nil, nil, failf("cannot reach etcd at %s: %s: check --etcd and the TLS/auth flags", strings.Join(e.endpoints, ","), oneLine(err.Error()))

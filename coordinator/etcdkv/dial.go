@@ -6,14 +6,17 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -56,6 +59,12 @@ type Config struct {
 
 	// Logger receives clientv3's logs; nil discards them.
 	Logger *zap.Logger
+
+	// FailFast makes Dial fail at once when every endpoint refuses the
+	// connection (nothing listens there), instead of retrying until
+	// DialTimeout: for a command that a user waits on. A daemon leaves it
+	// off, to wait out a member's restart.
+	FailFast bool
 }
 
 // Defaults for Config.
@@ -78,6 +87,11 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.FailFast {
+		if err := allRefused(ctx, cfg.Endpoints); err != nil {
+			return nil, fmt.Errorf("etcdkv: dial: every endpoint refused the connection: %w", err)
+		}
+	}
 	cli, err := clientv3.New(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdkv: dial %v: %w", cfg.Endpoints, err)
@@ -98,6 +112,43 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("etcdkv: dial: no etcd endpoint answered within %v: %w", ccfg.DialTimeout, err)
 	}
 	return cli, nil
+}
+
+// allRefused returns an error naming each endpoint if every one of them
+// refuses a TCP connection, and nil if any accepts one, does not answer
+// within a second, or is not a TCP address (unix://).
+func allRefused(ctx context.Context, eps []string) error {
+	errs := make([]error, len(eps))
+	var g errgroup.Group
+	for i, ep := range eps {
+		host, ok := strings.CutPrefix(ep, "http://")
+		if !ok {
+			host, ok = strings.CutPrefix(ep, "https://")
+		}
+		if !ok && strings.Contains(ep, "://") {
+			return nil
+		}
+		host, _, _ = strings.Cut(host, "/")
+		g.Go(func() error {
+			pctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			var d net.Dialer
+			conn, err := d.DialContext(pctx, "tcp", host)
+			if err == nil {
+				_ = conn.Close()
+			} else if errors.Is(err, syscall.ECONNREFUSED) {
+				errs[i] = fmt.Errorf("%s: %w", ep, err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	for _, err := range errs {
+		if err == nil {
+			return nil
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // firstStatus asks every endpoint for its status at once and returns the

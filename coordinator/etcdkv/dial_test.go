@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -137,6 +138,40 @@ func TestDialUnreachable(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), ep) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("error %q should name the endpoint and be a deadline", err)
+	}
+}
+
+// With FailFast, endpoints that all refuse the connection fail the dial at
+// once (the DialTimeout of a minute would fail the test's deadline
+// first); one that accepts and does not answer is waited for as before.
+func TestDialFailFast(t *testing.T) {
+	refused := func() string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = ln.Close()
+		return "http://" + ln.Addr().String()
+	}
+	a, b := refused(), strings.TrimPrefix(refused(), "http://")
+	_, err := Dial(context.Background(), Config{Endpoints: []string{a, b}, DialTimeout: time.Minute, FailFast: true})
+	if !errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), a) || !strings.Contains(err.Error(), b) {
+		t.Fatalf("FailFast dial of two closed ports: %v; want connection refused, naming both", err)
+	}
+
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	cli, err := Dial(context.Background(), Config{Endpoints: []string{a, "http://" + silent.Addr().String()},
+		DialTimeout: 300 * time.Millisecond, FailFast: true})
+	if err == nil {
+		_ = cli.Close()
+		t.Fatal("a dial of a closed port and a silent one succeeded")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("FailFast dial of a closed port and a silent one: %v; want it to wait out the DialTimeout", err)
 	}
 }
 
