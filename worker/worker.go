@@ -304,6 +304,10 @@ func (w *Worker) Kinds() []string {
 	return out
 }
 
+// Queues returns the queues the worker serves, in the order it serves
+// them.
+func (w *Worker) Queues() []string { return slices.Clone(w.cfg.Queues) }
+
 // ID returns the worker's id.
 func (w *Worker) ID() string { return w.cfg.WorkerID }
 

@@ -180,7 +180,7 @@ type apiConfig struct {
 	Worker *worker.Worker
 	// Metrics receives the daemon's metrics; nil: a registry of the
 	// API's own.
-	Metrics *metrics
+	Metrics *daemonMetrics
 	// Auth guards state-changing requests (see auth.go).
 	Auth authConfig
 	// Backup takes backups for POST /v1/backup: the embedded daemon's
@@ -198,7 +198,7 @@ type api struct {
 	kindNames []string
 	mux       *http.ServeMux
 	log       *slog.Logger
-	m         *metrics
+	m         *daemonMetrics
 	// waits is done once stopWaits is called (at the daemon's stop):
 	// long-polls then answer at once.
 	waits     context.Context
@@ -224,7 +224,7 @@ func newAPI(cfg apiConfig) *api {
 	a.waits, a.stopWaits = context.WithCancel(context.Background())
 	a.probe = newStoreProbe(cfg.Coord.Store(), readyTimeout)
 	a.kindNames = sortedKeys(cfg.Kinds)
-	a.m.reg.MustRegister(&jobsCollector{c: cfg.Coord, log: cfg.Logger})
+	a.m.RegisterJobs(cfg.Coord, cfg.Logger)
 
 	a.mux.HandleFunc("POST /v1/jobs", a.createJob)
 	a.mux.HandleFunc("POST /v1/jobs/batch", a.createBatch)
@@ -763,7 +763,7 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 	if res.Existed {
 		status = http.StatusOK
 	} else {
-		a.m.onEnqueued(res.Job)
+		a.m.CountEnqueued(res.Job)
 	}
 	writeJSON(w, status, createResponse{Job: res.Job, Existed: res.Existed})
 }
@@ -819,7 +819,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 		out.Jobs[i], out.Existed[i] = x.Job, x.Existed
 		if !x.Existed {
 			status = http.StatusCreated
-			a.m.onEnqueued(x.Job)
+			a.m.CountEnqueued(x.Job)
 		}
 	}
 	writeJSON(w, status, out)

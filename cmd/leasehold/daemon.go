@@ -241,7 +241,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 
 	shared := o.etcd.shared()
 	ccfg := o.coordConfig()
-	ccfg.Logger, ccfg.OnReap = log, m.onReap
+	ccfg.Logger = log
+	m.HookCoordinator(&ccfg)
 
 	var store kv.Store
 	var backup backuper // embedded mode: POST /v1/backup
@@ -256,7 +257,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			return err
 		}
 		defer func() { _ = cli.Close() }()
-		store = m.instrumentStore(es, "etcd")
+		store = m.WrapStore(es, "etcd")
 		log.Info("shared mode: connected to etcd", slog.Any("endpoints", o.etcd.endpoints), slog.String("namespace", o.etcd.namespace))
 	} else {
 		ls, err := localstore.Open(o.data, localstore.Options{Logger: log})
@@ -267,7 +268,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			}
 			return failf("cannot open data directory %s: %s", o.data, msg)
 		}
-		store = m.instrumentStore(ls, "pebble")
+		store = m.WrapStore(ls, "pebble")
 		backup = ls
 		log.Info("store opened", slog.String("dir", ls.Dir()))
 	}
@@ -313,7 +314,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	}
 	wcfg := o.workerConfig(shared)
 	wcfg.WorkerID, wcfg.OnOutcome, wcfg.Logger = workerID, onOutcome, log
-	m.workerHooks(&wcfg)
+	m.HookWorker(&wcfg)
 	w, err := worker.New(coord, wcfg)
 	if err != nil {
 		if errors.Is(err, coordinator.ErrInvalid) {
@@ -345,12 +346,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		return failf("starting the worker: %s", cleanCoordError(err))
 	}
 	serveErr := make(chan error, 1)
-	m.registerDaemon(w)
-	backend := "pebble"
-	if shared {
-		backend = "etcd"
-	}
-	m.initSeries(backend, o.queues, w.Kinds())
+	m.RegisterWorker(w)
 	scheme := "http"
 	if tlsCfg != nil {
 		scheme = "https"

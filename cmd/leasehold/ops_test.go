@@ -65,7 +65,7 @@ type opsEnv struct {
 	coord *coordinator.Coordinator
 	w     *worker.Worker
 	fault *faultStore
-	m     *metrics
+	m     *daemonMetrics
 	srv   *httptest.Server
 	token string
 }
@@ -84,8 +84,10 @@ func newOpsEnv(t *testing.T, o opsOpts) *opsEnv {
 		t.Fatal(err)
 	}
 	e := &opsEnv{fault: &faultStore{Store: ls}, m: newMetrics(), token: o.token}
-	store := e.m.instrumentStore(e.fault, "pebble")
-	e.coord, err = coordinator.New(store, coordinator.Config{Logger: log, OnReap: e.m.onReap})
+	store := e.m.WrapStore(e.fault, "pebble")
+	ccfg := coordinator.Config{Logger: log}
+	e.m.HookCoordinator(&ccfg)
+	e.coord, err = coordinator.New(store, ccfg)
 	if err != nil {
 		_ = ls.Close()
 		t.Fatal(err)
@@ -95,7 +97,7 @@ func newOpsEnv(t *testing.T, o opsOpts) *opsEnv {
 		t.Fatal(err)
 	}
 	wcfg := worker.Config{Concurrency: max(o.concurrency, 4), Logger: log, Maintain: true, LeaseTTL: 2 * time.Second}
-	e.m.workerHooks(&wcfg)
+	e.m.HookWorker(&wcfg)
 	e.w, err = worker.New(e.coord, wcfg)
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +118,7 @@ func newOpsEnv(t *testing.T, o opsOpts) *opsEnv {
 		_ = ls.Close()
 		t.Fatal(err)
 	}
-	e.m.registerDaemon(e.w)
+	e.m.RegisterWorker(e.w)
 	e.srv = httptest.NewServer(newAPI(apiConfig{
 		Coord: e.coord, Kinds: kinds, Logger: log, WorkerID: e.w.ID(), Worker: e.w, Metrics: e.m,
 		Auth: authConfig{Token: o.token, LoopbackOnly: o.loopbackOnly},

@@ -1,23 +1,33 @@
-package main
+package metrics
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
+// newTest returns Metrics on a registry of their own.
+func newTest() (*Metrics, *prometheus.Registry) {
+	reg := prometheus.NewRegistry()
+	return New(reg), reg
+}
+
 // Clients name queues freely: leasehold_enqueued_total keeps at most
-// maxQueueLabels of them as labels, the rest as "other", instead of one
+// MaxQueueLabels of them as labels, the rest as "other", instead of one
 // series per name ever sent.
 func TestEnqueuedQueueLabelsBounded(t *testing.T) {
-	m := newMetrics()
-	for i := range maxQueueLabels + 50 {
-		m.onEnqueued(&coordinator.Job{Queue: fmt.Sprintf("q%d", i), Kind: "echo"})
+	m, reg := newTest()
+	for i := range MaxQueueLabels + 50 {
+		m.CountEnqueued(&coordinator.Job{Queue: fmt.Sprintf("q%d", i), Kind: "echo"})
 	}
-	m.onEnqueued(&coordinator.Job{Queue: "q0", Kind: "echo"}) // a known one keeps its label
-	mfs, err := m.reg.Gather()
+	m.CountEnqueued(&coordinator.Job{Queue: "q0", Kind: "echo"}) // a known one keeps its label
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,8 +44,8 @@ func TestEnqueuedQueueLabelsBounded(t *testing.T) {
 			}
 		}
 	}
-	if len(queues) != maxQueueLabels+1 || queues["other"] != 50 || queues["q0"] != 2 {
-		t.Fatalf("%d queue labels (other %v, q0 %v); want %d and other 50, q0 2", len(queues), queues["other"], queues["q0"], maxQueueLabels+1)
+	if len(queues) != MaxQueueLabels+1 || queues["other"] != 50 || queues["q0"] != 2 {
+		t.Fatalf("%d queue labels (other %v, q0 %v); want %d and other 50, q0 2", len(queues), queues["other"], queues["q0"], MaxQueueLabels+1)
 	}
 }
 
@@ -43,14 +53,14 @@ func TestEnqueuedQueueLabelsBounded(t *testing.T) {
 // worker discarded because its outcome could not be stored, with attempts
 // left, is a discard (reason outcome), not a retry.
 func TestFailOutcomeCountedByRecordedState(t *testing.T) {
-	m := newMetrics()
+	m, reg := newTest()
 	job := coordinator.Job{Kind: "k", Attempt: 1, MaxAttempts: 25}
 	m.onOutcome(worker.Outcome{Job: job, Op: "fail", State: coordinator.StateRetryable})
 	m.onOutcome(worker.Outcome{Job: job, Op: "fail", State: coordinator.StateDiscarded})
 	last := coordinator.Job{Kind: "k", Attempt: 25, MaxAttempts: 25}
 	m.onOutcome(worker.Outcome{Job: last, Op: "fail", State: coordinator.StateDiscarded})
 	got := map[string]float64{}
-	mfs, err := m.reg.Gather()
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +87,27 @@ func TestFailOutcomeCountedByRecordedState(t *testing.T) {
 	}
 }
 
-// Every per-kind outcome counter has its series at zero from the start,
-// every discard reason included, so that rates and alerts work before the
-// first event.
-func TestKindSeriesStartAtZero(t *testing.T) {
-	m := newMetrics()
-	m.initSeries("pebble", []string{"default"}, []string{"echo"})
-	mfs, err := m.reg.Gather()
+// Every per-kind outcome counter, per-queue claim counter and store error
+// counter has its series at zero from the start, every discard reason
+// included, so that rates and alerts work before the first event.
+func TestSeriesStartAtZero(t *testing.T) {
+	m, reg := newTest()
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ls.Close() }()
+	c, err := coordinator.New(m.WrapStore(ls, "pebble"), coordinator.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(c, worker.Config{Queues: []string{"mail"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("echo", func(context.Context, *worker.Job) error { return nil })
+	m.RegisterWorker(w)
+	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,6 +130,12 @@ func TestKindSeriesStartAtZero(t *testing.T) {
 		"leasehold_job_discards_total,kind=echo,reason=outcome",
 		"leasehold_job_cancellations_total,kind=echo",
 		"leasehold_job_snoozes_total,kind=echo",
+		"leasehold_claims_total,queue=mail",
+		"leasehold_claim_conflicts_total,queue=mail",
+		"leasehold_store_errors_total,backend=pebble,op=keepalive",
+		"leasehold_fenced_writes_refused_total,op=complete",
+		"leasehold_reaped_jobs_total,state=available",
+		"leasehold_worker_running_jobs",
 	} {
 		if !seen[want] {
 			t.Errorf("no series %s at start", want)

@@ -1,13 +1,15 @@
-package main
+package metrics
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/localstore"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -75,8 +77,8 @@ func gatherValues(t *testing.T, reg *prometheus.Registry, name, label string) ma
 // error (an etcd without quorum answers nothing: its renewals and reads
 // time out); one its caller cancelled is not.
 func TestStoreErrorsCountDeadlines(t *testing.T) {
-	m := newMetrics()
-	s := m.instrumentStore(hangingStore{}, "etcd")
+	m, reg := newTest()
+	s := m.WrapStore(hangingStore{}, "etcd")
 	expired, cancel := context.WithDeadline(context.Background(), time.Now())
 	defer cancel()
 	cancelled, cancel2 := context.WithCancel(context.Background())
@@ -88,7 +90,7 @@ func TestStoreErrorsCountDeadlines(t *testing.T) {
 		_, _ = s.KeepAliveOnce(ctx, 1)
 		_ = s.Revoke(ctx, 1)
 	}
-	got := gatherValues(t, m.reg, "leasehold_store_errors_total", "op")
+	got := gatherValues(t, reg, "leasehold_store_errors_total", "op")
 	for _, op := range []string{"txn", "range", "grant", "keepalive", "revoke"} {
 		if got[op] != 1 {
 			t.Errorf("store errors of %s = %v, want 1 (the timed-out request, not the cancelled one)", op, got[op])
@@ -96,29 +98,34 @@ func TestStoreErrorsCountDeadlines(t *testing.T) {
 	}
 }
 
-// leasehold_queue_jobs keeps the queue labels of the first maxQueueLabels
+// leasehold_queue_jobs keeps the queue labels of the first MaxQueueLabels
 // queues, in name order, and sums the others as "other", as
 // leasehold_enqueued_total does: each queue name would otherwise be two
 // series.
 func TestQueueJobsLabelsBounded(t *testing.T) {
-	log := quietLogger(t)
-	coord, err := coordinator.New(tempLocal(t, log), coordinator.Config{Logger: log})
+	log := slog.New(slog.DiscardHandler)
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ls.Close() }()
+	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	const queues = maxQueueLabels + 50
+	const queues = MaxQueueLabels + 50
 	for i := range queues {
 		if _, err := coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k", Queue: fmt.Sprintf("q%03d", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	m := newMetrics()
-	m.reg.MustRegister(&jobsCollector{c: coord, log: log})
+	m, reg := newTest()
+	m.RegisterJobs(coord, log)
 	for range 2 { // labels stay the same from one scrape to the next
-		got := gatherValues(t, m.reg, "leasehold_queue_jobs", "queue")
-		if len(got) != maxQueueLabels+1 || got["other"] != 50 || got["q000"] != 1 || got[fmt.Sprintf("q%03d", maxQueueLabels-1)] != 1 {
-			t.Fatalf("%d queue labels (other %v, q000 %v); want %d, other 50, q000 1", len(got), got["other"], got["q000"], maxQueueLabels+1)
+		got := gatherValues(t, reg, "leasehold_queue_jobs", "queue")
+		if len(got) != MaxQueueLabels+1 || got["other"] != 50 || got["q000"] != 1 || got[fmt.Sprintf("q%03d", MaxQueueLabels-1)] != 1 {
+			t.Fatalf("%d queue labels (other %v, q000 %v); want %d, other 50, q000 1", len(got), got["other"], got["q000"], MaxQueueLabels+1)
 		}
 	}
 }
