@@ -425,6 +425,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("etcdnode: start member %s in %s: %w", cfg.Name, cfg.Dir, err)
 	}
 	n := &Node{e: e, cfg: cfg, stopping: stopping}
+	startedHook()
 	select {
 	case <-e.Server.ReadyNotify():
 		return n, nil
@@ -435,11 +436,14 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("etcdnode: member %s stopped before it was ready: %s", cfg.Name, stoppedWhy(cfg))
 	case <-ctx.Done():
-		e.Server.Stop()
 		n.Close()
 		return nil, fmt.Errorf("etcdnode: member %s not ready: %w", cfg.Name, ctx.Err())
 	}
 }
+
+// startedHook runs once etcd has started, before Start waits for the
+// member to be ready: a test ends Start's context there.
+var startedHook = func() {}
 
 // starting counts the goroutines that run embed.StartEtcd, those that
 // Start gave up on included: tests wait for them.
@@ -463,8 +467,7 @@ func startEtcd(ctx context.Context, ec *embed.Config, hold *startHold, stopping 
 		case res <- result{e, err}:
 		case <-gaveUp:
 			if e != nil {
-				stopping.Store(true)
-				e.Close()
+				closeEtcd(e, stopping)
 			}
 		}
 	}()
@@ -511,9 +514,24 @@ func stoppedWhy(cfg Config) string {
 // Close stops the member. Later calls do nothing.
 func (n *Node) Close() {
 	n.closeOnce.Do(func() {
-		n.stopping.Store(true)
-		n.e.Close()
+		closeEtcd(n.e, n.stopping)
 	})
+}
+
+// closeEtcd sets stopping, then closes e. A member not ready yet is
+// stopped first: etcd's Close waits for its client servers, which wait
+// until the member is ready or stopping. Stopping set first makes that
+// stop quiet too (quietStopCore).
+func closeEtcd(e *embed.Etcd, stopping *atomic.Bool) {
+	stopping.Store(true)
+	if e.Server != nil {
+		select {
+		case <-e.Server.ReadyNotify():
+		default:
+			e.Server.Stop()
+		}
+	}
+	e.Close()
 }
 
 // newLogger builds etcd's logger as etcd itself would (JSON on stderr, at
@@ -525,9 +543,16 @@ func newLogger(level string, stopping *atomic.Bool, hold *startHold) (*zap.Logge
 	c.OutputPaths, c.ErrorOutputPaths = []string{"stderr"}, []string{"stderr"}
 	c.Level = zap.NewAtomicLevelAt(logutil.ConvertToZapLevel(level))
 	return c.Build(zap.WrapCore(func(core zapcore.Core) zapcore.Core {
+		if logTee != nil {
+			core = zapcore.NewTee(core, logTee)
+		}
 		return &quietStopCore{Core: core, stopping: stopping, hold: hold}
 	}))
 }
+
+// logTee, if set (by a test), also gets what etcd's logger writes to
+// stderr; it must be enabled at the same level.
+var logTee zapcore.Core
 
 // startHold keeps back what etcd logs while embed.StartEtcd runs. etcd
 // logs some of the errors it returns, at level error with a stack trace (a
@@ -638,8 +663,15 @@ func (c *quietStopCore) Write(ent zapcore.Entry, fields []zapcore.Field) error {
 	return c.Core.Write(ent, fields)
 }
 
+// errServerStopping is the text of the error (no sentinel) that etcd's
+// client servers return, and log at level error with a stack trace, when
+// the member stops before it was ready: a member stopped while it waits
+// for its peers.
+const errServerStopping = "server is stopping"
+
 // closedListener reports whether fields hold an error that says a
-// listener or server was closed.
+// listener or server was closed, or that the member stopped before its
+// servers began.
 func closedListener(fields []zapcore.Field) bool {
 	for _, f := range fields {
 		err, ok := f.Interface.(error)
@@ -648,7 +680,7 @@ func closedListener(fields []zapcore.Field) bool {
 		}
 		if errors.Is(err, net.ErrClosed) || errors.Is(err, http.ErrServerClosed) ||
 			errors.Is(err, cmux.ErrServerClosed) || errors.Is(err, cmux.ErrListenerClosed) ||
-			errors.Is(err, grpc.ErrServerStopped) {
+			errors.Is(err, grpc.ErrServerStopped) || err.Error() == errServerStopping {
 			return true
 		}
 	}

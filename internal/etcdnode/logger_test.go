@@ -28,8 +28,10 @@ func TestQuietStopCoreLevels(t *testing.T) {
 	lg.With(zap.String("member", "m1")).Warn("stopping grpc server due to error", zap.Error(closed))
 	lg.Error("serve failed", zap.Error(disk))
 	lg.Error("no error field")
+	// What the client servers of a member stopped before it was ready return.
+	lg.Error("setting up serving from embedded etcd failed.", zap.Error(errors.New(errServerStopping)))
 
-	want := []zapcore.Level{zapcore.ErrorLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.ErrorLevel, zapcore.ErrorLevel}
+	want := []zapcore.Level{zapcore.ErrorLevel, zapcore.InfoLevel, zapcore.InfoLevel, zapcore.ErrorLevel, zapcore.ErrorLevel, zapcore.InfoLevel}
 	got := logs.All()
 	if len(got) != len(want) {
 		t.Fatalf("%d entries logged, want %d: %v", len(got), len(want), got)
