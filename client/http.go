@@ -17,7 +17,7 @@ import (
 	"github.com/leasehold/leasehold/internal/apicall"
 )
 
-// The wire format of the daemon's HTTP API (cmd/leasehold/api.go).
+// The wire format of the daemon's HTTP API (internal/apiserver/api.go).
 type (
 	wireUnique struct {
 		ByArgs   bool     `json:"by_args,omitempty"`
@@ -159,7 +159,7 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 	return nil
 }
 
-// What the daemon's error messages say (cmd/leasehold/api.go): its 404 for
+// What the daemon's error messages say (internal/apiserver/api.go): its 404 for
 // a path it does not serve, and the text of coordinator.ErrConflict, which
 // it answers with 409 as it does ErrWrongState.
 const noEndpoint = "no endpoint "

@@ -19,7 +19,7 @@ import (
 // The API's errors read as the coordinator's do in shared mode, the
 // sentinel's text once (not "job not found: job not found: ID"), and
 // still wrap the sentinel. The bodies are what the daemon answers
-// (cmd/leasehold/api.go strips the "coordinator: " prefixes).
+// (internal/apiserver/api.go strips the "coordinator: " prefixes).
 func TestHTTPErrorsSayTheSentinelOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -14,6 +14,8 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // stallingStore is a store that, while stalled, does not answer reads and
@@ -56,14 +58,14 @@ func (s *stallingStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error)
 func TestAPIStoreDeadline(t *testing.T) {
 	for _, shared := range []bool{false, true} {
 		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
-			log := quietLogger(t)
-			store := &stallingStore{Store: tempLocal(t, log)}
+			log := testutil.QuietLogger(t)
+			store := &stallingStore{Store: testutil.TempLocal(t, log)}
 			coord, err := coordinator.New(store, coordinator.Config{Logger: log})
 			if err != nil {
 				t.Fatal(err)
 			}
 			const deadline = 20 * time.Millisecond
-			srv := httptest.NewServer(newAPI(apiConfig{Coord: coord, Kinds: builtinKinds(), Shared: shared, Logger: log, StoreTimeout: deadline}))
+			srv := httptest.NewServer(apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), KnownChecks: payloadChecks(builtinKinds()), Shared: shared, Logger: log, StoreTimeout: deadline}))
 			t.Cleanup(srv.Close)
 			hc := srv.Client()
 			hc.Timeout = 2 * time.Minute // a hang fails the test rather than its run
@@ -89,7 +91,7 @@ func TestAPIStoreDeadline(t *testing.T) {
 			if resp.StatusCode != http.StatusCreated {
 				t.Fatalf("enqueue before the stall: %d %s", resp.StatusCode, body)
 			}
-			var created createResponse
+			var created apiserver.CreateResponse
 			if err := json.Unmarshal([]byte(body), &created); err != nil {
 				t.Fatal(err)
 			}
@@ -132,7 +134,7 @@ func TestAPIStoreDeadline(t *testing.T) {
 				name := c.method + " " + c.path + " " + c.body
 				resp, body := call(c.method, c.path, c.body)
 				if resp.StatusCode != http.StatusServiceUnavailable {
-					t.Errorf("%s: %d %s, want 503", name, resp.StatusCode, truncateString(body, 300))
+					t.Errorf("%s: %d %s, want 503", name, resp.StatusCode, apiserver.TruncateString(body, 300))
 					continue
 				}
 				if resp.Header.Get("Retry-After") == "" {
@@ -143,7 +145,7 @@ func TestAPIStoreDeadline(t *testing.T) {
 					if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 						t.Errorf("%s: Content-Type %q, want application/json", name, ct)
 					}
-					var e errorResponse
+					var e apiserver.ErrorResponse
 					if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == "" || strings.Count(body, "\n") != 1 {
 						t.Errorf("%s: body %q, want one line of JSON with an error", name, body)
 						continue
@@ -152,7 +154,7 @@ func TestAPIStoreDeadline(t *testing.T) {
 				}
 				for _, w := range append([]string{"did not answer within " + deadline.String(), why}, c.want...) {
 					if !strings.Contains(msg, w) {
-						t.Errorf("%s: %q does not say %q", name, truncateString(msg, 400), w)
+						t.Errorf("%s: %q does not say %q", name, apiserver.TruncateString(msg, 400), w)
 					}
 				}
 			}

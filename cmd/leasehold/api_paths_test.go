@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // A path under the API with an empty (or . or ..) segment is answered
@@ -17,7 +18,7 @@ import (
 // redirect, which a browser follows.
 func TestAPIEmptyPathSegmentIsAnError(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
-	j := e.create(t, createRequest{Kind: "echo"})
+	j := e.create(t, apiserver.CreateRequest{Kind: "echo"})
 	h := e.srv.Config.Handler
 	for _, c := range []struct {
 		method, path, body string
@@ -38,7 +39,7 @@ func TestAPIEmptyPathSegmentIsAnError(t *testing.T) {
 		req := httptest.NewRequest(c.method, "http://127.0.0.1"+c.path, strings.NewReader(c.body))
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		var er errorResponse
+		var er apiserver.ErrorResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &er); rec.Code != c.status || err != nil || !strings.Contains(er.Error, c.want) {
 			t.Errorf("%s: %d %q, want %d with a JSON error saying %q", name, rec.Code, rec.Body.String(), c.status, c.want)
 		}

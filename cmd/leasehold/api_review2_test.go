@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // A body that is not UTF-8 is refused with 400 and writes nothing: decoded
@@ -29,7 +31,7 @@ func TestAPIRefusesBodyNotUTF8(t *testing.T) {
 		t.Errorf("%d jobs written by requests that were not UTF-8", n)
 	}
 	// UTF-8 beyond ASCII is fine.
-	e.create(t, createRequest{Kind: "echo", UniqueKey: "clé", Payload: []byte(`{"a":"ü"}`)})
+	e.create(t, apiserver.CreateRequest{Kind: "echo", UniqueKey: "clé", Payload: []byte(`{"a":"ü"}`)})
 }
 
 // The CLI refuses a unique key, payload or metadata that is not UTF-8

@@ -7,50 +7,16 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
-
-// rangeCountingStore counts range reads, and fails them while failRanges
-// is set.
-type rangeCountingStore struct {
-	kv.Store
-	ranges     atomic.Int64
-	failRanges atomic.Bool
-}
-
-var errRangesCut = errors.New("rangeCountingStore: reads cut")
-
-func (s *rangeCountingStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
-	s.ranges.Add(1)
-	if s.failRanges.Load() {
-		return kv.RangeResult{}, errRangesCut
-	}
-	return s.Store.Range(ctx, r)
-}
-
-// newSharedAPI serves the API as a shared-mode CLI command does (any kind
-// of a live daemon, no kinds of its own) over a counting store.
-func newSharedAPI(t *testing.T) (*rangeCountingStore, *httptest.Server) {
-	t.Helper()
-	log := quietLogger(t)
-	ls := tempLocal(t, log)
-	store := &rangeCountingStore{Store: ls}
-	coord, err := coordinator.New(store, coordinator.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(newAPI(apiConfig{Coord: coord, Shared: true, Logger: log}))
-	t.Cleanup(srv.Close)
-	return store, srv
-}
 
 func postBody(t *testing.T, url, body string) (int, string) {
 	t.Helper()
@@ -66,56 +32,20 @@ func postBody(t *testing.T, url, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// A shared-mode batch reads the live daemons' kinds once, not once per
-// job (each read scans every worker and ownership key).
-func TestAPISharedBatchReadsLiveKindsOnce(t *testing.T) {
-	store, srv := newSharedAPI(t)
-	const n = 50
-	jobs := make([]string, n)
-	for i := range jobs {
-		jobs[i] = `{"kind":"resize","payload":{}}`
-	}
-	before := store.ranges.Load()
-	code, body := postBody(t, srv.URL+"/v1/jobs/batch", `{"jobs":[`+strings.Join(jobs, ",")+`]}`)
-	if code != http.StatusCreated {
-		t.Fatalf("batch: %d %s", code, body)
-	}
-	if reads := store.ranges.Load() - before; reads >= n {
-		t.Errorf("a batch of %d jobs made %d range reads: the live kinds are read per job", n, reads)
-	}
-}
-
-// A store that cannot be read is not the client's fault: a batch answers
-// 5xx, as a single create does, never 400 (which the CLI reports as bad
-// input, exit 2).
-func TestAPISharedBatchStoreErrorIsNotBadInput(t *testing.T) {
-	store, srv := newSharedAPI(t)
-	store.failRanges.Store(true)
-	for _, c := range []struct{ path, body string }{
-		{"/v1/jobs", `{"kind":"resize"}`},
-		{"/v1/jobs/batch", `{"jobs":[{"kind":"resize"}]}`},
-	} {
-		code, body := postBody(t, srv.URL+c.path, c.body)
-		if code < 500 {
-			t.Errorf("POST %s with the store unreadable: %d %s, want 5xx", c.path, code, body)
-		}
-	}
-}
-
 // At stop the daemon takes no more requests, wakes long-polls, and lets
 // the requests in flight finish: an enqueue caught on its way to the store
 // is answered with its job, not cancelled with a 503 that leaves the
 // client unsure whether it was written.
 func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
-	log := quietLogger(t)
-	ls := tempLocal(t, log)
+	log := testutil.QuietLogger(t)
+	ls := testutil.TempLocal(t, log)
 	gate := kvtest.NewGate(ls)
 	ws := &watchStarted{Store: gate, started: make(chan struct{}, 1)}
 	coord, err := coordinator.New(ws, coordinator.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, stop := newHTTPServer(newAPI(apiConfig{Coord: coord, Kinds: builtinKinds(), Logger: log}), nil, log)
+	srv, stop := newHTTPServer(apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), Logger: log}), nil, log)
 	active := make(chan struct{}, 8)
 	srv.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateActive {
@@ -133,7 +63,7 @@ func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
 	// A job that stays available (no worker), to long-poll.
 	code, body := postBody(t, base+"/v1/jobs", `{"kind":"echo"}`)
 	<-active
-	var created createResponse
+	var created apiserver.CreateResponse
 	if code != http.StatusCreated || json.Unmarshal([]byte(body), &created) != nil {
 		t.Fatalf("create: %d %s", code, body)
 	}
@@ -205,13 +135,13 @@ func (s *watchStarted) Watch(ctx context.Context, prefix string, fromRev int64) 
 // that reads no more of its request; this guards that the daemon's
 // configuration keeps it so.)
 func TestLongPollOutlivesReadTimeout(t *testing.T) {
-	log := quietLogger(t)
-	ls := tempLocal(t, log)
+	log := testutil.QuietLogger(t)
+	ls := testutil.TempLocal(t, log)
 	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, stop := newHTTPServer(newAPI(apiConfig{Coord: coord, Kinds: builtinKinds(), Logger: log}), nil, log)
+	srv, stop := newHTTPServer(apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), Logger: log}), nil, log)
 	srv.ReadTimeout = 50 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -225,7 +155,7 @@ func TestLongPollOutlivesReadTimeout(t *testing.T) {
 	}()
 	base := "http://" + ln.Addr().String()
 	code, body := postBody(t, base+"/v1/jobs", `{"kind":"echo"}`)
-	var created createResponse
+	var created apiserver.CreateResponse
 	if code != http.StatusCreated || json.Unmarshal([]byte(body), &created) != nil {
 		t.Fatalf("create: %d %s", code, body)
 	}
@@ -238,7 +168,7 @@ func TestLongPollOutlivesReadTimeout(t *testing.T) {
 			return
 		}
 		defer resp.Body.Close()
-		var j jobResponse
+		var j apiserver.JobResponse
 		if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
 			polled <- err.Error()
 			return

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // Field names of request bodies match exactly (encoding/json alone takes
@@ -29,7 +31,7 @@ func TestAPIFieldNamesExactAndParametersOnce(t *testing.T) {
 		{"POST", "/v1/jobs?x=1;y=2", `{"kind":"echo"}`, "bad query string"},
 	} {
 		code, body := e.do(t, c.method, c.path, c.body)
-		var er errorResponse
+		var er apiserver.ErrorResponse
 		_ = json.Unmarshal(body, &er)
 		msg := er.Error
 		if code != http.StatusBadRequest || !strings.Contains(msg, c.want) {

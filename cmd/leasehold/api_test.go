@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -36,28 +38,9 @@ type envOpts struct {
 	execs    []string
 }
 
-// tempLocal opens a local store in a temporary directory, closed when the
-// test ends.
-func tempLocal(t testing.TB, log *slog.Logger) *localstore.Store {
-	t.Helper()
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = ls.Close() })
-	return ls
-}
-
-func quietLogger(t testing.TB) *slog.Logger {
-	if testing.Verbose() {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 func newAPIEnv(t testing.TB, o envOpts) *apiEnv {
 	t.Helper()
-	log := quietLogger(t)
+	log := testutil.QuietLogger(t)
 	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +74,7 @@ func newAPIEnv(t testing.TB, o envOpts) *apiEnv {
 		}
 		e.w = w
 	}
-	e.srv = httptest.NewServer(newAPI(apiConfig{Coord: coord, Kinds: kinds, MaxPayload: coordinator.DefaultMaxPayloadBytes, Logger: log}))
+	e.srv = httptest.NewServer(apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(kinds), MaxPayload: coordinator.DefaultMaxPayloadBytes, Logger: log}))
 	e.hc = e.srv.Client()
 	t.Cleanup(func() {
 		e.srv.Close()
@@ -175,9 +158,9 @@ func (e *apiEnv) total(t testing.TB) int {
 	return n
 }
 
-func (e *apiEnv) create(t testing.TB, req createRequest) *coordinator.Job {
+func (e *apiEnv) create(t testing.TB, req apiserver.CreateRequest) *coordinator.Job {
 	t.Helper()
-	var res createResponse
+	var res apiserver.CreateResponse
 	e.doJSON(t, "POST", "/v1/jobs", req, http.StatusCreated, &res)
 	if res.Job == nil || res.Existed {
 		t.Fatalf("create: %+v", res)
@@ -190,7 +173,7 @@ func (e *apiEnv) waitFinal(t testing.TB, id string) *coordinator.Job {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		var res jobResponse
+		var res apiserver.JobResponse
 		e.doJSON(t, "GET", "/v1/jobs/"+id+"?wait=5s", nil, http.StatusOK, &res)
 		if res.Job.State.Final() {
 			return res.Job
@@ -202,11 +185,11 @@ func (e *apiEnv) waitFinal(t testing.TB, id string) *coordinator.Job {
 
 func TestAPICreateGetList(t *testing.T) {
 	e := newAPIEnv(t, envOpts{})
-	j := e.create(t, createRequest{Kind: "echo", Payload: json.RawMessage(`{"hello":"world"}`), Queue: "default", Priority: 2, MaxAttempts: 3, Timeout: "5s"})
+	j := e.create(t, apiserver.CreateRequest{Kind: "echo", Payload: json.RawMessage(`{"hello":"world"}`), Queue: "default", Priority: 2, MaxAttempts: 3, Timeout: "5s"})
 	if j.Kind != "echo" || j.Priority != 2 || j.MaxAttempts != 3 || j.TimeoutMS != 5000 || j.Queue != "default" {
 		t.Errorf("created job: %+v", j)
 	}
-	var got jobResponse
+	var got apiserver.JobResponse
 	e.doJSON(t, "GET", "/v1/jobs/"+j.ID, nil, http.StatusOK, &got)
 	if got.Job.ID != j.ID {
 		t.Errorf("get: %+v", got.Job)
@@ -217,12 +200,12 @@ func TestAPICreateGetList(t *testing.T) {
 	}
 
 	// A scheduled job is listed as such; filters combine.
-	s := e.create(t, createRequest{Kind: "sleep", Delay: "1h"})
+	s := e.create(t, apiserver.CreateRequest{Kind: "sleep", Delay: "1h"})
 	if s.State != coordinator.StateScheduled || time.Until(s.ScheduledAt) < 59*time.Minute {
 		t.Errorf("delayed job: state %s scheduled_at %s", s.State, s.ScheduledAt)
 	}
 	at := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Second)
-	s2 := e.create(t, createRequest{Kind: "sleep", ScheduledAt: at.Format(time.RFC3339)})
+	s2 := e.create(t, apiserver.CreateRequest{Kind: "sleep", ScheduledAt: at.Format(time.RFC3339)})
 	if !s2.ScheduledAt.Equal(at) {
 		t.Errorf("scheduled_at: got %s, want %s", s2.ScheduledAt, at)
 	}
@@ -249,7 +232,7 @@ func TestAPICreateGetList(t *testing.T) {
 
 func TestAPIJobJSONIsCoordinatorJob(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
-	j := e.create(t, createRequest{Kind: "echo"})
+	j := e.create(t, apiserver.CreateRequest{Kind: "echo"})
 	_, body := e.do(t, "GET", "/v1/jobs/"+j.ID, "")
 	var env map[string]json.RawMessage
 	if err := json.Unmarshal(body, &env); err != nil {
@@ -277,8 +260,8 @@ func TestAPIJobJSONIsCoordinatorJob(t *testing.T) {
 
 func TestAPIBatchAndUniqueKey(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
-	var res batchResponse
-	e.doJSON(t, "POST", "/v1/jobs/batch", batchRequest{Jobs: []createRequest{
+	var res apiserver.BatchResponse
+	e.doJSON(t, "POST", "/v1/jobs/batch", apiserver.BatchRequest{Jobs: []apiserver.CreateRequest{
 		{Kind: "echo", Payload: json.RawMessage(`1`)},
 		{Kind: "sleep", Payload: json.RawMessage(`{"ms":1}`), Queue: "other"},
 		{Kind: "fail", UniqueKey: "u1"},
@@ -291,13 +274,13 @@ func TestAPIBatchAndUniqueKey(t *testing.T) {
 	}
 
 	// The unique key matches the live job: it is returned, nothing written.
-	var one createResponse
-	e.doJSON(t, "POST", "/v1/jobs", createRequest{Kind: "fail", UniqueKey: "u1"}, http.StatusOK, &one)
+	var one apiserver.CreateResponse
+	e.doJSON(t, "POST", "/v1/jobs", apiserver.CreateRequest{Kind: "fail", UniqueKey: "u1"}, http.StatusOK, &one)
 	if !one.Existed || one.Job.ID != res.Jobs[2].ID {
 		t.Errorf("unique create: existed %v id %s, want %s", one.Existed, one.Job.ID, res.Jobs[2].ID)
 	}
-	var again batchResponse
-	e.doJSON(t, "POST", "/v1/jobs/batch", batchRequest{Jobs: []createRequest{{Kind: "fail", UniqueKey: "u1"}}}, http.StatusOK, &again)
+	var again apiserver.BatchResponse
+	e.doJSON(t, "POST", "/v1/jobs/batch", apiserver.BatchRequest{Jobs: []apiserver.CreateRequest{{Kind: "fail", UniqueKey: "u1"}}}, http.StatusOK, &again)
 	if !again.Existed[0] || again.Jobs[0].ID != res.Jobs[2].ID {
 		t.Errorf("unique batch: %+v", again)
 	}
@@ -306,7 +289,7 @@ func TestAPIBatchAndUniqueKey(t *testing.T) {
 	}
 	// Once the job is final, its key is free again.
 	e.doJSON(t, "POST", "/v1/jobs/"+res.Jobs[2].ID+"/cancel", nil, http.StatusOK, nil)
-	e.doJSON(t, "POST", "/v1/jobs", createRequest{Kind: "fail", UniqueKey: "u1"}, http.StatusCreated, &one)
+	e.doJSON(t, "POST", "/v1/jobs", apiserver.CreateRequest{Kind: "fail", UniqueKey: "u1"}, http.StatusCreated, &one)
 	if one.Existed || one.Job.ID == res.Jobs[2].ID {
 		t.Errorf("key of a cancelled job not reusable: %+v", one)
 	}
@@ -314,20 +297,20 @@ func TestAPIBatchAndUniqueKey(t *testing.T) {
 
 func TestAPICancel(t *testing.T) {
 	e := newAPIEnv(t, envOpts{})
-	s := e.create(t, createRequest{Kind: "sleep", Delay: "1h"})
-	var res jobResponse
+	s := e.create(t, apiserver.CreateRequest{Kind: "sleep", Delay: "1h"})
+	var res apiserver.JobResponse
 	e.doJSON(t, "POST", "/v1/jobs/"+s.ID+"/cancel", nil, http.StatusOK, &res)
 	if res.Job.State != coordinator.StateCancelled {
 		t.Errorf("cancel scheduled: state %s", res.Job.State)
 	}
-	var er errorResponse
+	var er apiserver.ErrorResponse
 	e.doJSON(t, "POST", "/v1/jobs/"+s.ID+"/cancel", nil, http.StatusConflict, &er)
 	if !strings.Contains(er.Error, "already cancelled") {
 		t.Errorf("second cancel: %q", er.Error)
 	}
 
 	// A running job is cancelled by its worker.
-	r := e.create(t, createRequest{Kind: "sleep", Payload: json.RawMessage(`{"ms":60000}`)})
+	r := e.create(t, apiserver.CreateRequest{Kind: "sleep", Payload: json.RawMessage(`{"ms":60000}`)})
 	waitState(t, e, r.ID, coordinator.StateRunning)
 	e.doJSON(t, "POST", "/v1/jobs/"+r.ID+"/cancel", nil, http.StatusOK, &res)
 	if res.Job.State != coordinator.StateRunning || !res.Job.CancelRequested {
@@ -343,7 +326,7 @@ func waitState(t *testing.T, e *apiEnv, id string, st coordinator.State) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		var res jobResponse
+		var res apiserver.JobResponse
 		e.doJSON(t, "GET", "/v1/jobs/"+id, nil, http.StatusOK, &res)
 		if res.Job.State == st {
 			return
@@ -355,9 +338,9 @@ func waitState(t *testing.T, e *apiEnv, id string, st coordinator.State) {
 
 func TestAPIWaitExpires(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
-	j := e.create(t, createRequest{Kind: "echo"})
+	j := e.create(t, apiserver.CreateRequest{Kind: "echo"})
 	start := time.Now()
-	var res jobResponse
+	var res apiserver.JobResponse
 	e.doJSON(t, "GET", "/v1/jobs/"+j.ID+"?wait=200ms", nil, http.StatusOK, &res)
 	if took := time.Since(start); took < 200*time.Millisecond || took > 5*time.Second {
 		t.Errorf("wait=200ms took %s", took)
@@ -369,12 +352,12 @@ func TestAPIWaitExpires(t *testing.T) {
 
 func TestAPIFailAndRetry(t *testing.T) {
 	e := newAPIEnv(t, envOpts{})
-	j := e.create(t, createRequest{Kind: "fail", Payload: json.RawMessage(`{"times":1}`)})
+	j := e.create(t, apiserver.CreateRequest{Kind: "fail", Payload: json.RawMessage(`{"times":1}`)})
 	final := e.waitFinal(t, j.ID)
 	if final.State != coordinator.StateCompleted || final.Attempt != 2 || len(final.Errors) != 1 {
 		t.Errorf("fail times=1: state %s attempt %d errors %+v", final.State, final.Attempt, final.Errors)
 	}
-	d := e.create(t, createRequest{Kind: "fail", MaxAttempts: 1})
+	d := e.create(t, apiserver.CreateRequest{Kind: "fail", MaxAttempts: 1})
 	if final := e.waitFinal(t, d.ID); final.State != coordinator.StateDiscarded {
 		t.Errorf("fail without times, one attempt: %s", final.State)
 	}
@@ -457,7 +440,7 @@ func TestAPIBadInputWritesNothing(t *testing.T) {
 			if code != c.status {
 				t.Errorf("status %d, want %d; body %.300s", code, c.status, body)
 			}
-			var er errorResponse
+			var er apiserver.ErrorResponse
 			if err := json.Unmarshal(body, &er); err != nil || er.Error == "" {
 				t.Fatalf("body is not a JSON error: %.300s", body)
 			}
@@ -485,15 +468,15 @@ func TestAPIBadInputWritesNothing(t *testing.T) {
 
 func TestAPIWorkersStatsHealthMetricsDashboard(t *testing.T) {
 	e := newAPIEnv(t, envOpts{})
-	j := e.create(t, createRequest{Kind: "echo", Payload: json.RawMessage(`{"<script>":"x"}`)})
+	j := e.create(t, apiserver.CreateRequest{Kind: "echo", Payload: json.RawMessage(`{"<script>":"x"}`)})
 	e.waitFinal(t, j.ID)
 
-	var ws workersResponse
+	var ws apiserver.WorkersResponse
 	e.doJSON(t, "GET", "/v1/workers", nil, http.StatusOK, &ws)
 	if len(ws.Workers) != 1 || ws.Workers[0].ID != e.w.ID() || strings.Join(ws.Workers[0].Kinds, ",") != "echo,fail,sleep" {
 		t.Errorf("workers: %+v", ws.Workers)
 	}
-	var st statsResponse
+	var st apiserver.StatsResponse
 	e.doJSON(t, "GET", "/v1/stats", nil, http.StatusOK, &st)
 	if st.Total != 1 || st.Counts[coordinator.StateCompleted] != 1 || len(st.Counts) != len(coordinator.States) {
 		t.Errorf("stats: %+v", st)
@@ -518,64 +501,6 @@ func TestAPIWorkersStatsHealthMetricsDashboard(t *testing.T) {
 	}
 }
 
-func TestLatestJobs(t *testing.T) {
-	log := quietLogger(t)
-	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
-	clock := &stepClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
-	coord, err := coordinator.New(store, coordinator.Config{Logger: log, Clock: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	var ids []string
-	enqueue := func(n int, gap time.Duration) {
-		for range n {
-			clock.now = clock.now.Add(gap)
-			r, err := coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "echo"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ids = append(ids, r.Job.ID)
-		}
-	}
-	check := func(what string, n int) {
-		t.Helper()
-		got, err := latestJobs(ctx, coord, n, clock.now)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := min(n, len(ids))
-		if len(got) != want {
-			t.Fatalf("%s: %d jobs, want %d", what, len(got), want)
-		}
-		for i, j := range got {
-			if j.ID != ids[len(ids)-1-i] {
-				t.Fatalf("%s: job %d is %s, want %s", what, i, j.ID, ids[len(ids)-1-i])
-			}
-		}
-	}
-	check("empty", 50)
-	enqueue(10, 72*time.Hour) // sparse and old
-	check("fewer than asked", 50)
-	enqueue(30, time.Minute)
-	check("widening window", 20)
-	enqueue(300, 0) // one millisecond holds more than a page
-	check("dense tail", 50)
-	enqueue(400, time.Millisecond)
-	check("bisected window", 50)
-	check("bisected window, small page", 3)
-}
-
-// stepClock is a coordinator.Clock moved by hand.
-type stepClock struct{ now time.Time }
-
-func (c *stepClock) Now() time.Time                         { return c.now }
-func (c *stepClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 func TestExecKinds(t *testing.T) {
 	old := execKillGrace
 	execKillGrace = 300 * time.Millisecond
@@ -589,32 +514,32 @@ func TestExecKinds(t *testing.T) {
 		`stubborn=trap "" TERM; sleep 30 & echo $! > ` + pidFile + `; wait`,
 		`echo=cat`, // replaces the built-in
 	}})
-	up := e.create(t, createRequest{Kind: "upper", Payload: json.RawMessage(`"hello"`)})
+	up := e.create(t, apiserver.CreateRequest{Kind: "upper", Payload: json.RawMessage(`"hello"`)})
 	if j := e.waitFinal(t, up.ID); j.State != coordinator.StateCompleted || string(j.Result) != `"HELLO"` {
 		t.Errorf("upper: %s %s", j.State, j.Result)
 	}
-	env := e.create(t, createRequest{Kind: "env"})
+	env := e.create(t, apiserver.CreateRequest{Kind: "env"})
 	j := e.waitFinal(t, env.ID)
 	want := fmt.Sprintf(`{"id":"%s","attempt":1,"token":%d,"kind":"env"}`, env.ID, j.Token)
 	if j.State != coordinator.StateCompleted || string(j.Result) != want || j.Token == 0 {
 		t.Errorf("env: %s %s, want %s", j.State, j.Result, want)
 	}
-	txt := e.create(t, createRequest{Kind: "text"})
+	txt := e.create(t, apiserver.CreateRequest{Kind: "text"})
 	if j := e.waitFinal(t, txt.ID); string(j.Result) != `"plain text"` {
 		t.Errorf("text result: %s", j.Result)
 	}
-	cat := e.create(t, createRequest{Kind: "echo", Payload: json.RawMessage(`{"a":1}`)})
+	cat := e.create(t, apiserver.CreateRequest{Kind: "echo", Payload: json.RawMessage(`{"a":1}`)})
 	if j := e.waitFinal(t, cat.ID); string(j.Result) != `{"a":1}` {
 		t.Errorf("echo replaced by cat: %s", j.Result)
 	}
-	br := e.create(t, createRequest{Kind: "broken", MaxAttempts: 1})
+	br := e.create(t, apiserver.CreateRequest{Kind: "broken", MaxAttempts: 1})
 	j = e.waitFinal(t, br.ID)
 	if j.State != coordinator.StateDiscarded || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "exited with status 3: first | oops") {
 		t.Errorf("broken: %s %+v", j.State, j.Errors)
 	}
 
 	// A command that ignores SIGTERM is killed with its process group.
-	st := e.create(t, createRequest{Kind: "stubborn"})
+	st := e.create(t, apiserver.CreateRequest{Kind: "stubborn"})
 	waitState(t, e, st.ID, coordinator.StateRunning)
 	var pid int
 	deadline := time.Now().Add(5 * time.Second)

@@ -1,22 +1,22 @@
 package main
 
-// Backups of the embedded store: POST /v1/backup and 'leasehold backup' ask
-// the daemon for one (a Pebble checkpoint, taken while it serves);
-// 'leasehold restore', offline, turns one into a data directory with its
-// revision counter raised (localstore.Restore, ADR 0020). Shared mode
-// backs up etcd itself.
+// Backups of the embedded store: 'leasehold backup' asks the daemon for
+// one through POST /v1/backup (package apiserver: a Pebble checkpoint,
+// taken while it serves); 'leasehold restore', offline, turns one into a
+// data directory with its revision counter raised (localstore.Restore, ADR
+// 0020). Shared mode backs up etcd itself.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/spf13/cobra"
 )
@@ -28,78 +28,6 @@ const backupTimeout = time.Hour
 // maxRevisionBump bounds --bump-revision far below where the counter
 // would overflow.
 const maxRevisionBump = 1 << 60
-
-// backuper takes backups of the daemon's store: *localstore.Store.
-type backuper interface {
-	Backup(ctx context.Context, dir string) (localstore.BackupInfo, error)
-}
-
-// backupRequest is the body of POST /v1/backup.
-type backupRequest struct {
-	Dir string `json:"dir"`
-}
-
-// backupResponse answers POST /v1/backup.
-type backupResponse struct {
-	localstore.BackupInfo
-	Dir string `json:"dir"`
-}
-
-// sharedBackupHint is the answer to a backup asked of shared mode, whose
-// jobs live in etcd.
-const sharedBackupHint = "shared mode keeps the jobs in etcd, which leasehold does not back up: back it up with 'etcdctl snapshot save FILE' and restore with 'etcdutl snapshot restore FILE --bump-revision 1000000000 --mark-compacted'"
-
-var backupBody = bodySpec{
-	limit:   64 << 10,
-	fields:  "the field is " + jsonFields(backupRequest{}),
-	example: `{"dir":"/var/backups/leasehold-1"}`,
-	tooBig:  "send a shorter path",
-}
-
-// backup serves POST /v1/backup.
-func (a *api) backup(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	if a.cfg.Backup == nil {
-		a.fail(w, r, badRequest("%s", sharedBackupHint))
-		return
-	}
-	var req backupRequest
-	if err := decodeBody(w, r, backupBody, &req); err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	switch {
-	case req.Dir == "":
-		a.fail(w, r, badRequest(`dir is missing: send %s, an absolute path on the daemon's host that does not exist yet`, backupBody.example))
-		return
-	case strings.ContainsRune(req.Dir, 0):
-		a.fail(w, r, badRequest("dir holds a NUL byte: send a path without it"))
-		return
-	case !filepath.IsAbs(req.Dir):
-		a.fail(w, r, badRequest("dir %q is not an absolute path: send an absolute path on the daemon's host (a relative one would name a place in the daemon's working directory)", truncateString(req.Dir, 200)))
-		return
-	}
-	info, err := a.cfg.Backup.Backup(r.Context(), req.Dir)
-	if ctxErr := r.Context().Err(); err != nil && ctxErr != nil && !errors.Is(err, ctxErr) {
-		// The client left during the backup (interrupted, or past its
-		// timeout): a.fail logs nothing then, and nobody else would learn
-		// that the backup failed.
-		a.log.Error("backup failed after its client left", slog.String("dir", req.Dir), slog.Any("err", err))
-	}
-	if errors.Is(err, localstore.ErrBackup) {
-		// "backup: " too: the CLI names its command itself.
-		a.fail(w, r, badRequest("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: backup: ")))
-		return
-	}
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, backupResponse{BackupInfo: info, Dir: filepath.Clean(req.Dir)})
-}
 
 // --- leasehold backup ---
 
@@ -135,7 +63,7 @@ func runBackup(cmd *cobra.Command, tgt *target, dir string, asJSON bool) error {
 	}
 	if tgt.etcd.shared() {
 		// No daemon store to ask for: say so without dialing etcd.
-		return usagef("%s", sharedBackupHint)
+		return usagef("%s", apiserver.SharedBackupHint)
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), backupTimeout)
 	defer cancel()
@@ -144,8 +72,8 @@ func runBackup(cmd *cobra.Command, tgt *target, dir string, asJSON bool) error {
 		return err
 	}
 	defer c.close()
-	var res backupResponse
-	if err := c.call(ctx, http.MethodPost, "/v1/backup", nil, backupRequest{Dir: dir}, &res); err != nil {
+	var res apiserver.BackupResponse
+	if err := c.call(ctx, http.MethodPost, "/v1/backup", nil, apiserver.BackupRequest{Dir: dir}, &res); err != nil {
 		return err
 	}
 	if asJSON {
@@ -250,11 +178,11 @@ func runRestore(cmd *cobra.Command, o *restoreOpts) error {
 		// anything: bad input (exit 2), as is a backup DIR that exists;
 		// another must be passed. A daemon holding --data (ErrLocked) or
 		// an I/O error is a failure (exit 1).
-		return usagef("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: backup: "))
+		return usagef("%s", strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: backup: "))
 	case errors.Is(err, localstore.ErrLocked):
-		return failf("%s", strings.TrimPrefix(oneLine(err.Error()), "localstore: "))
+		return failf("%s", strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: "))
 	case err != nil:
-		return failf("%s: check the directories and their permissions, then run it again into a new --data", strings.TrimPrefix(oneLine(err.Error()), "localstore: "))
+		return failf("%s: check the directories and their permissions, then run it again into a new --data", strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: "))
 	}
 	what := fmt.Sprintf("restored %s into %s", o.from, o.data)
 	if o.from == "" {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +16,8 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/apicall"
+	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/localstore"
 )
 
@@ -30,7 +30,7 @@ func postJobs(t *testing.T, server string, jobs ...string) []string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var res batchResponse
+	var res apiserver.BatchResponse
 	if err := json.NewDecoder(resp.Body).Decode(&res); err != nil || resp.StatusCode != http.StatusCreated {
 		t.Fatalf("enqueue: %d %v", resp.StatusCode, err)
 	}
@@ -67,7 +67,7 @@ func TestBackupRestoreEndToEnd(t *testing.T) {
 	waitStateCLI(t, d.server, held, coordinator.StateRunning)
 	firstRun := getJobCLI(t, d.server, held).Token
 
-	var info backupResponse
+	var info apiserver.BackupResponse
 	if err := json.Unmarshal([]byte(okCLI(t, "backup", backupDir, "--json", "--server", d.server)), &info); err != nil {
 		t.Fatalf("backup --json: %v", err)
 	}
@@ -134,107 +134,16 @@ func TestBackupRestoreEndToEnd(t *testing.T) {
 	}
 }
 
-// backupAPI is the API of an embedded daemon in this process (no worker)
-// with an API token, and its store's directory.
-func backupAPI(t *testing.T, b func(*localstore.Store) backuper) (http.Handler, string) {
-	t.Helper()
-	log := quietLogger(t)
-	ls := tempLocal(t, log)
+// leasehold backup sends the daemon's token, and prints where the backup
+// is and its revision; without the token it is refused.
+func TestBackupCLI(t *testing.T) {
+	log := testutil.QuietLogger(t)
+	ls := testutil.TempLocal(t, log)
 	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := coord.Enqueue(context.Background(), coordinator.EnqueueParams{Kind: "echo"}); err != nil {
-		t.Fatal(err)
-	}
-	return newAPI(apiConfig{Coord: coord, Logger: log, Auth: authConfig{Token: "s3cret"}, Backup: b(ls)}), ls.Dir()
-}
-
-// apiCall sends one request to h and returns the status and the body.
-func apiCall(t *testing.T, h http.Handler, method, path, body string, hdr ...string) (int, []byte) {
-	t.Helper()
-	req := httptest.NewRequest(method, "http://127.0.0.1:7420"+path, strings.NewReader(body))
-	for i := 0; i+1 < len(hdr); i += 2 {
-		req.Header.Set(hdr[i], hdr[i+1])
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	b, err := io.ReadAll(rec.Result().Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rec.Code, b
-}
-
-// POST /v1/backup writes a backup of the daemon's store, guarded like every
-// change, and refuses bad input with 400 saying what to do.
-func TestBackupAPI(t *testing.T) {
-	h, dataDir := backupAPI(t, func(ls *localstore.Store) backuper { return ls })
-	auth := []string{"Authorization", "Bearer s3cret"}
-	dir := filepath.Join(t.TempDir(), "b")
-	body := `{"dir":"` + dir + `"}`
-
-	// Without the token, or cross-origin: refused, and nothing written.
-	if code, b := apiCall(t, h, "POST", "/v1/backup", body); code != http.StatusUnauthorized {
-		t.Errorf("without a token: %d %s, want 401", code, b)
-	}
-	if code, b := apiCall(t, h, "POST", "/v1/backup", body, append(auth, "Sec-Fetch-Site", "cross-site")...); code != http.StatusForbidden {
-		t.Errorf("cross-origin: %d %s, want 403", code, b)
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a refused backup request wrote %s (%v)", dir, err)
-	}
-
-	for _, c := range []struct{ name, body, want string }{
-		{"empty", `{}`, "dir is missing: send"},
-		{"relative", `{"dir":"backups/b"}`, "not an absolute path: send an absolute path on the daemon's host"},
-		{"unknown field", `{"dir":"` + dir + `","force":true}`, `unknown field "force": the field is dir`},
-		{"NUL", `{"dir":"/tmp/a\u0000b"}`, "NUL byte"},
-		{"not an object", `"` + dir + `"`, "send a JSON object such as"},
-		{"inside the data directory", `{"dir":"` + filepath.Join(dataDir, "b") + `"}`, "overlaps the data directory"},
-		{"exists", `{"dir":"` + t.TempDir() + `"}`, "pass a directory that does not exist yet"},
-	} {
-		code, b := apiCall(t, h, "POST", "/v1/backup", c.body, auth...)
-		msg, _ := apicall.ErrorMessage(b)
-		if code != http.StatusBadRequest || !strings.Contains(msg, c.want) || strings.Contains(msg, "localstore:") {
-			t.Errorf("%s: %d %q, want 400 saying %q", c.name, code, msg, c.want)
-		}
-	}
-	if code, b := apiCall(t, h, "POST", "/v1/backup?force=1", body, auth...); code != http.StatusBadRequest {
-		t.Errorf("query parameter: %d %s, want 400", code, b)
-	}
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a refused backup request wrote %s (%v)", dir, err)
-	}
-
-	code, b := apiCall(t, h, "POST", "/v1/backup", body, auth...)
-	if code != http.StatusOK {
-		t.Fatalf("backup: %d %s, want 200", code, b)
-	}
-	var fields map[string]any
-	if err := json.Unmarshal(b, &fields); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"revision", "created_at", "source", "dir"} {
-		if _, ok := fields[f]; !ok {
-			t.Errorf("backup answer %s lacks %q", b, f)
-		}
-	}
-	var res backupResponse
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
-	got, err := localstore.ReadBackup(dir)
-	if err != nil || res.Dir != dir || res.Source != dataDir || got.Revision != res.Revision || res.Revision < 1 {
-		t.Errorf("backup answer %+v; on disk %+v, %v", res, got, err)
-	}
-}
-
-// leasehold backup sends the daemon's token, and prints where the backup
-// is and its revision; without the token it is refused.
-func TestBackupCLI(t *testing.T) {
-	h, _ := backupAPI(t, func(ls *localstore.Store) backuper { return ls })
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(apiserver.New(apiserver.Config{Coord: coord, Logger: log, Auth: apiserver.AuthConfig{Token: "s3cret"}, Backup: ls}))
 	defer srv.Close()
 	dir := filepath.Join(t.TempDir(), "b")
 
@@ -256,37 +165,21 @@ func TestBackupCLI(t *testing.T) {
 	}
 }
 
-type failingBackuper struct{}
-
-func (failingBackuper) Backup(context.Context, string) (localstore.BackupInfo, error) {
-	return localstore.BackupInfo{}, errors.New("localstore: backup to /x: no space left on device")
-}
-
-// A backup that fails for another reason than its directory is the
-// daemon's failure: 500, logged.
-func TestBackupAPIFailure(t *testing.T) {
-	h, _ := backupAPI(t, func(*localstore.Store) backuper { return failingBackuper{} })
-	code, b := apiCall(t, h, "POST", "/v1/backup", `{"dir":"/x"}`, "Authorization", "Bearer s3cret")
-	if msg, _ := apicall.ErrorMessage(b); code != http.StatusInternalServerError || !strings.Contains(msg, "no space left") {
-		t.Errorf("failed backup: %d %q, want 500 naming the cause", code, msg)
-	}
-}
-
 // Shared mode, the daemon's API or the CLI's in-process one, has no store
 // of its own to back up: POST /v1/backup says how to back up etcd.
 func TestBackupAPISharedRefused(t *testing.T) {
-	log := quietLogger(t)
-	coord, err := coordinator.New(tempLocal(t, log), coordinator.Config{Logger: log})
+	log := testutil.QuietLogger(t)
+	coord, err := coordinator.New(testutil.TempLocal(t, log), coordinator.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "b")
 	for name, h := range map[string]http.Handler{
-		"daemon": newAPI(apiConfig{Coord: coord, Shared: true, Logger: log, Auth: authConfig{Token: "s3cret"}}),
+		"daemon": apiserver.New(apiserver.Config{Coord: coord, Shared: true, Logger: log, Auth: apiserver.AuthConfig{Token: "s3cret"}}),
 		"cli":    newCLIAPI(coord),
 	} {
 		hdr := []string{"Authorization", "Bearer s3cret"}
-		code, b := apiCall(t, h, "POST", "/v1/backup", `{"dir":"`+dir+`"}`, hdr...)
+		code, b := testutil.APICall(t, h, "POST", "/v1/backup", `{"dir":"`+dir+`"}`, hdr...)
 		msg, _ := apicall.ErrorMessage(b)
 		if code != http.StatusBadRequest || !strings.Contains(msg, "etcdctl snapshot save") ||
 			!strings.Contains(msg, "etcdutl snapshot restore FILE --bump-revision 1000000000 --mark-compacted") {
@@ -294,8 +187,8 @@ func TestBackupAPISharedRefused(t *testing.T) {
 		}
 	}
 	// Still a change: the token is checked first.
-	h := newAPI(apiConfig{Coord: coord, Shared: true, Logger: log, Auth: authConfig{Token: "s3cret"}})
-	if code, b := apiCall(t, h, "POST", "/v1/backup", `{"dir":"`+dir+`"}`); code != http.StatusUnauthorized {
+	h := apiserver.New(apiserver.Config{Coord: coord, Shared: true, Logger: log, Auth: apiserver.AuthConfig{Token: "s3cret"}})
+	if code, b := testutil.APICall(t, h, "POST", "/v1/backup", `{"dir":"`+dir+`"}`); code != http.StatusUnauthorized {
 		t.Errorf("shared, without a token: %d %s, want 401", code, b)
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -360,11 +253,11 @@ func TestBackupRestoreCLIErrors(t *testing.T) {
 // one.
 func TestRestoreCLI(t *testing.T) {
 	dataDir := t.TempDir()
-	ls, err := localstore.Open(dataDir, localstore.Options{Logger: quietLogger(t)})
+	ls, err := localstore.Open(dataDir, localstore.Options{Logger: testutil.QuietLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	coord, err := coordinator.New(ls, coordinator.Config{Logger: quietLogger(t)})
+	coord, err := coordinator.New(ls, coordinator.Config{Logger: testutil.QuietLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,41 +288,11 @@ func TestRestoreCLI(t *testing.T) {
 	if want := fmt.Sprintf("bumped %s in place: revision counter raised by 5 to %d", restored, info.Revision+1005); code != 0 || !strings.Contains(out, want) {
 		t.Errorf("restore in place: exit %d, stdout %q, stderr %q; want %q", code, out, errs, want)
 	}
-	rs, err := localstore.Open(restored, localstore.Options{Logger: quietLogger(t)})
+	rs, err := localstore.Open(restored, localstore.Options{Logger: testutil.QuietLogger(t)})
 	if err != nil {
 		t.Fatalf("open the restored directory: %v", err)
 	}
 	if err := rs.Close(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// cancellingBackuper fails as a backup would after its client went away
-// mid-way (the request's context is cancelled by then).
-type cancellingBackuper struct{ cancel context.CancelFunc }
-
-func (b cancellingBackuper) Backup(context.Context, string) (localstore.BackupInfo, error) {
-	b.cancel()
-	return localstore.BackupInfo{}, errors.New("localstore: backup to /x: no space left on device")
-}
-
-// A backup that fails after its client disconnected (a CLI interrupted, or
-// past its timeout) still leaves a trace in the daemon's log: nobody else
-// learns that it failed.
-func TestBackupAPIFailureAfterClientLeftIsLogged(t *testing.T) {
-	log := quietLogger(t)
-	coord, err := coordinator.New(tempLocal(t, log), coordinator.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logged syncBuffer
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	h := newAPI(apiConfig{Coord: coord, Logger: slog.New(slog.NewTextHandler(&logged, nil)), Backup: cancellingBackuper{cancel}})
-	req := httptest.NewRequestWithContext(ctx, "POST", "http://127.0.0.1:7420/v1/backup", strings.NewReader(`{"dir":"/x"}`))
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if !strings.Contains(logged.String(), "no space left on device") {
-		t.Errorf("a backup that failed after its client left: answered %d, logged %q; want the cause logged", rec.Code, logged.String())
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // chromium returns the path of a Chromium, installing Debian's package if
@@ -46,9 +47,9 @@ func chromium(t *testing.T) string {
 	if err != nil {
 		msg := err.Error()
 		if ee, ok := err.(*exec.ExitError); ok {
-			msg += ": " + oneLine(string(ee.Stderr))
+			msg += ": " + apiserver.OneLine(string(ee.Stderr))
 		}
-		t.Skipf("skipping the browser test: headless Chromium is not installed and %s could not install it (%s); install Debian's chromium package to run it", script, truncateString(msg, 400))
+		t.Skipf("skipping the browser test: headless Chromium is not installed and %s could not install it (%s); install Debian's chromium package to run it", script, apiserver.TruncateString(msg, 400))
 	}
 	p := strings.TrimSpace(string(out))
 	if i := strings.LastIndexByte(p, '\n'); i >= 0 {
@@ -119,7 +120,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		if code != http.StatusCreated {
 			t.Fatalf("batch: %d %s", code, b)
 		}
-		var res batchResponse
+		var res apiserver.BatchResponse
 		if err := json.Unmarshal(b, &res); err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +187,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	run("load the overview", chromedp.Navigate(e.srv.URL+"/?refresh=0"), chromedp.WaitVisible(chromedp.CSS("#count-total")))
 	var shown map[string]int
 	eval("read the counts", `Object.fromEntries([...document.querySelectorAll('[id^="count-"]')].map(e => [e.id.slice(6), parseInt(e.textContent, 10)]))`, &shown)
-	var st statsResponse
+	var st apiserver.StatsResponse
 	code, b := e.req(t, "GET", "/v1/stats", "")
 	if code != 200 || json.Unmarshal(b, &st) != nil {
 		t.Fatalf("/v1/stats: %d %s", code, b)

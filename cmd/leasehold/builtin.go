@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -17,7 +18,17 @@ import (
 // handler could never accept is refused before anything is written.
 type kindSpec struct {
 	handler  worker.Handler
-	validate func(payload json.RawMessage) error // nil: any JSON
+	validate apiserver.PayloadCheck // nil: any JSON
+}
+
+// payloadChecks returns the payload checks of kinds, as the API takes
+// them.
+func payloadChecks(kinds map[string]kindSpec) map[string]apiserver.PayloadCheck {
+	out := make(map[string]apiserver.PayloadCheck, len(kinds))
+	for k, s := range kinds {
+		out[k] = s.validate
+	}
+	return out
 }
 
 // maxSleep bounds the sleep kind's {"ms":N}.
@@ -69,7 +80,7 @@ func decodeStrict(p json.RawMessage, v any) error {
 	case err == nil:
 		return nil
 	case errors.As(err, &te) && te.Field != "":
-		return fmt.Errorf("%s is a JSON %s, want %s", te.Field, te.Value, jsonTypeName(te.Type.String()))
+		return fmt.Errorf("%s is a JSON %s, want %s", te.Field, te.Value, apiserver.JSONTypeName(te.Type.String()))
 	}
 	return errors.New(strings.TrimPrefix(err.Error(), "json: "))
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // TestDaemonTokenFileFromPipe starts the daemon with --api-token-file
@@ -53,7 +55,7 @@ func TestConfigFileEtcdSettingsForClients(t *testing.T) {
 // that it is running".
 func TestCLIUntrustedServerCertificate(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, workersResponse{})
+		apiserver.WriteJSON(w, http.StatusOK, apiserver.WorkersResponse{})
 	}))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake
 	srv.StartTLS()
@@ -87,7 +89,7 @@ func TestCLIUnknownCommandSuggestion(t *testing.T) {
 // plain HTTP is told to use http://.
 func TestCLIHTTPSToPlainDaemon(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, workersResponse{})
+		apiserver.WriteJSON(w, http.StatusOK, apiserver.WorkersResponse{})
 	}))
 	defer srv.Close()
 	code, out, errs := runInProcess("workers", "list", "--server", strings.Replace(srv.URL, "http://", "https://", 1))
@@ -100,7 +102,7 @@ func TestCLIHTTPSToPlainDaemon(t *testing.T) {
 // as such when it ends the wait, since no --timeout was given.
 func TestJobsWaitTimeoutFromEnvironmentNamed(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
-	j := e.create(t, createRequest{Kind: "echo"})
+	j := e.create(t, apiserver.CreateRequest{Kind: "echo"})
 	t.Setenv("LEASEHOLD_TIMEOUT", "50ms")
 	for _, c := range []struct {
 		args   []string

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // cliEnv is the environment of the binary under test: ours without any
@@ -444,7 +445,7 @@ func TestCLIDaemonFlow(t *testing.T) {
 		t.Errorf("command line over env: %+v", r)
 	}
 
-	var st statsResponse
+	var st apiserver.StatsResponse
 	if err := json.Unmarshal([]byte(httpGet(t, srv+"/v1/stats")), &st); err != nil || st.Total != 2105 {
 		t.Errorf("stats after bad input: %v %+v", err, st)
 	}

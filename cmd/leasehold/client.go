@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/internal/apicall"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // defaultServer is where the CLI finds the daemon.
@@ -23,7 +24,7 @@ const defaultServer = "http://127.0.0.1:7420"
 // requestTimeout bounds one API call that is not a long-poll.
 const requestTimeout = 30 * time.Second
 
-// client calls the daemon's HTTP API (see api.go).
+// client calls the daemon's HTTP API (see internal/apiserver).
 type client struct {
 	server  string // as given, for messages
 	base    *url.URL
@@ -108,7 +109,7 @@ func (c *client) transportError(ctx context.Context, err error) error {
 	case ctx.Err() != nil:
 		return failf("interrupted")
 	case errors.As(err, &cve):
-		return failf("the daemon at %s has a TLS certificate this client does not trust (%s): pass --server-ca with the CA that signed its --tls-cert", c.server, oneLine(cve.Err.Error()))
+		return failf("the daemon at %s has a TLS certificate this client does not trust (%s): pass --server-ca with the CA that signed its --tls-cert", c.server, apiserver.OneLine(cve.Err.Error()))
 	case c.base.Scheme == "https" && strings.Contains(err.Error(), "server gave HTTP response to HTTPS client"):
 		plain := *c.base
 		plain.Scheme = "http"
@@ -126,7 +127,7 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 	}
 	if !ok {
 		first, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-		msg = fmt.Sprintf("the server at %s answered %s (%s): is --server a leasehold daemon?", c.server, resp.Status, truncateString(first, 120))
+		msg = fmt.Sprintf("the server at %s answered %s (%s): is --server a leasehold daemon?", c.server, resp.Status, apiserver.TruncateString(first, 120))
 	}
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
@@ -139,12 +140,12 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 	return failf("%s", msg)
 }
 
-func (c *client) getJob(ctx context.Context, id string, wait time.Duration) (*jobResponse, error) {
+func (c *client) getJob(ctx context.Context, id string, wait time.Duration) (*apiserver.JobResponse, error) {
 	var q url.Values
 	if wait > 0 {
 		q = url.Values{"wait": {wait.String()}}
 	}
-	var out jobResponse
+	var out apiserver.JobResponse
 	if err := c.call(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), q, nil, &out); err != nil {
 		return nil, err
 	}
@@ -154,8 +155,8 @@ func (c *client) getJob(ctx context.Context, id string, wait time.Duration) (*jo
 	return &out, nil
 }
 
-func (c *client) stats(ctx context.Context) (*statsResponse, error) {
-	var out statsResponse
+func (c *client) stats(ctx context.Context) (*apiserver.StatsResponse, error) {
+	var out apiserver.StatsResponse
 	if err := c.call(ctx, http.MethodGet, "/v1/stats", nil, nil, &out); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // An http:// --server for a daemon that serves HTTPS (--tls-cert): Go's
@@ -14,7 +16,7 @@ import (
 // apart from a server that is no leasehold daemon: use https://.
 func TestCLIHTTPToTLSDaemon(t *testing.T) {
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"jobs": []any{}})
+		apiserver.WriteJSON(w, http.StatusOK, map[string]any{"jobs": []any{}})
 	}))
 	srv.Config.ErrorLog = log.New(io.Discard, "", 0)
 	srv.StartTLS()

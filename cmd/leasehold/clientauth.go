@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // clientAuth says how the CLI authenticates to the daemon's API and
@@ -36,7 +38,7 @@ func (c *client) setAuth(a clientAuth) error {
 	}
 	pem, err := os.ReadFile(a.serverCA)
 	if err != nil {
-		return usagef("--server-ca: %s: check the path", oneLine(err.Error()))
+		return usagef("--server-ca: %s: check the path", apiserver.OneLine(err.Error()))
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {

@@ -35,6 +35,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
@@ -76,12 +77,12 @@ type configFile struct {
 func loadConfig(path string) (*configFile, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("cannot read config file: %s", oneLine(err.Error()))
+		return nil, fmt.Errorf("cannot read config file: %s", apiserver.OneLine(err.Error()))
 	}
 	defer f.Close()
 	b, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("cannot read config file: %s", oneLine(err.Error()))
+		return nil, fmt.Errorf("cannot read config file: %s", apiserver.OneLine(err.Error()))
 	}
 	if len(b) > maxConfigBytes {
 		return nil, fmt.Errorf("config file is over %d bytes: is it the right file?", maxConfigBytes)
@@ -93,7 +94,7 @@ func loadConfig(path string) (*configFile, error) {
 		if errors.Is(err, io.EOF) {
 			return cf, nil // empty: no settings
 		}
-		return nil, fmt.Errorf("not valid YAML: %s", strings.TrimPrefix(oneLine(err.Error()), "yaml: "))
+		return nil, fmt.Errorf("not valid YAML: %s", strings.TrimPrefix(apiserver.OneLine(err.Error()), "yaml: "))
 	}
 	var extra yaml.Node
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
@@ -291,11 +292,11 @@ func setFlag(fs *pflag.FlagSet, f *pflag.Flag, values []string) string {
 	}
 	for _, v := range values {
 		if err := fs.Set(f.Name, v); err != nil {
-			msg := oneLine(err.Error())
+			msg := apiserver.OneLine(err.Error())
 			if _, after, ok := strings.Cut(msg, " flag: "); ok {
 				msg = after
 			}
-			return fmt.Sprintf("%q is not %s (%s)", truncateString(v, 60), typeHint(f), msg)
+			return fmt.Sprintf("%q is not %s (%s)", apiserver.TruncateString(v, 60), typeHint(f), msg)
 		}
 	}
 	return ""
@@ -493,7 +494,7 @@ func checkConfig(path string) (errs, warns []configProblem, file *configFile) {
 		good = append(good, s)
 		if slices.Contains(fileKeys, s.key) {
 			if _, err := os.Stat(s.values[0]); err != nil {
-				errs = append(errs, configProblem{s.line, s.key, fmt.Sprintf("file %s: %s", s.values[0], oneLine(strings.TrimPrefix(err.Error(), "stat "+s.values[0]+": ")))})
+				errs = append(errs, configProblem{s.line, s.key, fmt.Sprintf("file %s: %s", s.values[0], apiserver.OneLine(strings.TrimPrefix(err.Error(), "stat "+s.values[0]+": ")))})
 				bad[s.key] = true
 			}
 		}
@@ -737,7 +738,7 @@ func configMessage(err error) string {
 	if errors.As(err, &ce) {
 		msg = ce.msg
 	}
-	return strings.ReplaceAll(oneLine(msg), "--", "")
+	return strings.ReplaceAll(apiserver.OneLine(msg), "--", "")
 }
 
 func runConfigCheck(cmd *cobra.Command, path string) error {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 func writeFile(t *testing.T, dir, name, content string) string {
@@ -169,7 +171,7 @@ func TestDaemonReadsConfigFile(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("enqueue with the config's token: %d %s", r.code, r.stderr)
 	}
-	var ws workersResponse
+	var ws apiserver.WorkersResponse
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		out := okCLI(t, "workers", "list", "--json", "--server", d.server)

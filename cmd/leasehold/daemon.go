@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/spf13/cobra"
@@ -169,7 +170,7 @@ func (o *daemonOpts) validate() error {
 	}
 	for _, q := range o.queues {
 		if err := coordinator.ValidateQueue(q); err != nil {
-			return usagef("--queues: %s", cleanCoordError(err))
+			return usagef("--queues: %s", apiserver.CleanCoordError(err))
 		}
 	}
 	_, port, err := net.SplitHostPort(o.listen)
@@ -220,7 +221,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	if token == "" && !loopbackListen(o.listen) {
 		log.Warn("the API listens beyond loopback without a token: anyone who reaches it can enqueue and cancel jobs; set --api-token-file", slog.String("listen", o.listen))
 	}
-	m := newMetrics()
+	m := apiserver.NewMetrics()
 	kinds, err := daemonKinds(o.execs, o.leaseTTL, log)
 	if err != nil {
 		return err
@@ -245,7 +246,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	m.HookCoordinator(&ccfg)
 
 	var store kv.Store
-	var backup backuper // embedded mode: POST /v1/backup
+	var backup apiserver.Backuper // embedded mode: POST /v1/backup
 	if shared {
 		cli, es, err := o.etcd.dial(ctx, log)
 		if err != nil {
@@ -262,7 +263,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	} else {
 		ls, err := localstore.Open(o.data, localstore.Options{Logger: log})
 		if err != nil {
-			msg := strings.TrimPrefix(oneLine(err.Error()), "localstore: ")
+			msg := strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: ")
 			if errors.Is(err, localstore.ErrLocked) {
 				return failf("%s", msg)
 			}
@@ -281,7 +282,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	coord, err := coordinator.New(store, ccfg)
 	if err != nil {
 		if errors.Is(err, coordinator.ErrInvalid) {
-			return usagef("%s", cleanCoordError(err))
+			return usagef("%s", apiserver.CleanCoordError(err))
 		}
 		return err
 	}
@@ -296,7 +297,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 				log.Info("stopped: signal received while re-queueing the jobs left running")
 				return nil
 			}
-			return failf("re-queueing the jobs left running: %v", cleanCoordError(err))
+			return failf("re-queueing the jobs left running: %v", apiserver.CleanCoordError(err))
 		}
 		log.Info(fmt.Sprintf("re-queued %d jobs left running", n), slog.Int("jobs", n))
 	}
@@ -318,7 +319,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	w, err := worker.New(coord, wcfg)
 	if err != nil {
 		if errors.Is(err, coordinator.ErrInvalid) {
-			return usagef("%s", cleanCoordError(err))
+			return usagef("%s", apiserver.CleanCoordError(err))
 		}
 		return err
 	}
@@ -328,11 +329,12 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		return failf("cannot listen on %s: %s: stop what uses it or pass another --listen", o.listen, oneLine(err.Error()))
+		return failf("cannot listen on %s: %s: stop what uses it or pass another --listen", o.listen, apiserver.OneLine(err.Error()))
 	}
-	srv, stopHTTP := newHTTPServer(newAPI(apiConfig{
-		Coord: coord, Kinds: kinds, Shared: shared, MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(),
-		Worker: w, Metrics: m, Auth: authConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)}, Backup: backup,
+	srv, stopHTTP := newHTTPServer(apiserver.New(apiserver.Config{
+		Coord: coord, Kinds: payloadChecks(kinds), KnownChecks: payloadChecks(builtinKinds()), Shared: shared,
+		MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(), Worker: w, Metrics: m,
+		Auth: apiserver.AuthConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)}, Backup: backup,
 	}), tlsCfg, log)
 
 	// The session the worker opens in Start derives from Start's context:
@@ -343,7 +345,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return failf("starting the worker: %s", cleanCoordError(err))
+		return failf("starting the worker: %s", apiserver.CleanCoordError(err))
 	}
 	serveErr := make(chan error, 1)
 	m.RegisterWorker(w)
@@ -427,7 +429,7 @@ func checkStoreConfig(lim kv.Limits, ccfg coordinator.Config, wcfg worker.Config
 		_, err = worker.New(coord, wcfg)
 	}
 	if errors.Is(err, coordinator.ErrInvalid) {
-		return usagef("%s", cleanCoordError(err))
+		return usagef("%s", apiserver.CleanCoordError(err))
 	}
 	return nil
 }
@@ -436,7 +438,7 @@ func checkStoreConfig(lim kv.Limits, ccfg coordinator.Config, wcfg worker.Config
 // that stops it: it takes no more requests, wakes long-polls, and gives the
 // requests in flight, and the store read of a /readyz that outlived its
 // request, httpShutdownTimeout to finish.
-func newHTTPServer(a *api, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, func()) {
+func newHTTPServer(a *apiserver.Handler, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, func()) {
 	srv := &http.Server{
 		Handler:           a,
 		TLSConfig:         tlsCfg,
@@ -445,7 +447,7 @@ func newHTTPServer(a *api, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, 
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	srv.RegisterOnShutdown(a.stopWaits)
+	srv.RegisterOnShutdown(a.StopWaits)
 	return srv, func() {
 		hctx, hcancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 		defer hcancel()
@@ -454,7 +456,7 @@ func newHTTPServer(a *api, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, 
 			_ = srv.Close()
 		}
 		// A /readyz read of a stalled store may outlive its request.
-		if err := a.probe.stop(hctx); err != nil {
+		if err := a.StopProbe(hctx); err != nil {
 			log.Warn("HTTP server stopped with a store read still in flight", slog.Any("err", err))
 		}
 	}

@@ -14,15 +14,16 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apicall"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 )
 
 // The batches clients send stay within what the daemon takes.
-const _ = uint(minBatchBody - 2*apicall.BatchBytes)
+const _ = uint(apiserver.MinBatchBody - 2*apicall.BatchBytes)
 
 // batchSize returns how many copies of req one batch request carries
 // (apicall.BatchLen).
-func batchSize(req createRequest) (int, error) {
+func batchSize(req apiserver.CreateRequest) (int, error) {
 	b, err := json.Marshal(req) // as the request encodes it
 	if err != nil {
 		return 0, failf("encode the job: %v", err)
@@ -78,16 +79,16 @@ on stderr.`,
 
 // enqueueRequest validates the command line and builds the request. It
 // sends nothing.
-func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRequest, error) {
+func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (apiserver.CreateRequest, error) {
 	if err := o.target.etcd.validate(); err != nil {
-		return createRequest{}, err
+		return apiserver.CreateRequest{}, err
 	}
 	if err := o.target.useMaxPayload(cmd); err != nil {
-		return createRequest{}, err
+		return apiserver.CreateRequest{}, err
 	}
-	req := createRequest{Kind: args[0], Queue: o.queue, UniqueKey: o.uniqueKey}
+	req := apiserver.CreateRequest{Kind: args[0], Queue: o.queue, UniqueKey: o.uniqueKey}
 	if err := coordinator.ValidateKind(req.Kind); err != nil {
-		return req, usagef("%s", cleanCoordError(err))
+		return req, usagef("%s", apiserver.CleanCoordError(err))
 	}
 	if len(args) > 1 {
 		raw := []byte(args[1])
@@ -98,7 +99,7 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 			}
 			raw = b
 		}
-		if at := invalidUTF8(raw); at >= 0 {
+		if at := apiserver.InvalidUTF8(raw); at >= 0 {
 			return req, usagef("payload is not valid UTF-8 (at byte %d): JSON text is UTF-8; encode binary data (base64 or hex, say)", at)
 		}
 		var v any
@@ -111,7 +112,7 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (createRe
 		return req, usagef("%s is empty: leave it out for the %q queue, or name one", flagLabel(cmd, "queue"), coordinator.DefaultQueue)
 	}
 	if err := coordinator.ValidateQueue(o.queue); err != nil {
-		return req, usagef("%s", envLabeled(cmd, "queue", cleanCoordError(err)))
+		return req, usagef("%s", envLabeled(cmd, "queue", apiserver.CleanCoordError(err)))
 	}
 	// Sent as JSON, a key that is not UTF-8 would reach the daemon with
 	// its bad bytes replaced by U+FFFD: as another key, maybe a live
@@ -222,7 +223,7 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 	stdout, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
 
 	if o.count == 1 {
-		var res createResponse
+		var res apiserver.CreateResponse
 		if err := c.call(ctx, http.MethodPost, "/v1/jobs", nil, req, &res); err != nil {
 			return err
 		}
@@ -254,11 +255,11 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 	defer p.clear()
 	for done < o.count {
 		n := min(per, o.count-done)
-		batch := batchRequest{Jobs: make([]createRequest, n)}
+		batch := apiserver.BatchRequest{Jobs: make([]apiserver.CreateRequest, n)}
 		for i := range batch.Jobs {
 			batch.Jobs[i] = req
 		}
-		var res batchResponse
+		var res apiserver.BatchResponse
 		if err := c.call(ctx, http.MethodPost, "/v1/jobs/batch", nil, batch, &res); err != nil {
 			p.clear()
 			if done > 0 {
@@ -319,7 +320,7 @@ const servedQueuesTimeout = 5 * time.Second
 func warnUnserved(ctx context.Context, c *client, t *target, w io.Writer, queue string, n int) {
 	ctx, cancel := context.WithTimeout(ctx, servedQueuesTimeout)
 	defer cancel()
-	var res workersResponse
+	var res apiserver.WorkersResponse
 	if err := c.call(ctx, http.MethodGet, "/v1/workers", nil, nil, &res); err != nil {
 		return
 	}
@@ -344,7 +345,7 @@ func warnUnserved(ctx context.Context, c *client, t *target, w io.Writer, queue 
 		return
 	}
 	fmt.Fprintf(w, "leasehold: enqueue: warning: no live daemon serves queue %q (the daemons serve %s): %s until one does\n",
-		queue, strings.Join(sortedKeys(served), ", "), jobs)
+		queue, strings.Join(apiserver.SortedKeys(served), ", "), jobs)
 }
 
 // printJSON writes v as indented JSON.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // TestEnqueueAtLimit: --at takes times up to coordinator.MaxScheduledAt,
@@ -21,7 +22,7 @@ func TestEnqueueAtLimit(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("--at 2262-01-01T00:00:00Z: exit %d: %s", code, errs)
 	}
-	var res jobResponse
+	var res apiserver.JobResponse
 	e.doJSON(t, http.MethodGet, "/v1/jobs/"+strings.TrimSpace(out), nil, http.StatusOK, &res)
 	if res.Job == nil || !res.Job.ScheduledAt.Equal(coordinator.MaxScheduledAt) || res.Job.State != coordinator.StateScheduled {
 		b, _ := json.Marshal(res.Job)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 )
 
@@ -28,9 +29,9 @@ func addUniqueFlags(cmd *cobra.Command, u *uniqueFlags) {
 }
 
 // apply validates the flags and sets them on req.
-func (u *uniqueFlags) apply(cmd *cobra.Command, req *createRequest) error {
+func (u *uniqueFlags) apply(cmd *cobra.Command, req *apiserver.CreateRequest) error {
 	if u.metadata != "" {
-		if at := invalidUTF8([]byte(u.metadata)); at >= 0 {
+		if at := apiserver.InvalidUTF8([]byte(u.metadata)); at >= 0 {
 			return usagef("%s is not valid UTF-8 (at byte %d): JSON text is UTF-8; encode binary data (base64 or hex, say)", flagLabel(cmd, "metadata"), at)
 		}
 		if !json.Valid([]byte(u.metadata)) {
@@ -45,14 +46,14 @@ func (u *uniqueFlags) apply(cmd *cobra.Command, req *createRequest) error {
 	if u.period < 0 {
 		return usagef("%s %s is negative: want a duration such as 1h", flagLabel(cmd, "unique-period"), u.period)
 	}
-	ur := &uniqueRequest{ByArgs: u.byArgs, ByQueue: u.byQueue}
+	ur := &apiserver.UniqueRequest{ByArgs: u.byArgs, ByQueue: u.byQueue}
 	if u.period > 0 {
 		ur.ByPeriod = u.period.String()
 	}
 	for _, s := range u.states {
 		st, err := coordinator.ParseState(s)
 		if err != nil || !st.Final() {
-			return usagef("%s %q: want %s (unfinished jobs always count as duplicates)", flagLabel(cmd, "unique-states"), truncateString(s, 40), uniqueStates)
+			return usagef("%s %q: want %s (unfinished jobs always count as duplicates)", flagLabel(cmd, "unique-states"), apiserver.TruncateString(s, 40), apiserver.UniqueStates)
 		}
 		ur.ByState = append(ur.ByState, string(st))
 	}

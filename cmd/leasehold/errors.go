@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"strings"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // Exit codes, part of the CLI contract.
@@ -91,15 +93,5 @@ func reportError(w io.Writer, err error) {
 			msg += ": run 'leasehold --help' for usage"
 		}
 	}
-	fmt.Fprintln(w, "leasehold: "+oneLine(msg))
-}
-
-// oneLine collapses line breaks and runs of blanks so that an error is one
-// line whatever its source.
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	if !strings.ContainsAny(s, "\r\n\t") {
-		return s
-	}
-	return strings.Join(strings.Fields(strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(s)), " ")
+	fmt.Fprintln(w, "leasehold: "+apiserver.OneLine(msg))
 }

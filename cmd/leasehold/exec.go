@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -83,7 +84,7 @@ func parseExec(s string) (execSpec, error) {
 		return execSpec{}, usagef("--exec %q: want KIND=COMMAND, e.g. --exec 'resize=./resize.sh'", s)
 	}
 	if err := coordinator.ValidateKind(kind); err != nil {
-		return execSpec{}, usagef("--exec %q: %s", s, cleanCoordError(err))
+		return execSpec{}, usagef("--exec %q: %s", s, apiserver.CleanCoordError(err))
 	}
 	return execSpec{kind: kind, command: command}, nil
 }

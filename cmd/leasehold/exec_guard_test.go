@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // guardProbe stands in for the exec guard's stdin. At each "-PGID" it
@@ -54,14 +56,14 @@ func TestExecGuardToldBeforeGroupIDFreed(t *testing.T) {
 		t.Skip("no /proc")
 	}
 	probe := &guardProbe{}
-	execGroups.setGuard(probe, quietLogger(t))
+	execGroups.setGuard(probe, testutil.QuietLogger(t))
 	t.Cleanup(func() { execGroups.setGuard(nil, nil) })
 	spec, err := parseExec(`t=echo '{"ok":true}'`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 { // a failure is certain, not a race: once is enough
-		if err := execHandler(spec, quietLogger(t))(context.Background(), execJob(`{}`)); err != nil {
+		if err := execHandler(spec, testutil.QuietLogger(t))(context.Background(), execJob(`{}`)); err != nil {
 			t.Fatalf("run %d: %v", i, err)
 		}
 	}
@@ -81,7 +83,7 @@ func TestExecGuardToldBeforeGroupIDFreed(t *testing.T) {
 // a loaded machine), so this looks at a hundred runs.
 func TestExecGuardToldBeforeCommandRuns(t *testing.T) {
 	probe := &guardProbe{}
-	execGroups.setGuard(probe, quietLogger(t))
+	execGroups.setGuard(probe, testutil.QuietLogger(t))
 	t.Cleanup(func() { execGroups.setGuard(nil, nil) })
 	early := 0
 	for range 100 {
@@ -94,7 +96,7 @@ func TestExecGuardToldBeforeCommandRuns(t *testing.T) {
 		before := len(probe.added)
 		probe.mu.Unlock()
 		errc := make(chan error, 1)
-		go func() { errc <- execHandler(spec, quietLogger(t))(context.Background(), execJob(`{}`)) }()
+		go func() { errc <- execHandler(spec, testutil.QuietLogger(t))(context.Background(), execJob(`{}`)) }()
 		<-l.started
 		probe.mu.Lock()
 		if len(probe.added) == before {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // A command of a run that was lost (its daemon's session reached its
@@ -31,7 +32,7 @@ func TestExecLostRunKilledBeforeLeaseCanExpire(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			defer cancel(nil)
 			errc := make(chan error, 1)
-			go func() { errc <- execHandler(spec, quietLogger(t))(ctx, execJob(`{}`)) }()
+			go func() { errc <- execHandler(spec, testutil.QuietLogger(t))(ctx, execJob(`{}`)) }()
 			<-l.started
 			cancel(fmt.Errorf("worker: session ended: %w", cause))
 			select {

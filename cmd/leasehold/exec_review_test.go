@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,7 +27,7 @@ func TestExecLeftoverHoldingOutputSucceeds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := execHandler(spec, quietLogger(t))(context.Background(), execJob(`{}`)); err != nil {
+	if err := execHandler(spec, testutil.QuietLogger(t))(context.Background(), execJob(`{}`)); err != nil {
 		t.Errorf("command exited 0 leaving a process that holds its output: %v, want success", err)
 	}
 	l.waitGone(t, "completed job")
@@ -83,7 +84,7 @@ func TestExecReapsLeftoversItInherits(t *testing.T) {
 			}
 		}
 	})
-	if err := execHandler(spec, quietLogger(t))(context.Background(), execJob(`{}`)); err != nil {
+	if err := execHandler(spec, testutil.QuietLogger(t))(context.Background(), execJob(`{}`)); err != nil {
 		t.Fatalf("command failed: %v", err)
 	}
 	b, err := os.ReadFile(pgidFile)
@@ -116,7 +117,7 @@ func TestExecExitedBeforeCancelSucceeds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
-	go func() { errc <- execHandler(spec, quietLogger(t))(ctx, execJob(`{}`)) }()
+	go func() { errc <- execHandler(spec, testutil.QuietLogger(t))(ctx, execJob(`{}`)) }()
 	<-l.started // the shell wrote its pid first
 	b, err := os.ReadFile(shellPid)
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -99,7 +100,7 @@ func TestExecCancelKillsWholeGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := execHandler(spec, quietLogger(t))
+	h := execHandler(spec, testutil.QuietLogger(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- h(ctx, execJob(`{}`)) }()
@@ -124,7 +125,7 @@ func TestExecLeftoverProcessesStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := execJob(`{}`)
-	if err := execHandler(spec, quietLogger(t))(context.Background(), j); err != nil {
+	if err := execHandler(spec, testutil.QuietLogger(t))(context.Background(), j); err != nil {
 		t.Fatalf("command failed: %v", err)
 	}
 	l.waitGone(t, "completed job")

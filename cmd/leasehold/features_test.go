@@ -11,6 +11,7 @@ import (
 	lhclient "github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/client/clienttest"
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // TestClientLibraryOverHTTP runs the client suite on the daemon's API.
@@ -29,7 +30,7 @@ func TestClientLibraryOverHTTP(t *testing.T) {
 func TestAPIOperations(t *testing.T) {
 	e := newAPIEnv(t, envOpts{})
 	// Retry of a running job: 409 with the reason.
-	j := e.create(t, createRequest{Kind: "sleep", Payload: json.RawMessage(`{"ms":3000}`)})
+	j := e.create(t, apiserver.CreateRequest{Kind: "sleep", Payload: json.RawMessage(`{"ms":3000}`)})
 	waitState(t, e, j.ID, coordinator.StateRunning)
 	code, body := e.do(t, "POST", "/v1/jobs/"+j.ID+"/retry", "")
 	if code != http.StatusConflict || !strings.Contains(string(body), "is running") || strings.Contains(string(body), "wrong state") {
@@ -52,13 +53,13 @@ func TestAPIOperations(t *testing.T) {
 	if j := e.waitFinal(t, j.ID); j.State != coordinator.StateCancelled {
 		t.Errorf("cancelled running job is %s", j.State)
 	}
-	var jr jobResponse
+	var jr apiserver.JobResponse
 	e.doJSON(t, "POST", "/v1/jobs/"+j.ID+"/retry", nil, http.StatusOK, &jr)
 	if jr.Job.State != coordinator.StateAvailable {
 		t.Errorf("retry cancelled: %+v", jr.Job)
 	}
 	// Unique options and metadata on create.
-	var cr createResponse
+	var cr apiserver.CreateResponse
 	e.doJSON(t, "POST", "/v1/jobs", `{"kind":"echo","payload":{"a":1},"delay":"1h","unique":{"by_args":true,"by_period":"1h"},"metadata":{"trace":"t1"}}`, http.StatusCreated, &cr)
 	if string(cr.Job.Metadata) != `{"trace":"t1"}` || !strings.Contains(cr.Job.UniqueKey, "args=") {
 		t.Errorf("create with unique options: %+v", cr.Job)
@@ -90,7 +91,7 @@ func TestAPIOperations(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(string(body), "unknown queue nosuch") || !strings.Contains(string(body), "known queues: default") {
 		t.Errorf("pause unknown queue: %d %s", code, body)
 	}
-	var qr queueResponse
+	var qr apiserver.QueueResponse
 	e.doJSON(t, "POST", "/v1/queues/nosuch/pause?force=true", nil, http.StatusOK, &qr)
 	if !qr.Changed || !qr.Queue.Paused {
 		t.Errorf("forced pause: %+v", qr)
@@ -103,12 +104,12 @@ func TestAPIOperations(t *testing.T) {
 	if code != http.StatusBadRequest || !strings.Contains(string(body), "limit is missing") {
 		t.Errorf("limit without a value: %d %s", code, body)
 	}
-	var qs queuesResponse
+	var qs apiserver.QueuesResponse
 	e.doJSON(t, "GET", "/v1/queues", nil, http.StatusOK, &qs)
 	if len(qs.Queues) != 2 || qs.Queues[0].Name != "default" || qs.Queues[0].Limit != 2 || len(qs.Queues[0].Workers) != 1 || !qs.Queues[1].Paused {
 		t.Errorf("queues: %+v", qs.Queues)
 	}
-	var pr periodicResponse
+	var pr apiserver.PeriodicResponse
 	e.doJSON(t, "GET", "/v1/periodic", nil, http.StatusOK, &pr)
 	if pr.Periodic == nil || len(pr.Periodic) != 0 {
 		t.Errorf("periodic: %+v", pr)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // FuzzCreateRequest sends arbitrary bodies to POST /v1/jobs and
@@ -60,7 +61,7 @@ func FuzzCreateRequest(f *testing.F) {
 			if code != http.StatusBadRequest && code != http.StatusRequestEntityTooLarge {
 				t.Fatalf("status %d for %q", code, body)
 			}
-			var er errorResponse
+			var er apiserver.ErrorResponse
 			if err := json.Unmarshal(rec.Body.Bytes(), &er); err != nil || er.Error == "" || strings.ContainsAny(er.Error, "\r\n") {
 				t.Fatalf("bad error body %q for %q", rec.Body, body)
 			}
@@ -71,7 +72,7 @@ func FuzzCreateRequest(f *testing.F) {
 		}
 		var ids []string
 		if batch {
-			var res batchResponse
+			var res apiserver.BatchResponse
 			if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || len(res.Jobs) == 0 || len(res.Jobs) != len(res.Existed) {
 				t.Fatalf("bad batch answer %q: %v", rec.Body, err)
 			}
@@ -79,7 +80,7 @@ func FuzzCreateRequest(f *testing.F) {
 				ids = append(ids, j.ID)
 			}
 		} else {
-			var res createResponse
+			var res apiserver.CreateResponse
 			if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || res.Job == nil {
 				t.Fatalf("bad answer %q: %v", rec.Body, err)
 			}

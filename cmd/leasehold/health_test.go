@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // stallStore is a store whose reads, while stalled is set, wait for
@@ -40,20 +41,20 @@ func (s *stallStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResu
 
 // getReady GETs /readyz. The client's timeout only turns a hang into a
 // failure; nothing waits on it.
-func getReady(t *testing.T, url string) (int, readyResponse) {
+func getReady(t *testing.T, url string) (int, apiserver.ReadyResponse) {
 	t.Helper()
 	hc := &http.Client{Timeout: 30 * time.Second}
 	resp, err := hc.Get(url + "/readyz")
 	if err != nil {
 		t.Errorf("/readyz did not answer: %v", err)
-		return 0, readyResponse{}
+		return 0, apiserver.ReadyResponse{}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Error(err)
 	}
-	var r readyResponse
+	var r apiserver.ReadyResponse
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Errorf("/readyz: %s: %v", b, err)
 	}
@@ -64,18 +65,17 @@ func getReady(t *testing.T, url string) (int, readyResponse) {
 // return (nor watch its context), runs one read at a time however many
 // probes come, and the read left behind is awaited at the stop.
 func TestReadyzAnswersWhileTheStoreStalls(t *testing.T) {
-	log := quietLogger(t)
-	ls := tempLocal(t, log)
+	log := testutil.QuietLogger(t)
+	ls := testutil.TempLocal(t, log)
 	store := &stallStore{Store: ls, release: make(chan struct{})}
 	coord, err := coordinator.New(store, coordinator.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAPI(apiConfig{Coord: coord, Kinds: builtinKinds(), Logger: log})
-	// The bound a probe waits (2 s in the daemon); a slow machine makes
-	// the test no weaker.
-	a.probe.timeout = 100 * time.Millisecond
-	var logged syncBuffer
+	// ReadyTimeout: the bound a probe waits (2 s in the daemon); a slow
+	// machine makes the test no weaker.
+	a := apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), Logger: log, ReadyTimeout: 100 * time.Millisecond})
+	var logged testutil.SyncBuffer
 	srv, stopHTTP := newHTTPServer(a, nil, slog.New(slog.NewTextHandler(&logged, nil)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -128,7 +128,7 @@ func TestReadyzAnswersWhileTheStoreStalls(t *testing.T) {
 	}
 	close(store.release)
 	released = true
-	if err := a.probe.stop(context.Background()); err != nil {
+	if err := a.StopProbe(context.Background()); err != nil {
 		t.Errorf("probe stop once the store answers: %v", err)
 	}
 	if n := store.returned.Load(); n != 1 {
@@ -137,22 +137,4 @@ func TestReadyzAnswersWhileTheStoreStalls(t *testing.T) {
 	if n := store.reads.Load(); n != 1 {
 		t.Errorf("%d store reads, want 1: a read started after the stop", n)
 	}
-}
-
-// syncBuffer is a log destination safe to read while written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

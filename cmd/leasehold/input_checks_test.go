@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apicall"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // TestEnqueueCountSplitsBatchesBySize: 1000 jobs of 40 KB are over the
@@ -37,7 +38,7 @@ func TestEnqueueCountSplitsBatchesBySize(t *testing.T) {
 		t.Errorf("%d jobs stored, want 1000", n)
 	}
 	// Small jobs still go 1000 to a batch.
-	if n, err := batchSize(createRequest{Kind: "echo"}); err != nil || n != apicall.BatchJobs {
+	if n, err := batchSize(apiserver.CreateRequest{Kind: "echo"}); err != nil || n != apicall.BatchJobs {
 		t.Errorf("batchSize of a small job = %d, %v; want %d", n, err, apicall.BatchJobs)
 	}
 }
@@ -50,9 +51,9 @@ func TestCancelFiltersNotFromEnvironment(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
 	var q2 []*coordinator.Job
 	for range 3 {
-		q2 = append(q2, e.create(t, createRequest{Kind: "echo", Queue: "q2", Delay: "1h"}))
+		q2 = append(q2, e.create(t, apiserver.CreateRequest{Kind: "echo", Queue: "q2", Delay: "1h"}))
 	}
-	other := e.create(t, createRequest{Kind: "echo", Delay: "1h"})
+	other := e.create(t, apiserver.CreateRequest{Kind: "echo", Delay: "1h"})
 	t.Setenv("LEASEHOLD_QUEUE", "q2")
 	t.Setenv("LEASEHOLD_STATE", "scheduled")
 	t.Setenv("LEASEHOLD_KIND", "echo")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 )
 
@@ -56,19 +57,19 @@ func runJobsList(cmd *cobra.Command, o *listOpts) error {
 	q := url.Values{}
 	if o.state != "" {
 		if _, err := coordinator.ParseState(o.state); err != nil {
-			return usagef("--state: %s", cleanCoordError(err))
+			return usagef("--state: %s", apiserver.CleanCoordError(err))
 		}
 		q.Set("state", o.state)
 	}
 	if o.kind != "" {
 		if err := coordinator.ValidateKind(o.kind); err != nil {
-			return usagef("--kind: %s", cleanCoordError(err))
+			return usagef("--kind: %s", apiserver.CleanCoordError(err))
 		}
 		q.Set("kind", o.kind)
 	}
 	if o.queue != "" {
 		if err := coordinator.ValidateQueue(o.queue); err != nil {
-			return usagef("--queue: %s", cleanCoordError(err))
+			return usagef("--queue: %s", apiserver.CleanCoordError(err))
 		}
 		q.Set("queue", o.queue)
 	}
@@ -141,7 +142,7 @@ func fmtTimePtr(t *time.Time) string {
 // jobIDArg validates a job id argument before any request is made.
 func jobIDArg(id string) error {
 	if err := coordinator.ValidateID(id); err != nil {
-		return usagef("%s: job ids are printed by 'leasehold enqueue' and 'leasehold jobs list'", cleanCoordError(err))
+		return usagef("%s: job ids are printed by 'leasehold enqueue' and 'leasehold jobs list'", apiserver.CleanCoordError(err))
 	}
 	return nil
 }
@@ -213,7 +214,7 @@ func printJob(w io.Writer, j *coordinator.Job) error {
 		row("result", compact(j.Result))
 	}
 	for _, e := range j.Errors {
-		row("error", fmt.Sprintf("attempt %d at %s: %s", e.Attempt, fmtTimePtr(&e.At), oneLine(e.Error)))
+		row("error", fmt.Sprintf("attempt %d at %s: %s", e.Attempt, fmtTimePtr(&e.At), apiserver.OneLine(e.Error)))
 	}
 	if err := tw.Flush(); err != nil {
 		return failf("write output: %v", err)
@@ -229,11 +230,11 @@ func isSet(b []byte) bool {
 
 // compact shortens JSON for one line of output.
 func compact(b []byte) string {
-	s := oneLine(string(b))
+	s := apiserver.OneLine(string(b))
 	if s == "" {
 		return "-"
 	}
-	return truncateString(s, 200)
+	return apiserver.TruncateString(s, 200)
 }
 
 // --- jobs cancel ---
@@ -403,9 +404,9 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 
 // pollJob long-polls job id for up to wait, calling progress at each tick
 // meanwhile. The poll runs in a goroutine of its own, awaited here.
-func pollJob(ctx context.Context, c *client, id string, wait time.Duration, tick <-chan time.Time, progress func()) (*jobResponse, error) {
+func pollJob(ctx context.Context, c *client, id string, wait time.Duration, tick <-chan time.Time, progress func()) (*apiserver.JobResponse, error) {
 	type answer struct {
-		res *jobResponse
+		res *apiserver.JobResponse
 		err error
 	}
 	rctx, cancel := context.WithTimeout(ctx, wait+requestTimeout)
@@ -447,7 +448,7 @@ func waitIDsTimedOut(parent context.Context, c *client, o *waitOpts, ids []strin
 			// unless the daemon did not answer in time: then neither
 			// would it for them.
 			if unread == "" {
-				unread = fmt.Sprintf("; job %s could not be read: %s", id, oneLine(err.Error()))
+				unread = fmt.Sprintf("; job %s could not be read: %s", id, apiserver.OneLine(err.Error()))
 			}
 			if gaveUp {
 				notFinal = append(notFinal, rest[k:]...)
@@ -493,7 +494,7 @@ func (o *waitOpts) lastReadTimeout() time.Duration {
 }
 
 func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer, p *meter) error {
-	var last *statsResponse
+	var last *apiserver.StatsResponse
 	base := -1 // final jobs at the first poll
 	for {
 		st, err := c.stats(ctx)
@@ -547,7 +548,7 @@ func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer,
 
 // printAllFinal prints the counts of a wait --all that ended: all final,
 // or, at a timeout, not.
-func printAllFinal(out io.Writer, o *waitOpts, st *statsResponse) error {
+func printAllFinal(out io.Writer, o *waitOpts, st *apiserver.StatsResponse) error {
 	if o.json {
 		return printJSON(out, st.Counts)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // A filtered page may come back short, even empty, with a cursor (it looks
@@ -15,7 +16,7 @@ import (
 func TestJobsListShortPageSaysHowToContinue(t *testing.T) {
 	const next = "0000000000000000001/01ARZ3NDEKTSV4RRFFQ69G5FAV"
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, coordinator.ListPage{Jobs: []*coordinator.Job{}, Next: next})
+		apiserver.WriteJSON(w, http.StatusOK, coordinator.ListPage{Jobs: []*coordinator.Job{}, Next: next})
 	}))
 	defer srv.Close()
 	for _, json := range []bool{false, true} {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 )
 
@@ -23,7 +24,7 @@ func callJob(cmd *cobra.Command, tgt *target, method, id, suffix string, mustAns
 		return nil, err
 	}
 	defer c.close()
-	var res jobResponse
+	var res apiserver.JobResponse
 	if err := c.call(cmd.Context(), method, "/v1/jobs/"+url.PathEscape(id)+suffix, nil, nil, &res); err != nil {
 		return nil, err
 	}
@@ -133,7 +134,7 @@ func (o *cancelManyOpts) validate() error {
 	if o.state != "" {
 		st, err := coordinator.ParseState(o.state)
 		if err != nil {
-			return usagef("--state: %s", cleanCoordError(err))
+			return usagef("--state: %s", apiserver.CleanCoordError(err))
 		}
 		if st.Final() {
 			return usagef("--state %s: finished jobs cannot be cancelled; use scheduled, available, running or retryable", st)
@@ -141,12 +142,12 @@ func (o *cancelManyOpts) validate() error {
 	}
 	if o.kind != "" {
 		if err := coordinator.ValidateKind(o.kind); err != nil {
-			return usagef("--kind: %s", cleanCoordError(err))
+			return usagef("--kind: %s", apiserver.CleanCoordError(err))
 		}
 	}
 	if o.queue != "" {
 		if err := coordinator.ValidateQueue(o.queue); err != nil {
-			return usagef("--queue: %s", cleanCoordError(err))
+			return usagef("--queue: %s", apiserver.CleanCoordError(err))
 		}
 	}
 	if o.all && (o.state != "" || o.kind != "" || o.queue != "") {
@@ -170,7 +171,7 @@ func runCancelMany(cmd *cobra.Command, tgt *target, o *cancelManyOpts, asJSON bo
 	}
 	defer c.close()
 	var res coordinator.CancelManyResult
-	req := cancelManyRequest{State: o.state, Kind: o.kind, Queue: o.queue, All: o.all}
+	req := apiserver.CancelManyRequest{State: o.state, Kind: o.kind, Queue: o.queue, All: o.all}
 	// One request cancels every match: a large backlog takes longer than
 	// one ordinary request may (about 12,000 jobs a second on etcd).
 	ctx, cancel := context.WithTimeout(cmd.Context(), bulkCancelTimeout)

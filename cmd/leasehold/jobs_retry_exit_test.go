@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // A retry refused because the job's record has grown too large to run
@@ -18,10 +19,10 @@ func TestJobsRetryTooLargeIsAFailure(t *testing.T) {
 	refusal := fmt.Errorf("%w: job %s is too large to run again (its record and its queue's copy take 1600000 bytes, the store takes 1500000 in one request): enqueue a new job with a smaller payload", coordinator.ErrInvalid, id)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/jobs/"+id+"/retry" {
-			writeError(w, http.StatusNotFound, "unexpected request "+r.Method+" "+r.URL.Path)
+			apiserver.WriteError(w, http.StatusNotFound, "unexpected request "+r.Method+" "+r.URL.Path)
 			return
 		}
-		writeError(w, http.StatusBadRequest, cleanCoordError(refusal)) // as api.fail answers ErrInvalid
+		apiserver.WriteError(w, http.StatusBadRequest, apiserver.CleanCoordError(refusal)) // as api.fail answers ErrInvalid
 	}))
 	defer srv.Close()
 

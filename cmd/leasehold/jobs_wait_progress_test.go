@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 const someJobID = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
@@ -59,7 +60,7 @@ func TestJobsWaitIDsProgressDuringLongPoll(t *testing.T) {
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(jobResponse{Job: &coordinator.Job{ID: someJobID, State: state}})
+		_ = json.NewEncoder(w).Encode(apiserver.JobResponse{Job: &coordinator.Job{ID: someJobID, State: state}})
 	}))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { once.Do(func() { close(release) }) }) // before srv.Close

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // At a jobs wait timeout, a job that cannot be read does not hide the jobs
@@ -23,13 +24,13 @@ func TestJobsWaitTimeoutReadsEveryJob(t *testing.T) {
 		id := strings.TrimPrefix(r.URL.Path, "/v1/jobs/")
 		switch {
 		case r.Method != http.MethodGet:
-			writeError(w, http.StatusNotFound, "unexpected request "+r.Method+" "+r.URL.Path)
+			apiserver.WriteError(w, http.StatusNotFound, "unexpected request "+r.Method+" "+r.URL.Path)
 		case id == pending:
-			writeJSON(w, http.StatusOK, jobResponse{Job: &coordinator.Job{ID: id, Kind: "k", State: coordinator.StateAvailable}})
+			apiserver.WriteJSON(w, http.StatusOK, apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "k", State: coordinator.StateAvailable}})
 		case id == done:
-			writeJSON(w, http.StatusOK, jobResponse{Job: &coordinator.Job{ID: id, Kind: "k", State: coordinator.StateCompleted}})
+			apiserver.WriteJSON(w, http.StatusOK, apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "k", State: coordinator.StateCompleted}})
 		default:
-			writeError(w, http.StatusInternalServerError, "store unavailable")
+			apiserver.WriteError(w, http.StatusInternalServerError, "store unavailable")
 		}
 	}))
 	defer srv.Close()

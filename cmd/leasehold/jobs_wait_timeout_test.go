@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // A jobs wait whose --timeout passes still prints the jobs as they are
@@ -14,9 +15,9 @@ import (
 // what to do. No worker runs, so the waited-for job never becomes final.
 func TestJobsWaitTimeoutPrintsJobsAsTheyAre(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
-	pending := e.create(t, createRequest{Kind: "echo"})
-	done := e.create(t, createRequest{Kind: "echo"})
-	var cancelled jobResponse
+	pending := e.create(t, apiserver.CreateRequest{Kind: "echo"})
+	done := e.create(t, apiserver.CreateRequest{Kind: "echo"})
+	var cancelled apiserver.JobResponse
 	e.doJSON(t, "POST", "/v1/jobs/"+done.ID+"/cancel", nil, 200, &cancelled)
 	if cancelled.Job == nil || cancelled.Job.State != coordinator.StateCancelled {
 		t.Fatalf("cancel: %+v, want cancelled", cancelled.Job)
@@ -71,7 +72,7 @@ func checkWaitTimeoutError(t *testing.T, what string, code int, stderr, want str
 // A wait for one job that times out names it, in the singular.
 func TestJobsWaitTimeoutOneJob(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
-	j := e.create(t, createRequest{Kind: "echo"})
+	j := e.create(t, apiserver.CreateRequest{Kind: "echo"})
 	code, out, errs := runInProcess("jobs", "wait", j.ID, "--timeout", "50ms", "--server", e.srv.URL)
 	if out != "" {
 		t.Errorf("stdout %q, want nothing: the job is not final", out)

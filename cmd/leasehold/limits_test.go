@@ -7,13 +7,14 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // largestJob is a create request at every limit of the coordinator: the
 // largest payload and metadata, the longest kind, queue and unique key.
-func largestJob(maxPayload int) createRequest {
+func largestJob(maxPayload int) apiserver.CreateRequest {
 	long := strings.Repeat("q", 128)
-	return createRequest{
+	return apiserver.CreateRequest{
 		Kind:      "echo",
 		Payload:   json.RawMessage(`"` + strings.Repeat("p", maxPayload-2) + `"`),
 		Queue:     long,
@@ -21,7 +22,7 @@ func largestJob(maxPayload int) createRequest {
 		Delay:     "90s",
 		Timeout:   "30s",
 		UniqueKey: strings.Repeat("\u00e9", 128), // 256 bytes, escaped or not
-		Unique:    &uniqueRequest{ByQueue: true, ByPeriod: "1h", ByState: []string{"completed", "discarded", "cancelled"}},
+		Unique:    &apiserver.UniqueRequest{ByQueue: true, ByPeriod: "1h", ByState: []string{"completed", "discarded", "cancelled"}},
 		Metadata:  json.RawMessage(`{"m":"` + strings.Repeat("m", coordinator.MaxMetadataBytes-8) + `"}`),
 	}
 }

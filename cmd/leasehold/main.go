@@ -1,8 +1,9 @@
 // Command leasehold is the leasehold daemon and its command-line client.
 //
 // In embedded mode one daemon owns a Pebble data directory; every other
-// command talks to it over its HTTP API (see api.go). Exit codes: 0 success,
-// 1 failure, 2 usage error or bad input. Errors go to stderr on one line.
+// command talks to it over its HTTP API (see internal/apiserver). Exit
+// codes: 0 success, 1 failure, 2 usage error or bad input. Errors go to
+// stderr on one line.
 package main
 
 import (

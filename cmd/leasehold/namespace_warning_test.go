@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // In shared mode, a namespace no live daemon is registered in is most
@@ -45,7 +46,7 @@ func TestSharedNoDaemonInNamespaceWarns(t *testing.T) {
 // --json the empty array says it already.
 func TestWorkersListNoneRegistered(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, workersResponse{})
+		apiserver.WriteJSON(w, http.StatusOK, apiserver.WorkersResponse{})
 	}))
 	defer srv.Close()
 	code, out, errs := runInProcess("workers", "list", "--server", srv.URL)

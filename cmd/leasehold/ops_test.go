@@ -31,6 +31,8 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 )
@@ -65,7 +67,7 @@ type opsEnv struct {
 	coord *coordinator.Coordinator
 	w     *worker.Worker
 	fault *faultStore
-	m     *daemonMetrics
+	m     *apiserver.Metrics
 	srv   *httptest.Server
 	token string
 }
@@ -78,12 +80,12 @@ type opsOpts struct {
 
 func newOpsEnv(t *testing.T, o opsOpts) *opsEnv {
 	t.Helper()
-	log := quietLogger(t)
+	log := testutil.QuietLogger(t)
 	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &opsEnv{fault: &faultStore{Store: ls}, m: newMetrics(), token: o.token}
+	e := &opsEnv{fault: &faultStore{Store: ls}, m: apiserver.NewMetrics(), token: o.token}
 	store := e.m.WrapStore(e.fault, "pebble")
 	ccfg := coordinator.Config{Logger: log}
 	e.m.HookCoordinator(&ccfg)
@@ -119,9 +121,9 @@ func newOpsEnv(t *testing.T, o opsOpts) *opsEnv {
 		t.Fatal(err)
 	}
 	e.m.RegisterWorker(e.w)
-	e.srv = httptest.NewServer(newAPI(apiConfig{
-		Coord: e.coord, Kinds: kinds, Logger: log, WorkerID: e.w.ID(), Worker: e.w, Metrics: e.m,
-		Auth: authConfig{Token: o.token, LoopbackOnly: o.loopbackOnly},
+	e.srv = httptest.NewServer(apiserver.New(apiserver.Config{
+		Coord: e.coord, Kinds: payloadChecks(kinds), Logger: log, WorkerID: e.w.ID(), Worker: e.w, Metrics: e.m,
+		Auth: apiserver.AuthConfig{Token: o.token, LoopbackOnly: o.loopbackOnly},
 	}))
 	t.Cleanup(func() {
 		e.fault.cut.Store(false)
@@ -183,7 +185,7 @@ func (e *opsEnv) enqueue(t *testing.T, body string) *coordinator.Job {
 	if code != http.StatusCreated {
 		t.Fatalf("enqueue %s: %d %s", body, code, b)
 	}
-	var res createResponse
+	var res apiserver.CreateResponse
 	if err := json.Unmarshal(b, &res); err != nil {
 		t.Fatal(err)
 	}
@@ -351,9 +353,9 @@ func TestMetricsAfterKnownWorkload(t *testing.T) {
 // new session, reaps its lost job, runs it again and is ready again.
 func TestReadyzWhenLeaseLost(t *testing.T) {
 	e := newOpsEnv(t, opsOpts{})
-	ready := func() (int, readyResponse) {
+	ready := func() (int, apiserver.ReadyResponse) {
 		code, b := e.req(t, "GET", "/readyz", "")
-		var r readyResponse
+		var r apiserver.ReadyResponse
 		if err := json.Unmarshal(b, &r); err != nil {
 			t.Fatalf("/readyz: %s: %v", b, err)
 		}
@@ -367,7 +369,7 @@ func TestReadyzWhenLeaseLost(t *testing.T) {
 
 	e.fault.cut.Store(true)
 	cutAt := time.Now()
-	var unready readyResponse
+	var unready apiserver.ReadyResponse
 	waitFor(t, 3*time.Second, "/readyz 503 after the lease requests were cut", func() bool {
 		code, r := ready()
 		unready = r
@@ -475,8 +477,8 @@ func TestLoopbackHost(t *testing.T) {
 		"127.0.0.1:7420": true, "localhost": true, "LOCALHOST:80": true, "[::1]:7420": true, "127.8.9.1": true,
 		"app.localhost:1": true, "evil.example": false, "10.0.0.1:7420": false, "": false, "127.0.0.1.evil.example": false,
 	} {
-		if got := loopbackHost(host); got != want {
-			t.Errorf("loopbackHost(%q) = %v, want %v", host, got, want)
+		if got := apiserver.LoopbackHost(host); got != want {
+			t.Errorf("apiserver.LoopbackHost(%q) = %v, want %v", host, got, want)
 		}
 	}
 	if !loopbackListen("127.0.0.1:0") || loopbackListen("0.0.0.0:7420") || loopbackListen(":7420") {

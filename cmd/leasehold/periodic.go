@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 )
 
@@ -32,7 +33,7 @@ type periodicSpec struct {
 func parsePeriodic(s string) (coordinator.PeriodicJob, error) {
 	var ps periodicSpec
 	bad := func(format string, a ...any) error {
-		return usagef("--periodic %q: %s", truncateString(s, 60), fmt.Sprintf(format, a...))
+		return usagef("--periodic %q: %s", apiserver.TruncateString(s, 60), fmt.Sprintf(format, a...))
 	}
 	if t := strings.TrimSpace(s); strings.HasPrefix(t, "{") {
 		dec := json.NewDecoder(strings.NewReader(t))
@@ -54,7 +55,7 @@ func parsePeriodic(s string) (coordinator.PeriodicJob, error) {
 		Kind: ps.Kind, Payload: ps.Payload, Queue: ps.Queue, Priority: ps.Priority, MaxAttempts: ps.MaxAttempts,
 	}}
 	if err := coordinator.ValidateKind(ps.Kind); err != nil {
-		return pj, bad("%s", cleanCoordError(err))
+		return pj, bad("%s", apiserver.CleanCoordError(err))
 	}
 	if len(ps.Payload) > 0 && !json.Valid(ps.Payload) {
 		return pj, bad(`payload is not valid JSON: pass e.g. {"full":true}`)
@@ -74,7 +75,7 @@ func parsePeriodic(s string) (coordinator.PeriodicJob, error) {
 		pj.CatchUp = d
 	}
 	if _, err := coordinator.ParseSchedule(ps.Spec); err != nil {
-		return pj, bad("%s", cleanCoordError(err))
+		return pj, bad("%s", apiserver.CleanCoordError(err))
 	}
 	return pj, nil
 }
@@ -94,7 +95,7 @@ func (o *daemonOpts) validateFeatures() error {
 		}
 		names[pj.Name] = true
 		if err := coordinator.ValidateQueue(pj.Name); err != nil {
-			return usagef("--periodic %q: name: %s", truncateString(s, 60), strings.Replace(cleanCoordError(err), "queue", "name", 1))
+			return usagef("--periodic %q: name: %s", apiserver.TruncateString(s, 60), strings.Replace(apiserver.CleanCoordError(err), "queue", "name", 1))
 		}
 		o.periodicJobs = append(o.periodicJobs, pj)
 	}
@@ -120,7 +121,7 @@ func (o *daemonOpts) checkPeriodicKinds(kinds map[string]kindSpec) error {
 	for _, pj := range o.periodicJobs {
 		spec, ok := kinds[pj.Job.Kind]
 		if !ok && !o.etcd.shared() && pj.Job.Kind != "history" {
-			return usagef("--periodic %s: unknown kind %s: this daemon runs %s", pj.Name, pj.Job.Kind, strings.Join(sortedKeys(kinds), ", "))
+			return usagef("--periodic %s: unknown kind %s: this daemon runs %s", pj.Name, pj.Job.Kind, strings.Join(apiserver.SortedKeys(kinds), ", "))
 		}
 		if ok && spec.validate != nil {
 			if err := spec.validate(pj.Job.Payload); err != nil {
@@ -148,7 +149,7 @@ already held by a job). A next run in the past means no leader is running the
 schedule now.`,
 		Args: argsBetween(0, 0, "[--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			var res periodicResponse
+			var res apiserver.PeriodicResponse
 			if err := tgt.getOnce(cmd.Context(), "/v1/periodic", &res); err != nil {
 				return err
 			}

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // Progress of long work (enqueue --count, jobs wait, bench) goes to
@@ -104,7 +106,7 @@ func (m *meter) line(done, total int, el time.Duration, note string) string {
 	fmt.Fprintf(&b, " %s/s", humanRate(rate))
 	switch {
 	case total > 0 && done >= total:
-		fmt.Fprintf(&b, " in %s", roundDuration(el))
+		fmt.Fprintf(&b, " in %s", apiserver.RoundDuration(el))
 	case total > 0 && rate > 0:
 		eta := time.Duration(float64(total-done) / rate * float64(time.Second))
 		fmt.Fprintf(&b, " ETA %s", roundETA(eta))

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 )
 
@@ -33,7 +34,7 @@ func newQueuesListCmd() *cobra.Command {
 		Short: "List the known queues: paused or not, limit, available jobs, daemons serving them",
 		Args:  argsBetween(0, 0, "[--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			var res queuesResponse
+			var res apiserver.QueuesResponse
 			if err := tgt.getOnce(cmd.Context(), "/v1/queues", &res); err != nil {
 				return err
 			}
@@ -93,7 +94,7 @@ func newQueueChangeCmd(op string) *cobra.Command {
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			q := args[0]
 			if err := coordinator.ValidateQueue(q); err != nil {
-				return usagef("%s", cleanCoordError(err))
+				return usagef("%s", apiserver.CleanCoordError(err))
 			}
 			method, path := http.MethodPost, "/v1/queues/"+url.PathEscape(q)+"/"+op
 			var body any
@@ -102,7 +103,7 @@ func newQueueChangeCmd(op string) *cobra.Command {
 				if err != nil || n < 0 || n > coordinator.MaxQueueLimit {
 					return usagef("limit %q: want a number from 0 (no limit) to %d", args[1], coordinator.MaxQueueLimit)
 				}
-				method, body = http.MethodPut, limitRequest{Limit: &n}
+				method, body = http.MethodPut, apiserver.LimitRequest{Limit: &n}
 			}
 			var query url.Values
 			if force {
@@ -113,7 +114,7 @@ func newQueueChangeCmd(op string) *cobra.Command {
 				return err
 			}
 			defer c.close()
-			var res queueResponse
+			var res apiserver.QueueResponse
 			if err := c.call(cmd.Context(), method, path, query, body, &res); err != nil {
 				var ce *cliError
 				if errors.As(err, &ce) {
@@ -137,7 +138,7 @@ func newQueueChangeCmd(op string) *cobra.Command {
 	return cmd
 }
 
-func queueChangeMessage(op string, res queueResponse) string {
+func queueChangeMessage(op string, res apiserver.QueueResponse) string {
 	q := res.Queue
 	switch {
 	case op == "pause" && res.Changed:

@@ -12,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/term"
+
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // envPrefix: every flag is also read from LEASEHOLD_<FLAG> (upper case,
@@ -98,7 +100,7 @@ func flagErrorText(err error) string {
 	}
 	var ive *pflag.InvalidValueError
 	if errors.As(err, &ive) {
-		return fmt.Sprintf("--%s %q: %s", ive.GetFlag().Name, truncateString(ive.GetValue(), 60), flagValueText(err))
+		return fmt.Sprintf("--%s %q: %s", ive.GetFlag().Name, apiserver.TruncateString(ive.GetValue(), 60), flagValueText(err))
 	}
 	return err.Error()
 }
@@ -121,7 +123,7 @@ func flagValueText(err error) string {
 	case "stringToInt":
 		return "want QUEUE=N pairs, comma-separated, such as pdf=4,mail=2"
 	}
-	return oneLine(ive.Unwrap().Error())
+	return apiserver.OneLine(ive.Unwrap().Error())
 }
 
 func prefixed(name string) string {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -66,7 +67,7 @@ func checkMaxPayload(label string, v sizeValue) error {
 // maxPayloadError is the usage error of a --max-payload the store does not
 // fit (coordinator.New's ErrInvalid, which says the largest that does).
 func maxPayloadError(label string, v sizeValue, err error) error {
-	return usagef("%s %s: %s: pass the --max-payload the daemons run with (and, if the etcd servers run with a larger --max-request-bytes, that as --etcd-max-request-bytes)", label, v, cleanCoordError(err))
+	return usagef("%s %s: %s: pass the --max-payload the daemons run with (and, if the etcd servers run with a larger --max-request-bytes, that as --etcd-max-request-bytes)", label, v, apiserver.CleanCoordError(err))
 }
 
 func (e *etcdFlags) validate() error {
@@ -87,7 +88,7 @@ func (e *etcdFlags) validate() error {
 	}
 	if e.namespace != "" {
 		if err := coordinator.ValidateQueue(e.namespace); err != nil {
-			return usagef("--namespace: %s", strings.Replace(cleanCoordError(err), "queue", "namespace", 1))
+			return usagef("--namespace: %s", strings.Replace(apiserver.CleanCoordError(err), "queue", "namespace", 1))
 		}
 	}
 	return nil
@@ -110,7 +111,7 @@ func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Clien
 		FailFast:           log == nil,
 	})
 	if err != nil {
-		return nil, nil, failf("cannot reach etcd at %s: %s: check --etcd and the TLS/auth flags", strings.Join(e.endpoints, ","), oneLine(err.Error()))
+		return nil, nil, failf("cannot reach etcd at %s: %s: check --etcd and the TLS/auth flags", strings.Join(e.endpoints, ","), apiserver.OneLine(err.Error()))
 	}
 	store := etcdkv.New(cli, etcdkv.Options{MaxRequestBytes: int(e.maxRequest)})
 	if log != nil {
@@ -187,7 +188,7 @@ func (t *target) client(ctx context.Context) (*client, error) {
 			label := cmp.Or(t.maxPayloadFlag, "--max-payload")
 			return nil, maxPayloadError(label, t.maxPayload, err)
 		}
-		return nil, usagef("%s", cleanCoordError(err))
+		return nil, usagef("%s", apiserver.CleanCoordError(err))
 	}
 	c, err := newClient("http://etcd")
 	if err != nil {
@@ -204,8 +205,8 @@ func (t *target) client(ctx context.Context) (*client, error) {
 
 // newCLIAPI returns the in-process API of a shared-mode CLI command. It
 // logs nowhere: the command prints its error on one line.
-func newCLIAPI(coord *coordinator.Coordinator) *api {
-	return newAPI(apiConfig{Coord: coord, Shared: true, CLI: true, MaxPayload: coord.MaxPayloadBytes(), Logger: slog.New(slog.DiscardHandler)})
+func newCLIAPI(coord *coordinator.Coordinator) *apiserver.Handler {
+	return apiserver.New(apiserver.Config{Coord: coord, KnownChecks: payloadChecks(builtinKinds()), Shared: true, CLI: true, MaxPayload: coord.MaxPayloadBytes(), Logger: slog.New(slog.DiscardHandler)})
 }
 
 // handlerTransport serves requests with an in-process handler.

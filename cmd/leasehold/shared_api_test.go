@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apicall"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // cliCall sends one request to the in-process API of a shared-mode CLI
@@ -34,9 +35,9 @@ func TestSharedCLIAPIErrorsSpeakToTheCLI(t *testing.T) {
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logged, nil)))
 	t.Cleanup(func() { slog.SetDefault(prev) })
 
-	log := quietLogger(t)
-	ls := tempLocal(t, log)
-	store := &rangeCountingStore{Store: ls}
+	log := testutil.QuietLogger(t)
+	ls := testutil.TempLocal(t, log)
+	store := &testutil.RangeCountingStore{Store: ls}
 	const maxPayload = 8 << 10 // as an etcd limit makes it smaller than the default
 	coord, err := coordinator.New(store, coordinator.Config{Logger: log, MaxPayloadBytes: maxPayload})
 	if err != nil {
@@ -57,7 +58,7 @@ func TestSharedCLIAPIErrorsSpeakToTheCLI(t *testing.T) {
 		t.Errorf("payload over the limit: %q does not say that the CLI takes the cluster's --max-payload", msg)
 	}
 
-	store.failRanges.Store(true)
+	store.FailRanges.Store(true)
 	code, msg = cliCall(t, h, ctx, "GET", "/v1/stats", "")
 	if code != http.StatusInternalServerError || strings.Contains(msg, "daemon") || !strings.Contains(msg, "--etcd") {
 		t.Errorf("store error: %d %q, want 500 saying to check the etcd endpoints, naming no daemon", code, msg)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 )
 
@@ -20,7 +21,7 @@ func newWorkersCmd() *cobra.Command {
 		Short: "List the live daemons and how many jobs each runs",
 		Args:  argsBetween(0, 0, "[--json]"),
 		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			var res workersResponse
+			var res apiserver.WorkersResponse
 			if err := tgt.getOnce(cmd.Context(), "/v1/workers", &res); err != nil {
 				return err
 			}

@@ -1,4 +1,4 @@
-package main
+package apiserver
 
 // The daemon's Prometheus metrics, served at /metrics: the library's
 // (package metrics: jobs, claims, outcomes, the store and the session)
@@ -8,6 +8,7 @@ package main
 // process do not share counters.
 
 import (
+	"fmt"
 	"strconv"
 	"time"
 
@@ -16,27 +17,55 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
-// daemonMetrics holds one daemon's registry and instruments.
-type daemonMetrics struct {
+// Metrics holds one daemon's registry and instruments.
+type Metrics struct {
 	reg *prometheus.Registry
 	*metrics.Metrics
+	// jobs: New registers the job gauges (metrics.Metrics.RegisterJobs)
+	// on reg; not when the Metrics are a program's own, which registers
+	// them itself.
+	jobs bool
 
 	httpRequests *prometheus.CounterVec
 	httpLatency  *prometheus.HistogramVec
 }
 
-func newMetrics() *daemonMetrics {
+// NewMetrics returns a daemon's metrics: a registry of their own with
+// the library's series, the job gauges, the HTTP series and the Go
+// runtime's and the process's.
+func NewMetrics() *Metrics {
 	reg := prometheus.NewRegistry()
-	m := &daemonMetrics{reg: reg, Metrics: metrics.New(reg)}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "leasehold_http_requests_total", Help: "HTTP requests served, by route and status code."}, []string{"route", "code"})
-	m.httpLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "leasehold_http_request_seconds", Help: "HTTP request latency, by route.", Buckets: prometheus.DefBuckets}, []string{"route"})
-	reg.MustRegister(m.httpRequests, m.httpLatency)
+	m, err := NewMetricsOn(reg, nil)
+	if err != nil {
+		panic(err) // a new registry holds none of them
+	}
 	return m
 }
 
+// NewMetricsOn returns metrics that register the HTTP series on reg and
+// count enqueued jobs in lib, the library's series that a program
+// registered on reg itself (with its job gauges); with lib nil, the
+// library's series and the job gauges are registered on reg too. It fails
+// if reg holds the HTTP series already.
+func NewMetricsOn(reg *prometheus.Registry, lib *metrics.Metrics) (*Metrics, error) {
+	m := &Metrics{reg: reg}
+	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "leasehold_http_requests_total", Help: "HTTP requests served, by route and status code."}, []string{"route", "code"})
+	m.httpLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "leasehold_http_request_seconds", Help: "HTTP request latency, by route.", Buckets: prometheus.DefBuckets}, []string{"route"})
+	for _, c := range []prometheus.Collector{m.httpRequests, m.httpLatency} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("apiserver: register the HTTP series: %w", err)
+		}
+	}
+	m.Metrics = lib
+	if lib == nil {
+		m.Metrics, m.jobs = metrics.New(reg), true
+	}
+	return m, nil
+}
+
 // observeRequest counts one HTTP request.
-func (m *daemonMetrics) observeRequest(route string, code int, took time.Duration) {
+func (m *Metrics) observeRequest(route string, code int, took time.Duration) {
 	m.httpRequests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 	m.httpLatency.WithLabelValues(route).Observe(took.Seconds())
 }

@@ -1,14 +1,14 @@
-package main
+package apiserver
 
 // The HTTP API of the daemon. Every request and response body is JSON
 // (except /metrics and the dashboard at /); a job is always exactly
 // coordinator.Job's JSON. Single jobs and lists come in an envelope:
 //
-//	POST /v1/jobs                 body: createRequest
+//	POST /v1/jobs                 body: CreateRequest
 //	    201 {"job":JOB,"existed":false}   the job was inserted
 //	    200 {"job":JOB,"existed":true}    its unique_key matched a live job,
 //	                                      which is returned; nothing written
-//	POST /v1/jobs/batch           body: {"jobs":[createRequest,...]}
+//	POST /v1/jobs/batch           body: {"jobs":[CreateRequest,...]}
 //	    201 {"jobs":[JOB,...],"existed":[bool,...]}   in request order;
 //	                                      200 if every job already existed
 //	GET  /v1/jobs                 ?state=&kind=&queue=&limit=&after=
@@ -38,7 +38,7 @@ package main
 // requests that change state and, on a loopback listener, requests for a
 // Host that is not loopback are refused with 403 (auth.go).
 //
-// A createRequest is
+// A CreateRequest is
 //
 //	{"kind":"sleep","payload":{"ms":100},"queue":"default","priority":1,
 //	 "scheduled_at":"2030-01-02T15:04:05Z" | "delay":"90s",
@@ -91,8 +91,9 @@ const (
 	// bodyOverhead is allowed on top of the payload and metadata limits
 	// for the other fields of a create request.
 	bodyOverhead = 64 << 10
-	// minBatchBody is the least body size a batch may have.
-	minBatchBody = 32 << 20
+	// MinBatchBody is the least body size a batch may have (clients size
+	// their batches below it).
+	MinBatchBody = 32 << 20
 	// maxBatchJobs bounds the jobs of one batch request.
 	maxBatchJobs = 10000
 	// maxWait bounds the long-poll of GET /v1/jobs/{id}?wait=.
@@ -111,8 +112,8 @@ const (
 // (storeTimeout) passed.
 var errStoreTimeout = errors.New("the store did not answer in time")
 
-// createRequest is one job to enqueue, as the API takes it.
-type createRequest struct {
+// CreateRequest is one job to enqueue, as the API takes it.
+type CreateRequest struct {
 	Kind        string          `json:"kind"`
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	Queue       string          `json:"queue,omitempty"`
@@ -122,47 +123,63 @@ type createRequest struct {
 	MaxAttempts int             `json:"max_attempts,omitempty"`
 	Timeout     string          `json:"timeout,omitempty"`
 	UniqueKey   string          `json:"unique_key,omitempty"`
-	Unique      *uniqueRequest  `json:"unique,omitempty"`
+	Unique      *UniqueRequest  `json:"unique,omitempty"`
 	Metadata    json.RawMessage `json:"metadata,omitempty"`
 }
 
-type batchRequest struct {
-	Jobs []createRequest `json:"jobs"`
+// BatchRequest is the body of POST /v1/jobs/batch.
+type BatchRequest struct {
+	Jobs []CreateRequest `json:"jobs"`
 }
 
-type createResponse struct {
+// CreateResponse answers POST /v1/jobs.
+type CreateResponse struct {
 	Job     *coordinator.Job `json:"job"`
 	Existed bool             `json:"existed"`
 }
 
-type batchResponse struct {
+// BatchResponse answers POST /v1/jobs/batch.
+type BatchResponse struct {
 	Jobs    []*coordinator.Job `json:"jobs"`
 	Existed []bool             `json:"existed"`
 }
 
-type jobResponse struct {
+// JobResponse answers the requests about one job.
+type JobResponse struct {
 	Job *coordinator.Job `json:"job"`
 }
 
-type workersResponse struct {
+// WorkersResponse answers GET /v1/workers.
+type WorkersResponse struct {
 	Workers []coordinator.WorkerInfo `json:"workers"`
 }
 
-type statsResponse struct {
+// StatsResponse answers GET /v1/stats.
+type StatsResponse struct {
 	Counts map[coordinator.State]int `json:"counts"`
 	Total  int                       `json:"total"`
 }
 
-type errorResponse struct {
+// ErrorResponse is the body of every error answer.
+type ErrorResponse struct {
 	Error string `json:"error"`
 }
 
-// apiConfig configures the API.
-type apiConfig struct {
+// PayloadCheck checks the payload of a job of one kind at enqueue, so
+// that a payload its handler could never accept is refused (400) before
+// anything is written. Its error says what is wrong with the payload.
+type PayloadCheck func(payload json.RawMessage) error
+
+// Config configures the API.
+type Config struct {
 	Coord *coordinator.Coordinator
-	// Kinds the daemon runs, with their payload checks. Enqueueing any
-	// other kind is refused, unless Shared is set.
-	Kinds map[string]kindSpec
+	// Kinds the daemon runs, with their payload checks (a nil check: any
+	// JSON). Enqueueing any other kind is refused, unless Shared is set.
+	Kinds map[string]PayloadCheck
+	// KnownChecks are the payload checks of kinds the other daemons of
+	// the namespace may run (the built-in ones), for the kinds that
+	// Shared accepts beyond Kinds (none: any JSON).
+	KnownChecks map[string]PayloadCheck
 	// Shared (shared mode) also accepts the kinds of every live daemon of
 	// the namespace, and any kind while no daemon is live: jobs wait for
 	// a daemon that knows them.
@@ -180,26 +197,31 @@ type apiConfig struct {
 	Worker *worker.Worker
 	// Metrics receives the daemon's metrics; nil: a registry of the
 	// API's own.
-	Metrics *daemonMetrics
+	Metrics *Metrics
 	// Auth guards state-changing requests (see auth.go).
-	Auth authConfig
+	Auth AuthConfig
 	// Backup takes backups for POST /v1/backup: the embedded daemon's
 	// store; nil in shared mode (backup.go).
-	Backup backuper
-	// StoreTimeout bounds the store work of one request (0: storeTimeout;
-	// none for the in-process API of a CLI command, whose calls have the
-	// CLI's own bound).
+	Backup Backuper
+	// NoBackup is the error of POST /v1/backup without Backup (""
+	// SharedBackupHint).
+	NoBackup string
+	// StoreTimeout bounds the store work of one request (0: 10s; none
+	// for the in-process API of a CLI command, whose calls have the CLI's
+	// own bound).
 	StoreTimeout time.Duration
+	// ReadyTimeout bounds the store read of one /readyz (0: 2s).
+	ReadyTimeout time.Duration
 }
 
-// api serves the HTTP API. It is an http.Handler.
-type api struct {
-	cfg       apiConfig
+// Handler serves the HTTP API. It is an http.Handler.
+type Handler struct {
+	cfg       Config
 	kindNames []string
 	mux       *http.ServeMux
 	log       *slog.Logger
-	m         *daemonMetrics
-	// waits is done once stopWaits is called (at the daemon's stop):
+	m         *Metrics
+	// waits is done once StopWaits is called (at the daemon's stop):
 	// long-polls then answer at once.
 	waits     context.Context
 	stopWaits context.CancelFunc
@@ -207,7 +229,8 @@ type api struct {
 	probe *storeProbe
 }
 
-func newAPI(cfg apiConfig) *api {
+// New returns the API of cfg.
+func New(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -215,16 +238,21 @@ func newAPI(cfg apiConfig) *api {
 		cfg.MaxPayload = coordinator.DefaultMaxPayloadBytes
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = newMetrics()
+		cfg.Metrics = NewMetrics()
 	}
 	if cfg.StoreTimeout <= 0 {
 		cfg.StoreTimeout = storeTimeout
 	}
-	a := &api{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, m: cfg.Metrics}
+	if cfg.ReadyTimeout <= 0 {
+		cfg.ReadyTimeout = readyTimeout
+	}
+	a := &Handler{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, m: cfg.Metrics}
 	a.waits, a.stopWaits = context.WithCancel(context.Background())
-	a.probe = newStoreProbe(cfg.Coord.Store(), readyTimeout)
-	a.kindNames = sortedKeys(cfg.Kinds)
-	a.m.RegisterJobs(cfg.Coord, cfg.Logger)
+	a.probe = newStoreProbe(cfg.Coord.Store(), cfg.ReadyTimeout)
+	a.kindNames = SortedKeys(cfg.Kinds)
+	if a.m.jobs {
+		a.m.RegisterJobs(cfg.Coord, cfg.Logger)
+	}
 
 	a.mux.HandleFunc("POST /v1/jobs", a.createJob)
 	a.mux.HandleFunc("POST /v1/jobs/batch", a.createBatch)
@@ -243,9 +271,19 @@ func newAPI(cfg apiConfig) *api {
 	return a
 }
 
+// StopWaits wakes the long-polls of GET /v1/jobs/{id}?wait= in flight
+// and to come: they answer at once with the job as it is. The daemon
+// calls it when it stops.
+func (a *Handler) StopWaits() { a.stopWaits() }
+
+// StopProbe cancels the store read of /readyz in flight (one may outlive
+// its request while the store stalls), starts no other, and waits for it
+// to return until ctx is done.
+func (a *Handler) StopProbe(ctx context.Context) error { return a.probe.stop(ctx) }
+
 // ServeHTTP routes r, answers the mux's own 404 and 405 in JSON, and
 // counts and logs the request.
-func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	_, route := a.mux.Handler(r)
 	rw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
@@ -275,7 +313,7 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // segment) with a JSON error, unless it is a dashboard page's, and reports
 // whether it did. The mux would redirect it to the cleaned path: for
 // POST /v1/jobs//cancel, to the bulk cancel, and without a JSON body.
-func (a *api) refuseUnclean(w http.ResponseWriter, r *http.Request) bool {
+func (a *Handler) refuseUnclean(w http.ResponseWriter, r *http.Request) bool {
 	p := r.URL.Path
 	clean := cleanURLPath(p)
 	if clean == p {
@@ -289,10 +327,10 @@ func (a *api) refuseUnclean(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	if rest, ok := strings.CutPrefix(p, "/v1/jobs/"); ok && (rest == "" || strings.HasPrefix(rest, "/")) {
-		a.fail(w, r, badRequest("empty job id in %s %s: put the job's id between /v1/jobs/ and what follows", r.Method, truncateString(p, 200)))
+		a.fail(w, r, badRequest("empty job id in %s %s: put the job's id between /v1/jobs/ and what follows", r.Method, TruncateString(p, 200)))
 		return true
 	}
-	writeError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the path has an empty, . or .. segment; use e.g. /v1/jobs", r.Method, truncateString(p, 200)))
+	WriteError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the path has an empty, . or .. segment; use e.g. /v1/jobs", r.Method, TruncateString(p, 200)))
 	return true
 }
 
@@ -330,7 +368,7 @@ func storeTimedOut(r *http.Request) bool {
 
 // timeoutMessage says that the store work of r timed out, and, for a
 // request that writes, that its outcome is unknown.
-func (a *api) timeoutMessage(r *http.Request) string {
+func (a *Handler) timeoutMessage(r *http.Request) string {
 	why := "the data directory's disk stalled?"
 	if a.cfg.Shared {
 		why = "etcd unreachable or without quorum?"
@@ -369,10 +407,10 @@ func (j *jsonFallback) WriteHeader(code int) {
 	switch code {
 	case http.StatusNotFound:
 		j.swallowed = true
-		writeError(j.statusWriter, code, fmt.Sprintf("no endpoint %s %s: the API is under /v1/ (jobs, workers, stats, health, queues, periodic, backup)", j.r.Method, j.r.URL.Path))
+		WriteError(j.statusWriter, code, fmt.Sprintf("no endpoint %s %s: the API is under /v1/ (jobs, workers, stats, health, queues, periodic, backup)", j.r.Method, j.r.URL.Path))
 	case http.StatusMethodNotAllowed:
 		j.swallowed = true
-		writeError(j.statusWriter, code, fmt.Sprintf("method %s is not allowed on %s: use %s", j.r.Method, j.r.URL.Path, j.Header().Get("Allow")))
+		WriteError(j.statusWriter, code, fmt.Sprintf("method %s is not allowed on %s: use %s", j.r.Method, j.r.URL.Path, j.Header().Get("Allow")))
 	default:
 		j.statusWriter.WriteHeader(code)
 	}
@@ -397,43 +435,53 @@ func badRequest(format string, a ...any) error {
 	return &apiError{status: http.StatusBadRequest, msg: fmt.Sprintf(format, a...)}
 }
 
-// cleanCoordError strips the coordinator's sentinel prefixes from an error
+// CleanCoordError strips the coordinator's sentinel prefixes from an error
 // message, leaving what was wrong.
-func cleanCoordError(err error) string {
+func CleanCoordError(err error) string {
 	s := err.Error()
 	for _, p := range []string{coordinator.ErrInvalid.Error() + ": ", "coordinator: "} {
 		s = strings.ReplaceAll(s, p, "")
 	}
-	return oneLine(s)
+	return OneLine(s)
+}
+
+// OneLine collapses line breaks and runs of blanks so that an error is one
+// line whatever its source.
+func OneLine(s string) string {
+	s = strings.TrimSpace(s)
+	if !strings.ContainsAny(s, "\r\n\t") {
+		return s
+	}
+	return strings.Join(strings.Fields(strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ").Replace(s)), " ")
 }
 
 // fail answers err with its status.
-func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
-		writeError(w, ae.status, ae.msg)
+		WriteError(w, ae.status, ae.msg)
 	case errors.Is(err, coordinator.ErrInvalid):
-		writeError(w, http.StatusBadRequest, cleanCoordError(err))
+		WriteError(w, http.StatusBadRequest, CleanCoordError(err))
 	case errors.Is(err, coordinator.ErrNotFound):
-		writeError(w, http.StatusNotFound, cleanCoordError(err))
+		WriteError(w, http.StatusNotFound, CleanCoordError(err))
 	case errors.Is(err, coordinator.ErrWrongState), errors.Is(err, coordinator.ErrConflict):
-		writeError(w, http.StatusConflict, cleanCoordError(err))
+		WriteError(w, http.StatusConflict, CleanCoordError(err))
 	case a.cfg.CLI && errors.Is(r.Context().Err(), context.DeadlineExceeded):
-		writeError(w, http.StatusServiceUnavailable, "etcd did not answer in time: "+checkEtcd)
+		WriteError(w, http.StatusServiceUnavailable, "etcd did not answer in time: "+checkEtcd)
 	case a.cfg.CLI && r.Context().Err() != nil:
-		writeError(w, http.StatusServiceUnavailable, "interrupted")
+		WriteError(w, http.StatusServiceUnavailable, "interrupted")
 	case storeTimedOut(r):
 		w.Header().Set("Retry-After", retryAfter)
-		writeError(w, http.StatusServiceUnavailable, a.timeoutMessage(r))
+		WriteError(w, http.StatusServiceUnavailable, a.timeoutMessage(r))
 	case r.Context().Err() != nil:
 		// The client went away or the daemon is stopping.
-		writeError(w, http.StatusServiceUnavailable, "request cancelled: the client disconnected or the daemon is stopping")
+		WriteError(w, http.StatusServiceUnavailable, "request cancelled: the client disconnected or the daemon is stopping")
 	case a.cfg.CLI:
-		writeError(w, http.StatusInternalServerError, cleanCoordError(err)+": "+checkEtcd)
+		WriteError(w, http.StatusInternalServerError, CleanCoordError(err)+": "+checkEtcd)
 	default:
 		a.log.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
-		writeError(w, http.StatusInternalServerError, cleanCoordError(err)+": see the daemon's log")
+		WriteError(w, http.StatusInternalServerError, CleanCoordError(err)+": see the daemon's log")
 	}
 }
 
@@ -442,22 +490,24 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 const checkEtcd = "check the etcd endpoints (--etcd) and that the cluster is healthy, then retry"
 
 // payloadHint is what to do about a payload over the limit.
-func (a *api) payloadHint() string {
+func (a *Handler) payloadHint() string {
 	if a.cfg.CLI {
 		return "send a smaller payload (or, if the cluster runs with a larger --max-payload, pass it as --max-payload; if the etcd servers run with a larger --max-request-bytes, pass that as --etcd-max-request-bytes)"
 	}
 	return "send a smaller payload (or raise the daemon's --max-payload)"
 }
 
-func writeError(w http.ResponseWriter, status int, msg string) {
-	writeJSON(w, status, errorResponse{Error: oneLine(msg)})
+// WriteError answers with status and the JSON error msg, on one line.
+func WriteError(w http.ResponseWriter, status int, msg string) {
+	WriteJSON(w, status, ErrorResponse{Error: OneLine(msg)})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// WriteJSON answers with status and v as JSON.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(errorResponse{Error: "cannot encode response: " + err.Error()})
+		b, _ = json.Marshal(ErrorResponse{Error: "cannot encode response: " + err.Error()})
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -502,25 +552,25 @@ func jsonNames(t reflect.Type) iter.Seq2[string, reflect.Type] {
 
 // jobLimit bounds the JSON of one create request: room for the largest
 // payload and metadata the coordinator takes, and the other fields.
-func (a *api) jobLimit() int64 {
+func (a *Handler) jobLimit() int64 {
 	return int64(a.cfg.MaxPayload) + coordinator.MaxMetadataBytes + bodyOverhead
 }
 
 // createBody is the body of POST /v1/jobs.
-func (a *api) createBody() bodySpec {
+func (a *Handler) createBody() bodySpec {
 	return bodySpec{
 		limit:   a.jobLimit(),
-		fields:  "the fields are " + jsonFields(createRequest{}),
+		fields:  "the fields are " + jsonFields(CreateRequest{}),
 		example: `{"kind":"echo","payload":{}}`,
 		tooBig:  fmt.Sprintf("a job's payload may be at most %d bytes: %s", a.cfg.MaxPayload, a.payloadHint()),
 	}
 }
 
 // batchBody is the body of POST /v1/jobs/batch.
-func (a *api) batchBody() bodySpec {
+func (a *Handler) batchBody() bodySpec {
 	return bodySpec{
 		limit:   a.batchLimit(),
-		fields:  "the field is jobs, a list of jobs whose fields are " + jsonFields(createRequest{}),
+		fields:  "the field is jobs, a list of jobs whose fields are " + jsonFields(CreateRequest{}),
 		example: `{"jobs":[{"kind":"echo","payload":{}}]}`,
 		tooBig:  "send a smaller payload or fewer jobs per batch",
 	}
@@ -540,7 +590,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) er
 	if err != nil {
 		return bodyError(err, spec)
 	}
-	if at := invalidUTF8(body); at >= 0 {
+	if at := InvalidUTF8(body); at >= 0 {
 		return badRequest("request body is not valid UTF-8 (at byte %d): send JSON text in UTF-8, with binary data encoded (base64 or hex, say)", at)
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
@@ -572,7 +622,7 @@ func exactFields(data []byte, t reflect.Type, where string) error {
 			return nil // null, or not an object: decoded already
 		}
 		fields := maps.Collect(jsonNames(t))
-		for _, k := range sortedKeys(obj) {
+		for _, k := range SortedKeys(obj) {
 			ft, ok := fields[k]
 			if !ok {
 				for name := range fields {
@@ -603,9 +653,9 @@ func exactFields(data []byte, t reflect.Type, where string) error {
 	return nil
 }
 
-// invalidUTF8 returns the offset of the first byte of b that is not valid
+// InvalidUTF8 returns the offset of the first byte of b that is not valid
 // UTF-8, or -1.
-func invalidUTF8(b []byte) int {
+func InvalidUTF8(b []byte) int {
 	if utf8.Valid(b) {
 		return -1
 	}
@@ -639,14 +689,16 @@ func bodyError(err error, spec bodySpec) error {
 		if te.Field == "" {
 			return badRequest("request body is a JSON %s: send a JSON object such as %s", te.Value, spec.example)
 		}
-		return badRequest("field %q is a JSON %s: want %s", te.Field, te.Value, jsonTypeName(te.Type.String()))
+		return badRequest("field %q is a JSON %s: want %s", te.Field, te.Value, JSONTypeName(te.Type.String()))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return badRequest("%s: %s", strings.TrimPrefix(err.Error(), "json: "), spec.fields)
 	}
 	return badRequest("cannot read request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
-func jsonTypeName(goType string) string {
+// JSONTypeName names, for an error message, the JSON value that a Go type
+// (as encoding/json prints it) takes.
+func JSONTypeName(goType string) string {
 	switch {
 	case goType == "string":
 		return "a string"
@@ -665,14 +717,14 @@ func jsonTypeName(goType string) string {
 // params validates one create request against what this daemon runs and
 // turns it into enqueue parameters. It writes nothing. live returns the
 // kinds of the live daemons (liveKinds), read once per request.
-func (a *api) params(req createRequest, now time.Time, live func() ([]string, error)) (coordinator.EnqueueParams, error) {
+func (a *Handler) params(req CreateRequest, now time.Time, live func() ([]string, error)) (coordinator.EnqueueParams, error) {
 	if req.Kind == "" {
 		return coordinator.EnqueueParams{}, badRequest(`kind is missing: set "kind" to one of %s`, strings.Join(a.kindNames, ", "))
 	}
 	if err := coordinator.ValidateKind(req.Kind); err != nil {
-		return coordinator.EnqueueParams{}, badRequest("%s", cleanCoordError(err))
+		return coordinator.EnqueueParams{}, badRequest("%s", CleanCoordError(err))
 	}
-	spec, ok := a.cfg.Kinds[req.Kind]
+	check, ok := a.cfg.Kinds[req.Kind]
 	if !ok && a.cfg.Shared {
 		names, err := live()
 		if err != nil {
@@ -682,7 +734,7 @@ func (a *api) params(req createRequest, now time.Time, live func() ([]string, er
 		if !ok {
 			return coordinator.EnqueueParams{}, badRequest("unknown kind %s: the live daemons run %s", req.Kind, strings.Join(names, ", "))
 		}
-		spec = builtinKinds()[req.Kind]
+		check = a.cfg.KnownChecks[req.Kind]
 	}
 	if !ok {
 		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this daemon runs %s", req.Kind, strings.Join(a.kindNames, ", "))
@@ -700,8 +752,8 @@ func (a *api) params(req createRequest, now time.Time, live func() ([]string, er
 	if len(p.Payload) > a.cfg.MaxPayload {
 		return coordinator.EnqueueParams{}, badRequest("payload is %d bytes, over the %d-byte limit: %s", len(p.Payload), a.cfg.MaxPayload, a.payloadHint())
 	}
-	if spec.validate != nil {
-		if err := spec.validate(p.Payload); err != nil {
+	if check != nil {
+		if err := check(p.Payload); err != nil {
 			return coordinator.EnqueueParams{}, badRequest("%s payload: %v", req.Kind, err)
 		}
 	}
@@ -711,40 +763,41 @@ func (a *api) params(req createRequest, now time.Time, live func() ([]string, er
 	if req.ScheduledAt != "" {
 		t, err := time.Parse(time.RFC3339Nano, req.ScheduledAt)
 		if err != nil {
-			return coordinator.EnqueueParams{}, badRequest("scheduled_at %q is not an RFC 3339 time: use e.g. 2030-01-02T15:04:05Z", truncateString(req.ScheduledAt, 40))
+			return coordinator.EnqueueParams{}, badRequest("scheduled_at %q is not an RFC 3339 time: use e.g. 2030-01-02T15:04:05Z", TruncateString(req.ScheduledAt, 40))
 		}
 		p.ScheduledAt = t
 	}
 	if req.Delay != "" {
 		d, err := time.ParseDuration(req.Delay)
 		if err != nil || d < 0 {
-			return coordinator.EnqueueParams{}, badRequest("delay %q is not a duration of zero or more: use e.g. 90s or 5m", truncateString(req.Delay, 40))
+			return coordinator.EnqueueParams{}, badRequest("delay %q is not a duration of zero or more: use e.g. 90s or 5m", TruncateString(req.Delay, 40))
 		}
 		p.ScheduledAt = now.Add(d)
 	}
 	if req.Timeout != "" {
 		d, err := time.ParseDuration(req.Timeout)
 		if err != nil || d < time.Millisecond {
-			return coordinator.EnqueueParams{}, badRequest("timeout %q is not a duration of at least 1ms: use e.g. 30s, or leave it out for the daemon's default", truncateString(req.Timeout, 40))
+			return coordinator.EnqueueParams{}, badRequest("timeout %q is not a duration of at least 1ms: use e.g. 30s, or leave it out for the daemon's default", TruncateString(req.Timeout, 40))
 		}
 		p.Timeout = d
 	}
 	return p, nil
 }
 
-func truncateString(s string, n int) string {
+// TruncateString cuts s to n bytes, marking the cut with "...".
+func TruncateString(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
 	return s[:n] + "..."
 }
 
-func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) createJob(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	var req createRequest
+	var req CreateRequest
 	if err := decodeBody(w, r, a.createBody(), &req); err != nil {
 		a.fail(w, r, err)
 		return
@@ -765,19 +818,19 @@ func (a *api) createJob(w http.ResponseWriter, r *http.Request) {
 	} else {
 		a.m.CountEnqueued(res.Job)
 	}
-	writeJSON(w, status, createResponse{Job: res.Job, Existed: res.Existed})
+	WriteJSON(w, status, CreateResponse{Job: res.Job, Existed: res.Existed})
 }
 
-func (a *api) batchLimit() int64 {
-	return max(int64(minBatchBody), 2*a.jobLimit())
+func (a *Handler) batchLimit() int64 {
+	return max(int64(MinBatchBody), 2*a.jobLimit())
 }
 
-func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) createBatch(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	var req batchRequest
+	var req BatchRequest
 	if err := decodeBody(w, r, a.batchBody(), &req); err != nil {
 		a.fail(w, r, err)
 		return
@@ -813,7 +866,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	out := batchResponse{Jobs: make([]*coordinator.Job, len(res)), Existed: make([]bool, len(res))}
+	out := BatchResponse{Jobs: make([]*coordinator.Job, len(res)), Existed: make([]bool, len(res))}
 	status := http.StatusOK
 	for i, x := range res {
 		out.Jobs[i], out.Existed[i] = x.Job, x.Existed
@@ -822,7 +875,7 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 			a.m.CountEnqueued(x.Job)
 		}
 	}
-	writeJSON(w, status, out)
+	WriteJSON(w, status, out)
 }
 
 // checkQuery refuses query parameters other than allowed, so that a typo
@@ -831,11 +884,11 @@ func (a *api) createBatch(w http.ResponseWriter, r *http.Request) {
 func checkQuery(r *http.Request, allowed ...string) error {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		return badRequest("bad query string: %s: escape it as a URL query (key=value&...)", oneLine(err.Error()))
+		return badRequest("bad query string: %s: escape it as a URL query (key=value&...)", OneLine(err.Error()))
 	}
-	for _, k := range sortedKeys(q) {
+	for _, k := range SortedKeys(q) {
 		if n := len(q[k]); n > 1 {
-			return badRequest("query parameter %q is given %d times: give it once", truncateString(k, 40), n)
+			return badRequest("query parameter %q is given %d times: give it once", TruncateString(k, 40), n)
 		}
 	}
 	for k := range q {
@@ -853,7 +906,7 @@ func checkQuery(r *http.Request, allowed ...string) error {
 	return nil
 }
 
-func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) listJobs(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r, "state", "kind", "queue", "limit", "after"); err != nil {
 		a.fail(w, r, err)
 		return
@@ -877,7 +930,7 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > coordinator.MaxListLimit {
-			a.fail(w, r, badRequest("limit %q: want a number from 1 to %d", truncateString(s, 20), coordinator.MaxListLimit))
+			a.fail(w, r, badRequest("limit %q: want a number from 1 to %d", TruncateString(s, 20), coordinator.MaxListLimit))
 			return
 		}
 		p.Limit = n
@@ -887,10 +940,10 @@ func (a *api) listJobs(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, page)
+	WriteJSON(w, http.StatusOK, page)
 }
 
-func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) getJob(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r, "wait"); err != nil {
 		a.fail(w, r, err)
 		return
@@ -904,7 +957,7 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
 	if s := r.URL.Query().Get("wait"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 {
-			a.fail(w, r, badRequest("wait %q is not a duration of zero or more: use e.g. wait=30s (at most %s)", truncateString(s, 20), maxWait))
+			a.fail(w, r, badRequest("wait %q is not a duration of zero or more: use e.g. wait=30s (at most %s)", TruncateString(s, 20), maxWait))
 			return
 		}
 		wait = min(d, maxWait)
@@ -918,7 +971,7 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
 		cancel()
 		switch {
 		case err == nil:
-			writeJSON(w, http.StatusOK, jobResponse{Job: j})
+			WriteJSON(w, http.StatusOK, JobResponse{Job: j})
 			return
 		case !expired:
 			a.fail(w, r, err)
@@ -936,10 +989,10 @@ func (a *api) getJob(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r.WithContext(ctx), err)
 		return
 	}
-	writeJSON(w, http.StatusOK, jobResponse{Job: j})
+	WriteJSON(w, http.StatusOK, JobResponse{Job: j})
 }
 
-func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) cancelJob(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
 		a.fail(w, r, err)
 		return
@@ -954,10 +1007,10 @@ func (a *api) cancelJob(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, jobResponse{Job: j})
+	WriteJSON(w, http.StatusOK, JobResponse{Job: j})
 }
 
-func (a *api) listWorkers(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) listWorkers(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
 		a.fail(w, r, err)
 		return
@@ -967,10 +1020,10 @@ func (a *api) listWorkers(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, workersResponse{Workers: ws})
+	WriteJSON(w, http.StatusOK, WorkersResponse{Workers: ws})
 }
 
-func (a *api) stats(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) stats(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
 		a.fail(w, r, err)
 		return
@@ -984,14 +1037,15 @@ func (a *api) stats(w http.ResponseWriter, r *http.Request) {
 	for _, n := range counts {
 		total += n
 	}
-	writeJSON(w, http.StatusOK, statsResponse{Counts: counts, Total: total})
+	WriteJSON(w, http.StatusOK, StatsResponse{Counts: counts, Total: total})
 }
 
-func (a *api) health(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+func (a *Handler) health(w http.ResponseWriter, _ *http.Request) {
+	WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+// SortedKeys returns the keys of m, sorted.
+func SortedKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
@@ -1002,13 +1056,13 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // liveKindsOnce returns liveKinds for one request, read at most once (it
 // scans every worker and ownership key).
-func (a *api) liveKindsOnce(ctx context.Context) func() ([]string, error) {
+func (a *Handler) liveKindsOnce(ctx context.Context) func() ([]string, error) {
 	return sync.OnceValues(func() ([]string, error) { return a.liveKinds(ctx) })
 }
 
 // liveKinds returns the kinds this daemon and every live daemon of the
 // namespace run, sorted; nil when no daemon is live.
-func (a *api) liveKinds(ctx context.Context) ([]string, error) {
+func (a *Handler) liveKinds(ctx context.Context) ([]string, error) {
 	ws, err := a.cfg.Coord.Workers(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read the live daemons' kinds: %w", err)
@@ -1025,5 +1079,5 @@ func (a *api) liveKinds(ctx context.Context) ([]string, error) {
 			set[k] = true
 		}
 	}
-	return sortedKeys(set), nil
+	return SortedKeys(set), nil
 }

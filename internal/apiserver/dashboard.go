@@ -1,4 +1,4 @@
-package main
+package apiserver
 
 // The dashboard: server-rendered HTML pages with a little inline
 // JavaScript, no asset from anywhere else.
@@ -53,9 +53,9 @@ var dashboardFuncs = template.FuncMap{
 		}
 		d := time.Since(t)
 		if d < 0 {
-			return "in " + roundDuration(-d).String()
+			return "in " + RoundDuration(-d).String()
 		}
-		return roundDuration(d).String() + " ago"
+		return RoundDuration(d).String() + " ago"
 	},
 	"ts": func(t time.Time) string {
 		if t.IsZero() {
@@ -74,7 +74,7 @@ var dashboardFuncs = template.FuncMap{
 		if len(j.Errors) == 0 {
 			return ""
 		}
-		return truncateString(oneLine(j.Errors[len(j.Errors)-1].Error), dashboardErrorLen)
+		return TruncateString(OneLine(j.Errors[len(j.Errors)-1].Error), dashboardErrorLen)
 	},
 	"final": func(s coordinator.State) bool { return s.Final() },
 	"retryable": func(s coordinator.State) bool {
@@ -97,8 +97,8 @@ var dashboardFuncs = template.FuncMap{
 	},
 }
 
-// roundDuration rounds d for display.
-func roundDuration(d time.Duration) time.Duration {
+// RoundDuration rounds d for display.
+func RoundDuration(d time.Duration) time.Duration {
 	switch {
 	case d < time.Second:
 		return d.Round(time.Millisecond)
@@ -377,14 +377,14 @@ type timelineEvent struct {
 	Class string
 }
 
-func (a *api) routeDashboard() {
+func (a *Handler) routeDashboard() {
 	a.mux.HandleFunc("GET /{$}", a.dashboard)
 	a.mux.HandleFunc("GET /jobs", a.dashboardJobs)
 	a.mux.HandleFunc("GET /jobs/{id}", a.dashboardJob)
 	a.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 }
 
-func (a *api) newPage(title, nav string) *dashPage {
+func (a *Handler) newPage(title, nav string) *dashPage {
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	return &dashPage{
@@ -398,7 +398,7 @@ func (a *api) newPage(title, nav string) *dashPage {
 
 // hasRoute reports whether the API serves method path (the actions of
 // the dashboard appear only when the API has them).
-func (a *api) hasRoute(method, path string) bool {
+func (a *Handler) hasRoute(method, path string) bool {
 	r, err := http.NewRequest(method, path, nil)
 	if err != nil {
 		return false
@@ -409,7 +409,7 @@ func (a *api) hasRoute(method, path string) bool {
 
 // render writes p with t, with headers that keep the page from being
 // framed or running scripts other than its own.
-func (a *api) render(w http.ResponseWriter, r *http.Request, status int, t *template.Template, p *dashPage) {
+func (a *Handler) render(w http.ResponseWriter, r *http.Request, status int, t *template.Template, p *dashPage) {
 	var buf bytes.Buffer
 	if err := t.ExecuteTemplate(&buf, "page", p); err != nil {
 		a.fail(w, r, err)
@@ -427,7 +427,7 @@ func (a *api) render(w http.ResponseWriter, r *http.Request, status int, t *temp
 }
 
 // storeErr records a failed read of r on p.
-func (a *api) storeErr(r *http.Request, p *dashPage, what string, err error) {
+func (a *Handler) storeErr(r *http.Request, p *dashPage, what string, err error) {
 	if err == nil || p.Err != "" {
 		return
 	}
@@ -436,7 +436,7 @@ func (a *api) storeErr(r *http.Request, p *dashPage, what string, err error) {
 		p.Err = fmt.Sprintf("Reading %s failed: %s", what, a.timeoutMessage(r))
 		return
 	}
-	p.Err = fmt.Sprintf("Reading %s failed: %s", what, cleanCoordError(err))
+	p.Err = fmt.Sprintf("Reading %s failed: %s", what, CleanCoordError(err))
 }
 
 // pageStatus returns status, or 503 with a Retry-After if a read of p
@@ -465,10 +465,10 @@ func (p *dashPage) known(ws []coordinator.WorkerInfo, queues []queueRow) {
 	for _, q := range queues {
 		qs[q.Name] = true
 	}
-	p.KnownKinds, p.KnownQueues = sortedKeys(kinds), sortedKeys(qs)
+	p.KnownKinds, p.KnownQueues = SortedKeys(kinds), SortedKeys(qs)
 }
 
-func (a *api) dashboard(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := a.newPage("Overview", "overview")
 	var err error
@@ -531,7 +531,7 @@ func (a *api) dashboard(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, pageStatus(w, r, p, http.StatusOK), overviewTmpl, p)
 }
 
-func (a *api) dashboardJobs(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := a.newPage("Jobs", "jobs")
 	q := r.URL.Query()
@@ -555,7 +555,7 @@ func (a *api) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	switch {
 	case bad != nil:
-		status, p.Err = http.StatusBadRequest, "Bad filter: "+cleanCoordError(bad)
+		status, p.Err = http.StatusBadRequest, "Bad filter: "+CleanCoordError(bad)
 	case lp.State == "" && lp.Kind == "" && lp.Queue == "" && lp.After == "":
 		var err error
 		p.Jobs, err = latestJobs(ctx, a.cfg.Coord, dashboardPage, time.Now())
@@ -564,7 +564,7 @@ func (a *api) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 	default:
 		pg, err := a.cfg.Coord.List(ctx, lp)
 		if errors.Is(err, coordinator.ErrInvalid) {
-			status, p.Err = http.StatusBadRequest, "Bad filter: "+cleanCoordError(err)
+			status, p.Err = http.StatusBadRequest, "Bad filter: "+CleanCoordError(err)
 			break
 		}
 		a.storeErr(r, p, "jobs", err)
@@ -586,11 +586,11 @@ func (a *api) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 	a.render(w, r, status, jobListTmpl, p)
 }
 
-func (a *api) dashboardJob(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) dashboardJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	p := a.newPage("Job "+id, "jobs")
 	if err := coordinator.ValidateID(id); err != nil {
-		p.Title, p.Missing = "Bad job id", cleanCoordError(err)
+		p.Title, p.Missing = "Bad job id", CleanCoordError(err)
 		a.render(w, r, http.StatusBadRequest, missingTmpl, p)
 		return
 	}
@@ -620,7 +620,7 @@ func timeline(j *coordinator.Job) []timelineEvent {
 		ev = append(ev, timelineEvent{At: j.ScheduledAt, What: what})
 	}
 	for _, e := range j.Errors {
-		ev = append(ev, timelineEvent{At: e.At, What: fmt.Sprintf("attempt %d: %s", e.Attempt, truncateString(oneLine(e.Error), 300)), Class: "bad"})
+		ev = append(ev, timelineEvent{At: e.At, What: fmt.Sprintf("attempt %d: %s", e.Attempt, TruncateString(OneLine(e.Error), 300)), Class: "bad"})
 	}
 	if j.AttemptedAt != nil {
 		what := fmt.Sprintf("attempt %d started", j.Attempt)

@@ -1,4 +1,4 @@
-package main
+package apiserver
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 // readyTimeout bounds the store read of one /readyz.
 const readyTimeout = 2 * time.Second
 
-// readyResponse is the body of GET /readyz.
-type readyResponse struct {
+// ReadyResponse is the body of GET /readyz.
+type ReadyResponse struct {
 	Status string `json:"status"` // ready or unready
 	Error  string `json:"error,omitempty"`
 	Store  string `json:"store"`
@@ -40,11 +40,11 @@ func readyMargin(ttl time.Duration) time.Duration { return ttl / 4 }
 // readyMargin to spare; 503 otherwise (the store is unreachable, or the
 // daemon lost its lease and fenced itself). An orchestrator that sees 503
 // for long restarts the daemon.
-func (a *api) ready(w http.ResponseWriter, r *http.Request) {
-	resp := readyResponse{Status: "ready", Store: "ok"}
+func (a *Handler) ready(w http.ResponseWriter, r *http.Request) {
+	resp := ReadyResponse{Status: "ready", Store: "ok"}
 	var problems []string
 	if err := a.probe.check(r.Context()); err != nil {
-		resp.Store = "unreachable: " + oneLine(err.Error())
+		resp.Store = "unreachable: " + OneLine(err.Error())
 		problems = append(problems, "the store did not answer a read within "+a.probe.timeout.String())
 	}
 	if wk := a.cfg.Worker; wk != nil {
@@ -75,7 +75,7 @@ func (a *api) ready(w http.ResponseWriter, r *http.Request) {
 			resp.Error += "; " + p
 		}
 	}
-	writeJSON(w, status, resp)
+	WriteJSON(w, status, resp)
 }
 
 // errProbeStopped answers the probes that come after the API's stop.

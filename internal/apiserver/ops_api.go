@@ -1,4 +1,4 @@
-package main
+package apiserver
 
 // Operations of the HTTP API beyond enqueue and inspect (issue 6):
 //
@@ -29,8 +29,8 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 )
 
-// uniqueRequest is createRequest.unique.
-type uniqueRequest struct {
+// UniqueRequest is CreateRequest.unique.
+type UniqueRequest struct {
 	ByArgs   bool     `json:"by_args,omitempty"`
 	ByQueue  bool     `json:"by_queue,omitempty"`
 	ByPeriod string   `json:"by_period,omitempty"`
@@ -38,7 +38,7 @@ type uniqueRequest struct {
 }
 
 // apply sets p.Unique from u (nil: nothing).
-func (u *uniqueRequest) apply(p *coordinator.EnqueueParams) error {
+func (u *UniqueRequest) apply(p *coordinator.EnqueueParams) error {
 	if u == nil {
 		return nil
 	}
@@ -46,14 +46,14 @@ func (u *uniqueRequest) apply(p *coordinator.EnqueueParams) error {
 	if u.ByPeriod != "" {
 		d, err := time.ParseDuration(u.ByPeriod)
 		if err != nil || d <= 0 {
-			return badRequest("unique.by_period %q is not a positive duration: use e.g. 1h or 24h", truncateString(u.ByPeriod, 40))
+			return badRequest("unique.by_period %q is not a positive duration: use e.g. 1h or 24h", TruncateString(u.ByPeriod, 40))
 		}
 		o.ByPeriod = d
 	}
 	for _, s := range u.ByState {
 		st, err := coordinator.ParseState(s)
 		if err != nil || !st.Final() {
-			return badRequest("unique.by_state %q: want %s (unfinished jobs always count as duplicates)", truncateString(s, 40), uniqueStates)
+			return badRequest("unique.by_state %q: want %s (unfinished jobs always count as duplicates)", TruncateString(s, 40), UniqueStates)
 		}
 		o.ByState = append(o.ByState, st)
 	}
@@ -61,11 +61,12 @@ func (u *uniqueRequest) apply(p *coordinator.EnqueueParams) error {
 	return nil
 }
 
-// uniqueStates are the states unique.by_state (--unique-states) takes:
+// UniqueStates are the states unique.by_state (--unique-states) takes:
 // the finished ones.
-const uniqueStates = "completed, discarded or cancelled"
+const UniqueStates = "completed, discarded or cancelled"
 
-type cancelManyRequest struct {
+// CancelManyRequest is the body of POST /v1/jobs/cancel.
+type CancelManyRequest struct {
 	State string `json:"state,omitempty"`
 	Kind  string `json:"kind,omitempty"`
 	Queue string `json:"queue,omitempty"`
@@ -75,21 +76,24 @@ type cancelManyRequest struct {
 // cancelManyBody is the body of POST /v1/jobs/cancel.
 var cancelManyBody = bodySpec{
 	limit:   64 << 10,
-	fields:  "the fields are " + jsonFields(cancelManyRequest{}) + " (filters of the jobs to cancel)",
+	fields:  "the fields are " + jsonFields(CancelManyRequest{}) + " (filters of the jobs to cancel)",
 	example: `{"queue":"default"} or {"all":true}`,
 	tooBig:  "send only the filters, such as {\"queue\":\"default\"}",
 }
 
-type queuesResponse struct {
+// QueuesResponse answers GET /v1/queues.
+type QueuesResponse struct {
 	Queues []coordinator.QueueInfo `json:"queues"`
 }
 
-type queueResponse struct {
+// QueueResponse answers the changes of one queue (pause, resume, limit).
+type QueueResponse struct {
 	Queue   coordinator.QueueConfig `json:"queue"`
 	Changed bool                    `json:"changed"`
 }
 
-type limitRequest struct {
+// LimitRequest is the body of PUT /v1/queues/{queue}/limit.
+type LimitRequest struct {
 	Limit *int `json:"limit"`
 }
 
@@ -101,11 +105,12 @@ var limitBody = bodySpec{
 	tooBig:  "send only {\"limit\":N}",
 }
 
-type periodicResponse struct {
+// PeriodicResponse answers GET /v1/periodic.
+type PeriodicResponse struct {
 	Periodic []coordinator.PeriodicState `json:"periodic"`
 }
 
-func (a *api) routeOps() {
+func (a *Handler) routeOps() {
 	a.mux.HandleFunc("POST /v1/jobs/{id}/retry", a.jobOp(a.cfg.Coord.Retry))
 	a.mux.HandleFunc("DELETE /v1/jobs/{id}", a.jobOp(a.cfg.Coord.Delete))
 	a.mux.HandleFunc("POST /v1/jobs/cancel", a.cancelMany)
@@ -117,10 +122,10 @@ func (a *api) routeOps() {
 }
 
 // wrongState answers a coordinator ErrWrongState as 409 with its reason.
-func (a *api) failOp(w http.ResponseWriter, r *http.Request, err error) {
+func (a *Handler) failOp(w http.ResponseWriter, r *http.Request, err error) {
 	if errors.Is(err, coordinator.ErrWrongState) {
-		msg := strings.TrimPrefix(cleanCoordError(err), strings.TrimPrefix(coordinator.ErrWrongState.Error(), "coordinator: ")+": ")
-		writeError(w, http.StatusConflict, msg)
+		msg := strings.TrimPrefix(CleanCoordError(err), strings.TrimPrefix(coordinator.ErrWrongState.Error(), "coordinator: ")+": ")
+		WriteError(w, http.StatusConflict, msg)
 		return
 	}
 	a.fail(w, r, err)
@@ -128,7 +133,7 @@ func (a *api) failOp(w http.ResponseWriter, r *http.Request, err error) {
 
 // jobOp serves an operation on one job (POST .../retry, DELETE .../ID):
 // it answers with the job as the operation left it.
-func (a *api) jobOp(op func(context.Context, string) (*coordinator.Job, error)) http.HandlerFunc {
+func (a *Handler) jobOp(op func(context.Context, string) (*coordinator.Job, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if err := checkQuery(r); err != nil {
 			a.fail(w, r, err)
@@ -139,16 +144,16 @@ func (a *api) jobOp(op func(context.Context, string) (*coordinator.Job, error)) 
 			a.failOp(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, jobResponse{Job: j})
+		WriteJSON(w, http.StatusOK, JobResponse{Job: j})
 	}
 }
 
-func (a *api) cancelMany(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) cancelMany(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
 		a.fail(w, r, err)
 		return
 	}
-	var req cancelManyRequest
+	var req CancelManyRequest
 	if err := decodeBody(w, r, cancelManyBody, &req); err != nil {
 		a.fail(w, r, err)
 		return
@@ -169,10 +174,10 @@ func (a *api) cancelMany(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, res)
+	WriteJSON(w, http.StatusOK, res)
 }
 
-func (a *api) listQueues(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) listQueues(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
 		a.fail(w, r, err)
 		return
@@ -182,7 +187,7 @@ func (a *api) listQueues(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, queuesResponse{Queues: qs})
+	WriteJSON(w, http.StatusOK, QueuesResponse{Queues: qs})
 }
 
 // knownQueue refuses a queue nobody knows (no daemon serves it, it has no
@@ -190,7 +195,7 @@ func (a *api) listQueues(w http.ResponseWriter, r *http.Request) {
 // Scheduled and retryable jobs are not counted (their index is not kept
 // by queue), so force is also the way to configure a queue whose jobs are
 // all waiting for their time.
-func (a *api) knownQueue(r *http.Request, q string, force bool, hint string) error {
+func (a *Handler) knownQueue(r *http.Request, q string, force bool, hint string) error {
 	if err := coordinator.ValidateQueue(q); err != nil {
 		return err
 	}
@@ -225,23 +230,23 @@ func forceParam(r *http.Request) (bool, error) {
 	case "true", "1":
 		return true, nil
 	}
-	return false, badRequest("force %q: want true or false", truncateString(r.URL.Query().Get("force"), 20))
+	return false, badRequest("force %q: want true or false", TruncateString(r.URL.Query().Get("force"), 20))
 }
 
-func (a *api) pauseQueue(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) pauseQueue(w http.ResponseWriter, r *http.Request) {
 	a.changeQueue(w, r, forceHint, func(q string) (coordinator.QueueConfig, bool, error) {
 		return a.cfg.Coord.PauseQueue(r.Context(), q)
 	})
 }
 
-func (a *api) resumeQueue(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) resumeQueue(w http.ResponseWriter, r *http.Request) {
 	a.changeQueue(w, r, "", func(q string) (coordinator.QueueConfig, bool, error) {
 		return a.cfg.Coord.ResumeQueue(r.Context(), q)
 	})
 }
 
-func (a *api) limitQueue(w http.ResponseWriter, r *http.Request) {
-	var req limitRequest
+func (a *Handler) limitQueue(w http.ResponseWriter, r *http.Request) {
+	var req LimitRequest
 	if err := decodeBody(w, r, limitBody, &req); err != nil {
 		a.fail(w, r, err)
 		return
@@ -258,7 +263,7 @@ func (a *api) limitQueue(w http.ResponseWriter, r *http.Request) {
 // forceHint ends the unknown-queue error of pause and limit.
 const forceHint = ", or pass force=true to configure a queue before any daemon serves it or while its jobs are all scheduled or retryable (those are not counted)"
 
-func (a *api) changeQueue(w http.ResponseWriter, r *http.Request, hint string, change func(q string) (coordinator.QueueConfig, bool, error)) {
+func (a *Handler) changeQueue(w http.ResponseWriter, r *http.Request, hint string, change func(q string) (coordinator.QueueConfig, bool, error)) {
 	force, err := forceParam(r)
 	if err != nil {
 		a.fail(w, r, err)
@@ -274,10 +279,10 @@ func (a *api) changeQueue(w http.ResponseWriter, r *http.Request, hint string, c
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, queueResponse{Queue: conf, Changed: changed})
+	WriteJSON(w, http.StatusOK, QueueResponse{Queue: conf, Changed: changed})
 }
 
-func (a *api) listPeriodic(w http.ResponseWriter, r *http.Request) {
+func (a *Handler) listPeriodic(w http.ResponseWriter, r *http.Request) {
 	if err := checkQuery(r); err != nil {
 		a.fail(w, r, err)
 		return
@@ -287,5 +292,5 @@ func (a *api) listPeriodic(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("list periodic jobs: %w", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, periodicResponse{Periodic: ps})
+	WriteJSON(w, http.StatusOK, PeriodicResponse{Periodic: ps})
 }
