@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -53,6 +54,15 @@ func newJobsListCmd() *cobra.Command {
 	return cmd
 }
 
+// maxListPages bounds the pages one jobs list reads: a filter that matches
+// few of many jobs looks through at most maxListPages*ListScanMax of them
+// before it prints what it found and the cursor to go on from.
+const maxListPages = 100
+
+// maxListBytes bounds the jobs one jobs list holds (their JSON) when
+// large jobs fill pages before the limit.
+const maxListBytes = 64 << 20
+
 func runJobsList(cmd *cobra.Command, o *listOpts) error {
 	q := url.Values{}
 	if o.state != "" {
@@ -76,19 +86,35 @@ func runJobsList(cmd *cobra.Command, o *listOpts) error {
 	if o.limit < 1 || o.limit > coordinator.MaxListLimit {
 		return usagef("--limit %d: want 1 to %d", o.limit, coordinator.MaxListLimit)
 	}
-	q.Set("limit", strconv.Itoa(o.limit))
-	if o.after != "" {
-		q.Set("after", o.after)
-	}
 	c, err := o.target.client(cmd.Context())
 	if err != nil {
 		return err
 	}
 	defer c.close()
+	// A page ends short of the limit with a cursor when it looked through
+	// ListScanMax jobs without finding enough that match, or at the
+	// response size cap: page on, up to maxListPages pages and about
+	// maxListBytes of jobs.
 	var page coordinator.ListPage
-	if err := c.call(cmd.Context(), http.MethodGet, "/v1/jobs", q, nil, &page); err != nil {
-		return err
+	var jobs []*coordinator.Job
+	after, size, pages := o.after, 0, 0
+	for ; pages == 0 || (page.Next != "" && len(jobs) < o.limit && pages < maxListPages && size < maxListBytes); pages++ {
+		q.Set("limit", strconv.Itoa(o.limit-len(jobs)))
+		if after != "" {
+			q.Set("after", after)
+		}
+		page = coordinator.ListPage{}
+		if err := c.call(cmd.Context(), http.MethodGet, "/v1/jobs", q, nil, &page); err != nil {
+			return err
+		}
+		for _, j := range page.Jobs {
+			b, _ := json.Marshal(j)
+			size += len(b)
+		}
+		jobs = append(jobs, page.Jobs...)
+		after = page.Next
 	}
+	page.Jobs = jobs
 	if page.Jobs == nil {
 		page.Jobs = []*coordinator.Job{}
 	}
@@ -108,10 +134,8 @@ func runJobsList(cmd *cobra.Command, o *listOpts) error {
 		}
 	}
 	switch {
-	case page.Next != "" && len(page.Jobs) < o.limit && (o.state != "" || o.kind != "" || o.queue != ""):
-		// A filtered page ends after looking at a bounded number of
-		// jobs: short, or empty, is not the end.
-		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: the page ended early (a filtered page looks through at most %d jobs); more may match: run again with --after %s\n", coordinator.ListScanMax, page.Next)
+	case page.Next != "" && len(page.Jobs) < o.limit && size < maxListBytes:
+		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: stopped after %d pages (a filtered page looks through at most %d jobs); more may match: run again with --after %s\n", pages, coordinator.ListScanMax, page.Next)
 	case page.Next != "":
 		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: more jobs: run again with --after %s\n", page.Next)
 	}
