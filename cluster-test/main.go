@@ -217,13 +217,7 @@ func (h *harness) progress(ctx context.Context, w *workload, start time.Time, es
 		}
 		phase, _ := h.phase.Load().(string)
 		cur, _ := h.current.Load().(string)
-		eta := max(est-el, 0)
-		faults := fmt.Sprint(h.faultsDone.Load())
-		if p := h.planned.Load(); p > 0 {
-			faults += fmt.Sprintf("/%d", p)
-		}
-		s := fmt.Sprintf("[%s] %s: %d jobs (%.1f/s), faults %s%s, ETA %s", el.Round(time.Second), phase, n,
-			float64(n)/max(el.Seconds(), 1), faults, noteSuffix(cur), eta.Round(time.Second))
+		s := progressLine(el, est, phase, n, h.faultsDone.Load(), h.planned.Load(), cur)
 		if h.tty {
 			h.printMu.Lock()
 			h.lastProg = "\r\033[K" + s
@@ -233,6 +227,24 @@ func (h *harness) progress(ctx context.Context, w *workload, start time.Time, es
 			h.logf("%s", s)
 		}
 	}
+}
+
+// progressLine is one progress line: el into a run estimated to take est,
+// in phase, n jobs acknowledged, done of planned faults (planned 0: not
+// known), cur the fault or state of the moment.
+func progressLine(el, est time.Duration, phase string, n int, done, planned int64, cur string) string {
+	eta := "ETA " + max(est-el, 0).Round(time.Second).String()
+	if el > est {
+		// A quiesce that outlasts the estimate (a backlog drains, or
+		// jobs are stuck) ends by --quiesce-max at the latest.
+		eta = "past the estimate"
+	}
+	faults := fmt.Sprint(done)
+	if planned > 0 {
+		faults += fmt.Sprintf("/%d", planned)
+	}
+	return fmt.Sprintf("[%s] %s: %d jobs (%.1f/s), faults %s%s, %s", el.Round(time.Second), phase, n,
+		float64(n)/max(el.Seconds(), 1), faults, noteSuffix(cur), eta)
 }
 
 // moduleRoot finds the directory of the leasehold module.
@@ -462,6 +474,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 				}
 			}
 			qEnd = q.observe(time.Now(), open)
+			h.setCurrent(fmt.Sprintf("%d jobs not final", open))
 		}
 		if qEnd == "" {
 			h.sleep(ctx, time.Second)
@@ -470,6 +483,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	if qEnd != quiesceAllFinal {
 		h.logf("quiesce ended: %s", describeQuiesce(qEnd, cfg.quiesce, cfg.quiesceMax))
 	}
+	h.setCurrent("")
 	qSecs := time.Since(qStart).Seconds()
 	stopSup()
 

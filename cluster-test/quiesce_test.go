@@ -77,3 +77,20 @@ func TestUnfinishedJobsByHowTheQuiesceEnded(t *testing.T) {
 		}
 	}
 }
+
+// The progress line counts down to the estimate, then says the run is past
+// it (a quiesce still draining) with the jobs not final, not "ETA 0s".
+func TestProgressLinePastTheEstimate(t *testing.T) {
+	for _, tc := range []struct {
+		el   time.Duration
+		cur  string
+		want string
+	}{
+		{90 * time.Second, "kill d2", "[1m30s] quiesce: 900 jobs (10.0/s), faults 3/4: kill d2, ETA 30s"},
+		{150 * time.Second, "120 jobs not final", "[2m30s] quiesce: 900 jobs (6.0/s), faults 3/4: 120 jobs not final, past the estimate"},
+	} {
+		if got := progressLine(tc.el, 2*time.Minute, "quiesce", 900, 3, 4, tc.cur); got != tc.want {
+			t.Errorf("progressLine(%s) = %q, want %q", tc.el, got, tc.want)
+		}
+	}
+}
