@@ -10,8 +10,9 @@ import (
 )
 
 // Field names of request bodies match exactly (encoding/json alone takes
-// "KIND" for "kind"), and a query parameter given twice is refused rather
-// than read once: either way nothing is written.
+// "KIND" for "kind"), and a field or a query parameter given twice is
+// refused rather than read once (encoding/json keeps the last field; a
+// proxy or a log may read the first): either way nothing is written.
 func TestAPIFieldNamesExactAndParametersOnce(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
 	for _, c := range []struct {
@@ -25,6 +26,10 @@ func TestAPIFieldNamesExactAndParametersOnce(t *testing.T) {
 		{"POST", "/v1/jobs/batch", `{"JOBS":[{"kind":"echo"}]}`, `unknown field "JOBS"`},
 		{"POST", "/v1/jobs/cancel", `{"All":true}`, `unknown field "All"`},
 		{"PUT", "/v1/queues/default/limit?force=true", `{"Limit":3}`, `unknown field "Limit"`},
+		{"POST", "/v1/jobs", `{"kind":"nope","kind":"echo"}`, `field "kind" is given twice: give each field once`},
+		{"POST", "/v1/jobs", `{"kind":"echo","unique":{"by_args":false,"by_args":true}}`, `field "unique.by_args" is given twice`},
+		{"POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo"},{"kind":"echo","queue":"a","queue":"b"}]}`, `field "jobs[1].queue" is given twice`},
+		{"POST", "/v1/jobs/batch", `{"jobs":[],"jobs":[{"kind":"echo"}]}`, `field "jobs" is given twice`},
 		{"GET", "/v1/jobs?state=running&state=bogus", "", `query parameter "state" is given 2 times`},
 		{"GET", "/v1/jobs/01ARZ3NDEKTSV4RRFFQ69G5FAV?wait=1s&wait=2s", "", `query parameter "wait" is given 2 times`},
 		{"POST", "/v1/queues/default/pause?force=false&force=true", "", `query parameter "force" is given 2 times`},
@@ -42,8 +47,9 @@ func TestAPIFieldNamesExactAndParametersOnce(t *testing.T) {
 		t.Errorf("%d jobs written by refused requests", n)
 	}
 	// Exact names still go through, nested ones and payloads of any shape
-	// included.
-	code, body := e.do(t, "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo","payload":{"Any":[{"Case":1}]},"max_attempts":3,"unique":{"by_args":true},"metadata":{"X":1}}]}`)
+	// included (a payload's keys are its handler's business, repeated
+	// ones too).
+	code, body := e.do(t, "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo","payload":{"Any":[{"Case":1}],"a":1,"a":2},"max_attempts":3,"unique":{"by_args":true},"metadata":{"X":1}}]}`)
 	if code != http.StatusCreated {
 		t.Errorf("batch with exact names: %d %s", code, body)
 	}

@@ -621,6 +621,10 @@ func exactFields(data []byte, t reflect.Type, where string) error {
 		if json.Unmarshal(data, &obj) != nil || obj == nil {
 			return nil // null, or not an object: decoded already
 		}
+		if k, ok := repeatedKey(data); ok {
+			// Decoding keeps the last; a proxy or a log may read the first.
+			return fmt.Errorf("field %q is given twice: give each field once", where+k)
+		}
 		fields := maps.Collect(jsonNames(t))
 		for _, k := range SortedKeys(obj) {
 			ft, ok := fields[k]
@@ -651,6 +655,32 @@ func exactFields(data []byte, t reflect.Type, where string) error {
 		}
 	}
 	return nil
+}
+
+// repeatedKey returns a key that the JSON object data has more than once
+// (spelled the same; data is a valid object).
+func repeatedKey(data []byte) (string, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if _, err := dec.Token(); err != nil { // {
+		return "", false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		k, _ := tok.(string)
+		if seen[k] {
+			return k, true
+		}
+		seen[k] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return "", false
+		}
+	}
+	return "", false
 }
 
 // InvalidUTF8 returns the offset of the first byte of b that is not valid
