@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net"
 	"net/url"
+	"os"
 	"os/signal"
 	"slices"
 	"strconv"
@@ -12,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/leasehold/leasehold/internal/etcdnode"
 	"github.com/spf13/cobra"
 )
@@ -61,6 +65,14 @@ production, run etcd itself.`,
 	f.DurationVar(&o.cfg.ElectionTimeout, "election-timeout", time.Second, "raft election timeout")
 	f.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", 100*time.Millisecond, "raft heartbeat interval")
 	f.StringVar(&o.cfg.LogLevel, "etcd-log-level", "error", "etcd's own log level")
+	f.StringVar(&o.cfg.ClientTLS.CertFile, "cert-file", "", "serve clients over TLS with this certificate (PEM; with --key-file and an https --listen-client)")
+	f.StringVar(&o.cfg.ClientTLS.KeyFile, "key-file", "", "key of --cert-file (PEM)")
+	f.StringVar(&o.cfg.ClientTLS.TrustedCAFile, "trusted-ca-file", "", "CA (PEM) that signs the client certificates --client-cert-auth requires")
+	f.BoolVar(&o.cfg.ClientTLS.ClientCertAuth, "client-cert-auth", false, "require a client certificate signed by --trusted-ca-file")
+	f.StringVar(&o.cfg.PeerTLS.CertFile, "peer-cert-file", "", "talk to other members over TLS with this certificate (PEM; with --peer-key-file and https peer URLs)")
+	f.StringVar(&o.cfg.PeerTLS.KeyFile, "peer-key-file", "", "key of --peer-cert-file (PEM)")
+	f.StringVar(&o.cfg.PeerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "CA (PEM) that signs the peer certificates --peer-client-cert-auth requires")
+	f.BoolVar(&o.cfg.PeerTLS.ClientCertAuth, "peer-client-cert-auth", false, "require a peer certificate signed by --peer-trusted-ca-file")
 	return cmd
 }
 
@@ -258,6 +270,12 @@ func (o *etcdOpts) validate(cmd *cobra.Command) error {
 			return usagef("%s has %s=%s but this member advertises peer URL %s (%s): make them the same", ic, c.Name, mine[0], peer, peerFlag)
 		}
 	}
+	if err := checkEtcdTLS(cmd, "", c.ClientTLS, c.ClientURL, c.AdvertiseClientURL, "listen-client", "advertise-client"); err != nil {
+		return err
+	}
+	if err := checkEtcdTLS(cmd, "peer-", c.PeerTLS, c.PeerURL, c.AdvertisePeerURL, "listen-peer", "advertise-peer"); err != nil {
+		return err
+	}
 	// etcd would bind the peer URL and then fail on its own listener.
 	if etcdnode.SameListenAddr(c.ClientURL, c.PeerURL) {
 		return usagef("%s %q and %s %q are the same address: give each its own port", l("listen-client"), c.ClientURL, l("listen-peer"), c.PeerURL)
@@ -281,6 +299,54 @@ func (o *etcdOpts) validate(cmd *cobra.Command) error {
 		}
 		if err != nil || d < 0 {
 			return usagef("%s %q: want a duration such as 5m or 1h", l("auto-compaction-retention"), r)
+		}
+	}
+	return nil
+}
+
+// checkEtcdTLS refuses the TLS flags of one side of the member (prefix
+// "" for clients, "peer-" for peers) that etcd would refuse, or start
+// with and then fail every connection: a certificate without its key, an
+// https URL without a certificate or a certificate for http URLs, client
+// certificates required with no CA to check them, files that do not
+// load.
+func checkEtcdTLS(cmd *cobra.Command, prefix string, t etcdnode.TLSFiles, listen, advertise, listenFlag, advertiseFlag string) error {
+	l := func(name string) string { return flagLabel(cmd, name) }
+	cert, key, ca, auth := l(prefix+"cert-file"), l(prefix+"key-file"), l(prefix+"trusted-ca-file"), l(prefix+"client-cert-auth")
+	if (t.CertFile == "") != (t.KeyFile == "") {
+		return usagef("%s and %s go together: pass both, or neither", cert, key)
+	}
+	if t.ClientCertAuth && t.TrustedCAFile == "" {
+		return usagef("%s needs %s, the CA that signs the certificates it requires", auth, ca)
+	}
+	on := t.CertFile != ""
+	if !on && (t.TrustedCAFile != "" || t.ClientCertAuth) {
+		return usagef("%s and %s apply to TLS: pass %s and %s too, with https URLs", ca, auth, cert, key)
+	}
+	for _, u := range []struct{ flag, url string }{{l(listenFlag), listen}, {l(advertiseFlag), advertise}} {
+		if u.url == "" {
+			continue
+		}
+		switch https := strings.HasPrefix(u.url, "https://"); {
+		case https && !on:
+			return usagef("%s %s serves TLS: pass %s and %s", u.flag, u.url, cert, key)
+		case !https && on:
+			return usagef("%s is given but %s %s is plain http: use https://", cert, u.flag, u.url)
+		}
+	}
+	if !on {
+		return nil
+	}
+	if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+		return usagef("%s %s / %s %s: %s: give a PEM certificate and its key", cert, t.CertFile, key, t.KeyFile, apiserver.OneLine(err.Error()))
+	}
+	if t.TrustedCAFile != "" {
+		pem, err := os.ReadFile(t.TrustedCAFile)
+		if err != nil {
+			return usagef("%s: %s", ca, apiserver.OneLine(err.Error()))
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return usagef("%s %s holds no PEM certificate", ca, t.TrustedCAFile)
 		}
 	}
 	return nil

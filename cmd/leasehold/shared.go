@@ -111,7 +111,7 @@ func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Clien
 		FailFast:           log == nil,
 	})
 	if err != nil {
-		return nil, nil, failf("cannot reach etcd at %s: %s: check --etcd and the TLS/auth flags", strings.Join(e.endpoints, ","), apiserver.OneLine(err.Error()))
+		return nil, nil, failf("cannot reach etcd at %s: %s: %s", strings.Join(e.endpoints, ","), apiserver.OneLine(err.Error()), dialHint(err))
 	}
 	store := etcdkv.New(cli, etcdkv.Options{MaxRequestBytes: int(e.maxRequest)})
 	if log != nil {
@@ -218,4 +218,20 @@ func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp := rec.Result()
 	resp.Request = r
 	return resp, nil
+}
+
+// dialHint says what to do about a failed dial, from what etcdkv's probe
+// of the TLS handshake found.
+func dialHint(err error) string {
+	switch {
+	case errors.Is(err, etcdkv.ErrClientCertRequired):
+		return "pass --etcd-cert and --etcd-key with a client certificate that the server's --trusted-ca-file signed"
+	case errors.Is(err, etcdkv.ErrServerCertUntrusted):
+		return "pass --etcd-ca with the CA that signed the server's certificate"
+	case errors.Is(err, etcdkv.ErrServerTLS):
+		return "use https:// endpoints (with --etcd-ca)"
+	case errors.Is(err, etcdkv.ErrServerPlain):
+		return "the server does not speak TLS: use http:// endpoints, without --etcd-ca, --etcd-cert and --etcd-key"
+	}
+	return "check --etcd and the TLS/auth flags"
 }

@@ -91,6 +91,10 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 		if err := allRefused(ctx, cfg.Endpoints); err != nil {
 			return nil, fmt.Errorf("etcdkv: dial: every endpoint refused the connection: %w", err)
 		}
+		// A TLS mismatch fails every attempt alike: say which at once.
+		if err := probeTLS(ctx, cfg.Endpoints, ccfg.TLS); err != nil {
+			return nil, fmt.Errorf("etcdkv: dial: %w", err)
+		}
 	}
 	cli, err := clientv3.New(ccfg)
 	if err != nil {
@@ -108,6 +112,9 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 				why = "the caller's deadline passed"
 			}
 			return nil, fmt.Errorf("etcdkv: dial %v: %s before an endpoint answered (%w): %w", cfg.Endpoints, why, context.Cause(ctx), err)
+		}
+		if perr := probeTLS(ctx, cfg.Endpoints, ccfg.TLS); perr != nil {
+			return nil, fmt.Errorf("etcdkv: dial: no etcd endpoint answered within %v: %w (%w)", ccfg.DialTimeout, perr, err)
 		}
 		return nil, fmt.Errorf("etcdkv: dial: no etcd endpoint answered within %v: %w", ccfg.DialTimeout, err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/soheilhy/cmux"
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -74,6 +75,24 @@ type Config struct {
 	MaxRequestBytes uint
 	// ClusterToken separates clusters that share hosts. Default: "leasehold".
 	ClusterToken string
+	// ClientTLS serves clients over TLS (ClientURL https://); PeerTLS,
+	// the other members (PeerURL https://). Zero: plain TCP.
+	ClientTLS, PeerTLS TLSFiles
+}
+
+// TLSFiles are the PEM files of one side of a member, as etcd's
+// --cert-file, --key-file, --trusted-ca-file and --client-cert-auth (or
+// their --peer-* forms) take them.
+type TLSFiles struct {
+	CertFile, KeyFile string
+	// TrustedCAFile signs the certificates that ClientCertAuth requires
+	// of every client (or peer).
+	TrustedCAFile  string
+	ClientCertAuth bool
+}
+
+func (f TLSFiles) info() transport.TLSInfo {
+	return transport.TLSInfo{CertFile: f.CertFile, KeyFile: f.KeyFile, TrustedCAFile: f.TrustedCAFile, ClientCertAuth: f.ClientCertAuth}
 }
 
 // The values of Config.InitialClusterState, as etcd's
@@ -417,6 +436,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxRequestBytes > 0 {
 		ec.MaxRequestBytes = cfg.MaxRequestBytes
 	}
+	ec.ClientTLSInfo, ec.PeerTLSInfo = cfg.ClientTLS.info(), cfg.PeerTLS.info()
 	e, err := startEtcd(ctx, ec, hold, stopping)
 	if err != nil {
 		if ae := addrInUse(err, cfg); ae != nil {

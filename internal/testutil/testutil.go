@@ -1,23 +1,34 @@
 // Package testutil holds the small helpers that the tests of several
 // packages share: a quiet logger, a local store in a temporary directory,
 // a log buffer safe to read while written, one request to an
-// http.Handler, and a store that counts (and can cut) its range reads.
+// http.Handler, a store that counts (and can cut) its range reads, and a
+// TLS certificate for 127.0.0.1.
 // Only tests import it.
 package testutil
 
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"io"
 	"log/slog"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/localstore"
@@ -95,4 +106,39 @@ func (s *RangeCountingStore) Range(ctx context.Context, r kv.RangeRequest) (kv.R
 		return kv.RangeResult{}, ErrRangesCut
 	}
 	return s.Store.Range(ctx, r)
+}
+
+// WriteCert writes a self-signed certificate for 127.0.0.1 and localhost,
+// valid for an hour, and its key, as PEM files in dir. It is its own CA,
+// and serves as a server's and as a client's certificate.
+func WriteCert(t testing.TB, dir string) (certFile, keyFile string) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "leasehold test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
 }
