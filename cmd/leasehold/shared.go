@@ -231,7 +231,7 @@ func dialHint(err error) string {
 	case errors.Is(err, etcdkv.ErrServerTLS):
 		return "use https:// endpoints (with --etcd-ca)"
 	case errors.Is(err, etcdkv.ErrServerPlain):
-		return "the server does not speak TLS: use http:// endpoints, without --etcd-ca, --etcd-cert and --etcd-key"
+		return "use http:// endpoints, without --etcd-ca, --etcd-cert and --etcd-key"
 	}
 	return "check --etcd and the TLS/auth flags"
 }

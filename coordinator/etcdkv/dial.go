@@ -91,10 +91,6 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 		if err := allRefused(ctx, cfg.Endpoints); err != nil {
 			return nil, fmt.Errorf("etcdkv: dial: every endpoint refused the connection: %w", err)
 		}
-		// A TLS mismatch fails every attempt alike: say which at once.
-		if err := probeTLS(ctx, cfg.Endpoints, ccfg.TLS); err != nil {
-			return nil, fmt.Errorf("etcdkv: dial: %w", err)
-		}
 	}
 	cli, err := clientv3.New(ccfg)
 	if err != nil {
@@ -102,8 +98,31 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, ccfg.DialTimeout)
 	defer cancel()
+	// A TLS mismatch fails every attempt alike: a command that a user
+	// waits on probes for one while it dials, and fails at once on it.
+	probed := func() error { return nil } // waits for the probe's verdict
+	if cfg.FailFast {
+		pctx, pcancel := context.WithCancel(cctx)
+		sctx, scancel := context.WithCancel(cctx)
+		defer scancel()
+		done := make(chan struct{})
+		var mismatch error
+		go func() {
+			defer close(done)
+			if mismatch = probeTLS(pctx, cfg.Endpoints, ccfg.TLS); mismatch != nil {
+				scancel()
+			}
+		}()
+		defer func() { pcancel(); <-done }()
+		probed = func() error { <-done; return mismatch }
+		cctx = sctx
+	}
 	if _, err := firstStatus(cctx, cli, cfg.Endpoints); err != nil {
 		_ = cli.Close()
+		perr := probed()
+		if perr != nil {
+			return nil, fmt.Errorf("etcdkv: dial: %w", perr)
+		}
 		if ctx.Err() != nil {
 			// The caller gave up (a signal, its own deadline), not the
 			// endpoints: say that, with the endpoints' state as it was.
@@ -113,7 +132,10 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 			}
 			return nil, fmt.Errorf("etcdkv: dial %v: %s before an endpoint answered (%w): %w", cfg.Endpoints, why, context.Cause(ctx), err)
 		}
-		if perr := probeTLS(ctx, cfg.Endpoints, ccfg.TLS); perr != nil {
+		if !cfg.FailFast {
+			perr = probeTLS(ctx, cfg.Endpoints, ccfg.TLS)
+		}
+		if perr != nil {
 			return nil, fmt.Errorf("etcdkv: dial: no etcd endpoint answered within %v: %w (%w)", ccfg.DialTimeout, perr, err)
 		}
 		return nil, fmt.Errorf("etcdkv: dial: no etcd endpoint answered within %v: %w", ccfg.DialTimeout, err)

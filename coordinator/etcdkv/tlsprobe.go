@@ -5,11 +5,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // What a TLS probe of an endpoint that did not answer found (Dial wraps
@@ -34,27 +33,48 @@ var (
 // probeTLS connects to each TCP endpoint for up to a second: over TLS as
 // the client would (with tc, or the system roots when tc is nil) for an
 // https:// one, and with a handshake that checks nothing for an http://
-// one. It returns what explains a failed dial (the errors above, for the
-// first endpoint that shows one), or nil.
+// one. It returns nil as soon as one endpoint's TLS matches the client's
+// (or when none shows a mismatch), and otherwise what explains a failed
+// dial: the errors above, for the first endpoint in order that shows one.
 func probeTLS(ctx context.Context, eps []string, tc *tls.Config) error {
-	errs := make([]error, len(eps))
-	var g errgroup.Group
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type result struct {
+		i     int
+		match bool
+		err   error
+	}
+	results := make(chan result, len(eps))
+	n := 0
 	for i, ep := range eps {
 		scheme, host, ok := strings.Cut(ep, "://")
 		if !ok || (scheme != "http" && scheme != "https") {
 			continue
 		}
 		host, _, _ = strings.Cut(host, "/")
-		g.Go(func() error {
-			pctx, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			if err := probeOne(pctx, host, scheme == "https", tc); err != nil {
-				errs[i] = fmt.Errorf("%s: %w", ep, err)
+		n++
+		go func() {
+			pctx, pcancel := context.WithTimeout(ctx, time.Second)
+			defer pcancel()
+			match, err := probeOne(pctx, host, scheme == "https", tc)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", ep, err)
+			}
+			results <- result{i, match, err}
+		}()
+	}
+	errs := make([]error, len(eps))
+	for k := range n {
+		r := <-results
+		if r.match {
+			cancel() // the others end promptly: drain them
+			for range n - k - 1 {
+				<-results
 			}
 			return nil
-		})
+		}
+		errs[r.i] = r.err
 	}
-	_ = g.Wait()
 	for _, err := range errs {
 		if err != nil {
 			return err
@@ -63,24 +83,32 @@ func probeTLS(ctx context.Context, eps []string, tc *tls.Config) error {
 	return nil
 }
 
-// probeOne is probeTLS for one endpoint.
-func probeOne(ctx context.Context, host string, https bool, tc *tls.Config) error {
+// probeOne is probeTLS for one endpoint: match reports that its TLS, or
+// its lack of it, is what the client speaks; err names a mismatch. Both
+// zero: unknown (no connection, no answer in time).
+func probeOne(ctx context.Context, host string, https bool, tc *tls.Config) (match bool, err error) {
 	var d net.Dialer
 	raw, err := d.DialContext(ctx, "tcp", host)
 	if err != nil {
-		return nil // not a TLS matter
+		return false, nil // not a TLS matter
 	}
 	defer raw.Close()
+	stop := context.AfterFunc(ctx, func() { _ = raw.Close() })
+	defer stop()
 	if dl, ok := ctx.Deadline(); ok {
 		_ = raw.SetDeadline(dl)
 	}
 	if !https {
 		// A plain endpoint: does a TLS server answer it?
 		probe := tls.Client(raw, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}, MinVersion: tls.VersionTLS12}) //nolint:gosec // only asks whether the server speaks TLS
-		if probe.HandshakeContext(ctx) == nil {
-			return ErrServerTLS
+		err := probe.HandshakeContext(ctx)
+		switch {
+		case err == nil:
+			return false, ErrServerTLS
+		case ctx.Err() != nil:
+			return false, nil
 		}
-		return nil
+		return true, nil
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12} // clientv3's for https without files: the system roots
 	if tc != nil {
@@ -106,14 +134,17 @@ func probeOne(ctx context.Context, host string, https bool, tc *tls.Config) erro
 	var cve *tls.CertificateVerificationError
 	switch {
 	case err == nil:
-		return nil
+		return true, nil
 	case errors.As(err, &rec):
-		return ErrServerPlain
+		return false, ErrServerPlain
+	case errors.Is(err, io.EOF) && !conn.ConnectionState().HandshakeComplete && ctx.Err() == nil:
+		// etcd without TLS closes the connection on a ClientHello.
+		return false, fmt.Errorf("%w (it closed the connection at the TLS handshake)", ErrServerPlain)
 	case errors.As(err, &cve):
-		return fmt.Errorf("%w (%v)", ErrServerCertUntrusted, cve.Err)
+		return false, fmt.Errorf("%w (%v)", ErrServerCertUntrusted, cve.Err)
 	case strings.Contains(err.Error(), "certificate required"), strings.Contains(err.Error(), "bad certificate"),
 		strings.Contains(err.Error(), "unknown certificate authority"):
-		return fmt.Errorf("%w (%v)", ErrClientCertRequired, err)
+		return false, fmt.Errorf("%w (%v)", ErrClientCertRequired, err)
 	}
-	return nil
+	return false, nil
 }

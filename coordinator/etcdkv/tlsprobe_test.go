@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -40,6 +41,26 @@ func TestProbeTLSNamesTheMismatch(t *testing.T) {
 	mutual, plainTLS := serve(tls.RequireAndVerifyClientCert), serve(tls.NoClientCert)
 	plain := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	t.Cleanup(plain.Close)
+	// A server that closes the connection on what it reads, as etcd
+	// without TLS does on a ClientHello.
+	closer, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	t.Cleanup(func() { _ = closer.Close(); <-closed })
+	go func() {
+		defer close(closed)
+		for {
+			c, err := closer.Accept()
+			if err != nil {
+				return
+			}
+			var b [16 << 10]byte // the whole ClientHello: no reset on close
+			_, _ = c.Read(b[:])
+			_ = c.Close()
+		}
+	}()
 	trusting := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	withCert := trusting.Clone()
 	withCert.Certificates = []tls.Certificate{cert}
@@ -56,6 +77,7 @@ func TestProbeTLSNamesTheMismatch(t *testing.T) {
 		{"http to TLS", strings.Replace(plainTLS.URL, "https://", "http://", 1), nil, ErrServerTLS},
 		{"https to plain", strings.Replace(plain.URL, "http://", "https://", 1), trusting, ErrServerPlain},
 		{"plain to plain", plain.URL, nil, nil},
+		{"https to a server that closes", "https://" + closer.Addr().String(), trusting, ErrServerPlain},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			err := probeTLS(context.Background(), []string{c.ep}, c.tc)
