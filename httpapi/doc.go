@@ -19,7 +19,12 @@
 //
 // The Handler serves absolute paths (/v1/jobs, /jobs/{id}, /metrics):
 // give it the root of a server or listener of its own rather than a
-// prefix of the program's mux. The program's worker must have its
+// prefix of the program's mux (the JSON API works under
+// http.StripPrefix, the dashboard's links do not). Long-polls
+// (GET /v1/jobs/{id}?wait=, `leasehold jobs wait`) last up to 5 minutes:
+// leave the server's WriteTimeout at 0 or above that (the daemon sets
+// ReadHeaderTimeout 10 s, ReadTimeout and IdleTimeout 2 min, and no
+// WriteTimeout). The program's worker must have its
 // handlers registered before New: their kinds are the ones the API
 // accepts (plus Config.Kinds), and a request over a payload limit is
 // told to raise the daemon's --max-payload, which for a program is

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apiserver"
@@ -15,6 +18,7 @@ import (
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 // ErrConfig is the cause of New's errors: the Config cannot be served.
@@ -34,9 +38,9 @@ type Backuper interface {
 // Config configures a Handler. Every field is optional.
 type Config struct {
 	// Worker is the program's worker, if it runs one, with its handlers
-	// registered: the API accepts jobs of its kinds, /readyz reports
-	// whether its session is valid, and the dashboard marks it as this
-	// process.
+	// registered (New reads its kinds): the API accepts jobs of its
+	// kinds, /readyz reports whether its session is valid, and the
+	// dashboard marks it as this process.
 	Worker *worker.Worker
 	// Kinds are the kinds accepted beyond the Worker's (those that
 	// workers elsewhere run), or the Worker's with a payload check (a nil
@@ -47,26 +51,28 @@ type Config struct {
 	// that knows them. It is what the daemon does in shared mode.
 	AnyLiveKind bool
 	// Token, if set, is required as "Authorization: Bearer TOKEN" on
-	// every request but GET, HEAD and OPTIONS (401 otherwise).
+	// every request but GET, HEAD and OPTIONS (401 otherwise). Spaces and
+	// a newline around it (as read from a file) are dropped.
 	Token string
 	// LoopbackOnly refuses (403) requests whose Host is not a loopback
 	// name: set it when the server listens on a loopback address, against
 	// DNS rebinding.
 	LoopbackOnly bool
-	// Registry is what /metrics serves. New registers the API's HTTP
+	// Registry is what /metrics serves; New registers the API's HTTP
 	// series on it (leasehold_http_requests_total,
-	// leasehold_http_request_seconds) and, unless Metrics is set, the
-	// library's series (metrics.New) with the job gauges. Nil: a registry
-	// of the handler's own, with the Go runtime's and the process's
-	// series too, as the daemon serves.
+	// leasehold_http_request_seconds). prometheus.DefaultRegisterer is a
+	// *prometheus.Registry. Nil: a registry of the handler's own, with the
+	// HTTP series and the Go runtime's and the process's.
 	Registry *prometheus.Registry
-	// Metrics are the program's metrics (package metrics), made on
-	// Registry: the API counts the jobs it enqueues there
-	// (leasehold_enqueued_total), and the program registers the job
-	// gauges itself (Metrics.RegisterJobs).
+	// Metrics are the program's metrics (package metrics, made on
+	// Registry and wired to its coordinator and worker as that package
+	// says, job gauges included): the API counts the jobs it enqueues
+	// there (leasehold_enqueued_total). Without them /metrics serves no
+	// job, worker or store series.
 	Metrics *metrics.Metrics
 	// Backup serves POST /v1/backup (and `leasehold backup`): pass the
-	// embedded store. Nil: the route answers 400, as in shared mode.
+	// embedded store. Nil (or a nil *localstore.Store): the route answers
+	// 400 saying how to back up.
 	Backup Backuper
 	// StoreTimeout bounds the store work of one request, after which it
 	// is answered 503 with Retry-After (0: 10 s).
@@ -81,13 +87,19 @@ type Handler struct {
 	h *apiserver.Handler
 }
 
-// New returns the API of coord as cfg says.
+// New returns the API of coord as cfg says. It refuses (ErrConfig) a
+// config that cannot serve: no coordinator, metrics not made on Registry,
+// a second Handler on one Registry, a token that is only spaces or holds
+// any, a Worker with no handlers yet. With no Worker, Kinds or
+// AnyLiveKind it serves everything but enqueueing (a dashboard and
+// operations on the jobs that programs elsewhere enqueue).
 func New(coord *coordinator.Coordinator, cfg Config) (*Handler, error) {
 	if coord == nil {
 		return nil, fmt.Errorf("%w: no coordinator: pass the one the program enqueues through", ErrConfig)
 	}
-	if cfg.Metrics != nil && cfg.Registry == nil {
-		return nil, fmt.Errorf("%w: Metrics without Registry: pass the registry the metrics were made on, which /metrics serves", ErrConfig)
+	token := strings.TrimSpace(cfg.Token)
+	if cfg.Token != "" && (token == "" || strings.IndexFunc(token, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0) {
+		return nil, fmt.Errorf("%w: Token is empty or holds spaces or control characters: pass the token alone", ErrConfig)
 	}
 	kinds := map[string]apiserver.PayloadCheck{}
 	for k, check := range cfg.Kinds {
@@ -97,11 +109,14 @@ func New(coord *coordinator.Coordinator, cfg Config) (*Handler, error) {
 		kinds[k] = apiserver.PayloadCheck(check)
 	}
 	ac := apiserver.Config{
-		Coord: coord, Kinds: kinds, Shared: cfg.AnyLiveKind, MaxPayload: coord.MaxPayloadBytes(),
-		Logger: cfg.Logger, Auth: apiserver.AuthConfig{Token: cfg.Token, LoopbackOnly: cfg.LoopbackOnly},
+		Coord: coord, Kinds: kinds, LiveKinds: cfg.AnyLiveKind, MaxPayload: coord.MaxPayloadBytes(),
+		Logger: cfg.Logger, Auth: apiserver.AuthConfig{Token: token, LoopbackOnly: cfg.LoopbackOnly},
 		StoreTimeout: cfg.StoreTimeout,
 	}
 	if w := cfg.Worker; w != nil {
+		if len(w.Kinds()) == 0 {
+			return nil, fmt.Errorf("%w: the Worker has no handlers yet: register them (Handle) before New, which reads the kinds the API accepts", ErrConfig)
+		}
 		ac.Worker, ac.WorkerID = w, w.ID()
 		for _, k := range w.Kinds() {
 			if _, ok := kinds[k]; !ok {
@@ -109,19 +124,34 @@ func New(coord *coordinator.Coordinator, cfg Config) (*Handler, error) {
 			}
 		}
 	}
-	if cfg.Backup != nil {
-		ac.Backup = cfg.Backup
+	if b := cfg.Backup; b != nil && !nilPointer(b) {
+		ac.Backup = b
 	} else {
-		ac.NoBackup = "this program serves no backups (its httpapi.Config has no Backup): ask its owner to set it, or to back up with localstore.Store.Backup; " + apiserver.SharedBackupHint
+		ac.NoBackup = "this program serves no backups (its httpapi.Config has no Backup, which it can set in embedded mode); " + apiserver.SharedBackupHint
 	}
-	if cfg.Registry != nil {
-		m, err := apiserver.NewMetricsOn(cfg.Registry, cfg.Metrics)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w: serve one Handler per Registry", ErrConfig, err)
-		}
-		ac.Metrics = m
+	reg := cfg.Registry
+	switch {
+	case cfg.Metrics != nil && reg == nil:
+		return nil, fmt.Errorf("%w: Metrics without Registry: pass the registry the metrics were made on, which /metrics serves", ErrConfig)
+	case cfg.Metrics != nil && cfg.Metrics.Registerer() != prometheus.Registerer(reg):
+		return nil, fmt.Errorf("%w: Metrics were made on another registry than Registry: /metrics would not serve them", ErrConfig)
+	case reg == nil:
+		reg = prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	}
+	m, err := apiserver.NewMetricsOn(reg, cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w: serve one Handler per Registry", ErrConfig, err)
+	}
+	ac.Metrics = m
 	return &Handler{h: apiserver.New(ac)}, nil
+}
+
+// nilPointer reports whether v holds a nil pointer (a nil
+// *localstore.Store as a Backuper).
+func nilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
 // ServeHTTP serves one request.

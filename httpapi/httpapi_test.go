@@ -95,7 +95,7 @@ func newClient(t *testing.T, url, token string) *client.Client {
 // dashboard and /readyz see the program's worker.
 func TestServesTheProgramsWorker(t *testing.T) {
 	p := newProgram(t, nil)
-	h, err := httpapi.New(p.coord, httpapi.Config{Worker: p.w, Token: "s3cret", Logger: testutil.QuietLogger(t)})
+	h, err := httpapi.New(p.coord, httpapi.Config{Worker: p.w, Token: "s3cret\n", Logger: testutil.QuietLogger(t)}) // as read from a file
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +180,18 @@ func TestKindsAndPayloadChecks(t *testing.T) {
 	if _, err := newClient(t, serve(t, h2), "").Insert(ctx, client.RawArgs{KindName: "anything"}, nil); err != nil {
 		t.Errorf("AnyLiveKind with no live worker: %v", err)
 	}
+	// Neither a worker nor kinds: everything but enqueueing.
+	h3, err := httpapi.New(q.coord, httpapi.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c3 := newClient(t, serve(t, h3), "")
+	if _, err := c3.Insert(ctx, client.RawArgs{KindName: "anything"}, nil); !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "takes no kinds") {
+		t.Errorf("insert through an API with no kinds: %v; want ErrInvalid saying it takes none", err)
+	}
+	if page, err := c3.List(ctx, client.ListParams{}); err != nil || len(page.Jobs) != 1 {
+		t.Errorf("list through an API with no kinds: %d jobs, %v; want the one enqueued", len(page.Jobs), err)
+	}
 }
 
 // With the program's registry and metrics, /metrics serves the program's
@@ -222,15 +234,25 @@ func TestMetricsOnTheProgramsRegistry(t *testing.T) {
 		t.Errorf("a second Handler on the registry: %v; want ErrConfig", err)
 	}
 
-	// A registry of the program's without its metrics: the API registers
-	// the library's series and the job gauges there itself.
-	own := prometheus.NewRegistry()
-	h2, err := httpapi.New(p.coord, httpapi.Config{Registry: own})
-	if err != nil {
+	// A registry without the program's metrics (here: made on it, not
+	// passed): the API adds its HTTP series only, registers nothing twice,
+	// and serves no library series that nothing updates.
+	bare := prometheus.NewRegistry()
+	if _, err := httpapi.New(p.coord, httpapi.Config{Registry: bare}); err != nil {
 		t.Fatal(err)
 	}
-	if _, body := testutil.APICall(t, h2, "GET", "/metrics", ""); !strings.Contains(string(body), `leasehold_jobs{state="completed"} 1`) {
-		t.Errorf("/metrics of a registry without the program's metrics lacks the job gauges")
+	if mf, err := bare.Gather(); err != nil || len(mf) != 0 {
+		t.Errorf("a registry without metrics holds %d families before a request (%v); want none", len(mf), err)
+	}
+	made := prometheus.NewRegistry()
+	metrics.New(made)
+	h3, err := httpapi.New(p.coord, httpapi.Config{Registry: made})
+	if err != nil {
+		t.Fatalf("a registry with metrics made but not passed: %v", err)
+	}
+	testutil.APICall(t, h3, "GET", "/healthz", "")
+	if _, body := testutil.APICall(t, h3, "GET", "/metrics", ""); !strings.Contains(string(body), "leasehold_http_requests_total") {
+		t.Errorf("/metrics lacks the HTTP series")
 	}
 }
 
@@ -243,7 +265,11 @@ func TestBackup(t *testing.T) {
 		backup httpapi.Backuper
 		code   int
 		msg    string
-	}{{"with the store", p.store, http.StatusOK, `"revision"`}, {"without", nil, http.StatusBadRequest, "this program serves no backups"}} {
+	}{
+		{"with the store", p.store, http.StatusOK, `"revision"`},
+		{"without", nil, http.StatusBadRequest, "this program serves no backups"},
+		{"a nil store", (*localstore.Store)(nil), http.StatusBadRequest, "this program serves no backups"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := httpapi.New(p.coord, httpapi.Config{Backup: tc.backup})
 			if err != nil {
@@ -254,7 +280,7 @@ func TestBackup(t *testing.T) {
 			if code != tc.code || !strings.Contains(string(body), tc.msg) {
 				t.Fatalf("POST /v1/backup: %d %s; want %d and %s", code, body, tc.code, tc.msg)
 			}
-			if _, err := localstore.ReadBackup(dir); (err == nil) != (tc.backup != nil) {
+			if _, err := localstore.ReadBackup(dir); (err == nil) != (tc.code == http.StatusOK) {
 				t.Errorf("ReadBackup: %v", err)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -269,6 +295,10 @@ func TestBackup(t *testing.T) {
 // New refuses a config it cannot serve, saying what to pass.
 func TestConfigErrors(t *testing.T) {
 	p := newProgram(t, nil)
+	bare, err := worker.New(p.coord, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name  string
 		coord *coordinator.Coordinator
@@ -278,6 +308,10 @@ func TestConfigErrors(t *testing.T) {
 		{"no coordinator", nil, httpapi.Config{}, "no coordinator"},
 		{"metrics without their registry", p.coord, httpapi.Config{Metrics: metrics.New(prometheus.NewRegistry())}, "Metrics without Registry"},
 		{"a bad kind", p.coord, httpapi.Config{Kinds: map[string]httpapi.PayloadCheck{"a b": nil}}, "kind"},
+		{"metrics of another registry", p.coord, httpapi.Config{Registry: prometheus.NewRegistry(), Metrics: metrics.New(prometheus.NewRegistry())}, "another registry"},
+		{"a token of spaces", p.coord, httpapi.Config{Token: " \n"}, "Token"},
+		{"a token with a space", p.coord, httpapi.Config{Token: "s3 cret"}, "Token"},
+		{"a worker without handlers", p.coord, httpapi.Config{Worker: bare}, "register them (Handle) before New"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := httpapi.New(tc.coord, tc.cfg)

@@ -124,6 +124,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
+// Registerer returns the registerer the instruments were registered on.
+func (m *Metrics) Registerer() prometheus.Registerer { return m.reg }
+
 // CountEnqueued counts a job inserted (leasehold_enqueued_total). The
 // daemon's API calls it for the jobs it inserts; a program that enqueues
 // through coordinator.Enqueue calls it for those it wants counted.

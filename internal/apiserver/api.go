@@ -184,6 +184,9 @@ type Config struct {
 	// the namespace, and any kind while no daemon is live: jobs wait for
 	// a daemon that knows them.
 	Shared bool
+	// LiveKinds accepts kinds as Shared does, in a program whose store
+	// (Pebble or etcd) the API does not know: its messages name both.
+	LiveKinds bool
 	// MaxPayload is the coordinator's payload limit, in bytes.
 	MaxPayload int
 	// CLI: the in-process API of a shared-mode CLI command, with no
@@ -370,8 +373,11 @@ func storeTimedOut(r *http.Request) bool {
 // request that writes, that its outcome is unknown.
 func (a *Handler) timeoutMessage(r *http.Request) string {
 	why := "the data directory's disk stalled?"
-	if a.cfg.Shared {
+	switch {
+	case a.cfg.Shared:
 		why = "etcd unreachable or without quorum?"
+	case a.cfg.LiveKinds:
+		why = "etcd unreachable or without quorum, or the data directory's disk stalled?"
 	}
 	msg := fmt.Sprintf("the store did not answer within %s (%s)", a.cfg.StoreTimeout, why)
 	switch {
@@ -755,7 +761,7 @@ func (a *Handler) params(req CreateRequest, now time.Time, live func() ([]string
 		return coordinator.EnqueueParams{}, badRequest("%s", CleanCoordError(err))
 	}
 	check, ok := a.cfg.Kinds[req.Kind]
-	if !ok && a.cfg.Shared {
+	if !ok && (a.cfg.Shared || a.cfg.LiveKinds) {
 		names, err := live()
 		if err != nil {
 			return coordinator.EnqueueParams{}, err
@@ -765,6 +771,9 @@ func (a *Handler) params(req CreateRequest, now time.Time, live func() ([]string
 			return coordinator.EnqueueParams{}, badRequest("unknown kind %s: the live daemons run %s", req.Kind, strings.Join(names, ", "))
 		}
 		check = a.cfg.KnownChecks[req.Kind]
+	}
+	if !ok && len(a.kindNames) == 0 {
+		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this API takes no kinds (it runs no handlers): enqueue through one that does", req.Kind)
 	}
 	if !ok {
 		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this daemon runs %s", req.Kind, strings.Join(a.kindNames, ", "))
@@ -846,7 +855,7 @@ func (a *Handler) createJob(w http.ResponseWriter, r *http.Request) {
 	if res.Existed {
 		status = http.StatusOK
 	} else {
-		a.m.CountEnqueued(res.Job)
+		a.m.countEnqueued(res.Job)
 	}
 	WriteJSON(w, status, CreateResponse{Job: res.Job, Existed: res.Existed})
 }
@@ -902,7 +911,7 @@ func (a *Handler) createBatch(w http.ResponseWriter, r *http.Request) {
 		out.Jobs[i], out.Existed[i] = x.Job, x.Existed
 		if !x.Existed {
 			status = http.StatusCreated
-			a.m.CountEnqueued(x.Job)
+			a.m.countEnqueued(x.Job)
 		}
 	}
 	WriteJSON(w, status, out)

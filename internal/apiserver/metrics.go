@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,6 +21,8 @@ import (
 // Metrics holds one daemon's registry and instruments.
 type Metrics struct {
 	reg *prometheus.Registry
+	// Metrics are the library's series; nil in a program that serves
+	// none (httpapi without package metrics).
 	*metrics.Metrics
 	// jobs: New registers the job gauges (metrics.Metrics.RegisterJobs)
 	// on reg; not when the Metrics are a program's own, which registers
@@ -32,36 +35,43 @@ type Metrics struct {
 
 // NewMetrics returns a daemon's metrics: a registry of their own with
 // the library's series, the job gauges, the HTTP series and the Go
-// runtime's and the process's.
+// runtime's and the process's. The daemon wires the library's series to
+// its coordinator and worker (metrics.Metrics' hooks).
 func NewMetrics() *Metrics {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := NewMetricsOn(reg, nil)
+	m, err := NewMetricsOn(reg, metrics.New(reg))
 	if err != nil {
 		panic(err) // a new registry holds none of them
 	}
+	m.jobs = true
 	return m
 }
 
 // NewMetricsOn returns metrics that register the HTTP series on reg and
 // count enqueued jobs in lib, the library's series that a program
-// registered on reg itself (with its job gauges); with lib nil, the
-// library's series and the job gauges are registered on reg too. It fails
-// if reg holds the HTTP series already.
+// registered on reg itself with its job gauges (nil: none). It fails,
+// registering nothing, if reg holds the HTTP series already.
 func NewMetricsOn(reg *prometheus.Registry, lib *metrics.Metrics) (*Metrics, error) {
-	m := &Metrics{reg: reg}
+	m := &Metrics{reg: reg, Metrics: lib}
 	m.httpRequests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "leasehold_http_requests_total", Help: "HTTP requests served, by route and status code."}, []string{"route", "code"})
 	m.httpLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "leasehold_http_request_seconds", Help: "HTTP request latency, by route.", Buckets: prometheus.DefBuckets}, []string{"route"})
-	for _, c := range []prometheus.Collector{m.httpRequests, m.httpLatency} {
-		if err := reg.Register(c); err != nil {
-			return nil, fmt.Errorf("apiserver: register the HTTP series: %w", err)
-		}
+	if err := reg.Register(m.httpRequests); err != nil {
+		return nil, fmt.Errorf("register the HTTP series: %w", err)
 	}
-	m.Metrics = lib
-	if lib == nil {
-		m.Metrics, m.jobs = metrics.New(reg), true
+	if err := reg.Register(m.httpLatency); err != nil {
+		reg.Unregister(m.httpRequests)
+		return nil, fmt.Errorf("register the HTTP series: %w", err)
 	}
 	return m, nil
+}
+
+// countEnqueued counts a job inserted through the API, if the library's
+// series are served.
+func (m *Metrics) countEnqueued(j *coordinator.Job) {
+	if m.Metrics != nil {
+		m.CountEnqueued(j)
+	}
 }
 
 // observeRequest counts one HTTP request.
