@@ -89,8 +89,8 @@ type Handler struct {
 
 // New returns the API of coord as cfg says. It refuses (ErrConfig) a
 // config that cannot serve: no coordinator, metrics not made on Registry,
-// a second Handler on one Registry, a token that is only spaces or holds
-// any, a Worker with no handlers yet. With no Worker, Kinds or
+// a second Handler on one Registry, a token that is blank or holds a
+// space, a Worker with no handlers yet. With no Worker, Kinds or
 // AnyLiveKind it serves everything but enqueueing (a dashboard and
 // operations on the jobs that programs elsewhere enqueue).
 func New(coord *coordinator.Coordinator, cfg Config) (*Handler, error) {
