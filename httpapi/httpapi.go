@@ -90,7 +90,7 @@ type Handler struct {
 // New returns the API of coord as cfg says. It refuses (ErrConfig) a
 // config that cannot serve: no coordinator, metrics not made on Registry,
 // a second Handler on one Registry, a token that is blank or holds a
-// space, a Worker with no handlers yet. With no Worker, Kinds or
+// space, a Worker of another coordinator or with no handlers yet. With no Worker, Kinds or
 // AnyLiveKind it serves everything but enqueueing (a dashboard and
 // operations on the jobs that programs elsewhere enqueue).
 func New(coord *coordinator.Coordinator, cfg Config) (*Handler, error) {
@@ -114,6 +114,9 @@ func New(coord *coordinator.Coordinator, cfg Config) (*Handler, error) {
 		StoreTimeout: cfg.StoreTimeout,
 	}
 	if w := cfg.Worker; w != nil {
+		if w.Coordinator() != coord {
+			return nil, fmt.Errorf("%w: the Worker claims through another coordinator: pass the one it was made with", ErrConfig)
+		}
 		if len(w.Kinds()) == 0 {
 			return nil, fmt.Errorf("%w: the Worker has no handlers yet: register them (Handle) before New, which reads the kinds the API accepts", ErrConfig)
 		}

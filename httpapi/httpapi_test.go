@@ -299,6 +299,7 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	other := newProgram(t, nil)
 	for _, tc := range []struct {
 		name  string
 		coord *coordinator.Coordinator
@@ -312,6 +313,7 @@ func TestConfigErrors(t *testing.T) {
 		{"a token of spaces", p.coord, httpapi.Config{Token: " \n"}, "Token"},
 		{"a token with a space", p.coord, httpapi.Config{Token: "s3 cret"}, "Token"},
 		{"a worker without handlers", p.coord, httpapi.Config{Worker: bare}, "register them (Handle) before New"},
+		{"a worker of another coordinator", other.coord, httpapi.Config{Worker: p.w}, "another coordinator"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h, err := httpapi.New(tc.coord, tc.cfg)

@@ -311,6 +311,9 @@ func (w *Worker) Queues() []string { return slices.Clone(w.cfg.Queues) }
 // ID returns the worker's id.
 func (w *Worker) ID() string { return w.cfg.WorkerID }
 
+// Coordinator returns the coordinator the worker claims through.
+func (w *Worker) Coordinator() *coordinator.Coordinator { return w.c }
+
 // Running returns the number of handlers running now.
 func (w *Worker) Running() int { return int(w.inFlight.Load()) }
 
