@@ -17,10 +17,11 @@
 //	_ = srv.Shutdown(ctx)
 //	_ = h.Close(ctx)
 //
-// The Handler serves absolute paths (/v1/jobs, /jobs/{id}, /metrics):
-// give it the root of a server or listener of its own rather than a
-// prefix of the program's mux (the JSON API works under
-// http.StripPrefix, the dashboard's links do not). Long-polls
+// The Handler serves the daemon's paths (/v1/jobs, /jobs/{id},
+// /metrics) at the root of a server of its own, or under Config.Prefix on
+// the program's mux (mux.Handle("/leasehold/", h) with Prefix
+// "/leasehold"; the CLI then takes --server http://HOST/leasehold).
+// Long-polls
 // (GET /v1/jobs/{id}?wait=, `leasehold jobs wait`) last up to 5 minutes:
 // leave the server's WriteTimeout at 0 or above that (the daemon sets
 // ReadHeaderTimeout 10 s, ReadTimeout and IdleTimeout 2 min, and no

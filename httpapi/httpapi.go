@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"path"
 	"reflect"
 	"strings"
 	"time"
@@ -74,6 +75,11 @@ type Config struct {
 	// embedded store. Nil (or a nil *localstore.Store): the route answers
 	// 400 saying how to back up.
 	Backup Backuper
+	// Prefix is the path the handler is served under on the program's
+	// mux, such as "/leasehold" (mux.Handle("/leasehold/", h)): it strips
+	// it from each request and the dashboard's links stay under it. ""
+	// (the default): the root of a server of its own.
+	Prefix string
 	// StoreTimeout bounds the store work of one request, after which it
 	// is answered 503 with Retry-After (0: 10 s).
 	StoreTimeout time.Duration
@@ -82,7 +88,8 @@ type Config struct {
 }
 
 // Handler serves leasehold's HTTP API and dashboard. It is an
-// http.Handler; serve it at the root of a server of its own.
+// http.Handler: serve it at the root of a server of its own, or under
+// Config.Prefix.
 type Handler struct {
 	h *apiserver.Handler
 }
@@ -108,10 +115,14 @@ func New(coord *coordinator.Coordinator, cfg Config) (*Handler, error) {
 		}
 		kinds[k] = apiserver.PayloadCheck(check)
 	}
+	prefix := strings.TrimSuffix(cfg.Prefix, "/")
+	if prefix != "" && (prefix[0] != '/' || path.Clean(prefix) != prefix || strings.ContainsAny(prefix, "?#%")) {
+		return nil, fmt.Errorf("%w: Prefix %q: want a clean path such as /leasehold", ErrConfig, cfg.Prefix)
+	}
 	ac := apiserver.Config{
 		Coord: coord, Kinds: kinds, LiveKinds: cfg.AnyLiveKind, MaxPayload: coord.MaxPayloadBytes(),
 		Logger: cfg.Logger, Auth: apiserver.AuthConfig{Token: token, LoopbackOnly: cfg.LoopbackOnly},
-		StoreTimeout: cfg.StoreTimeout,
+		StoreTimeout: cfg.StoreTimeout, Prefix: prefix,
 	}
 	if w := cfg.Worker; w != nil {
 		if w.Coordinator() != coord {

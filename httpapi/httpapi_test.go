@@ -323,3 +323,47 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// Under Config.Prefix on a program's mux: the client and the CLI's
+// requests reach the API through the prefix, the dashboard's links stay
+// under it, and a path outside it is not served.
+func TestServedUnderAPrefix(t *testing.T) {
+	p := newProgram(t, nil)
+	h, err := httpapi.New(p.coord, httpapi.Config{Worker: p.w, Prefix: "/leasehold/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/leasehold/", h)
+	mux.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "the program's own", http.StatusTeapot) })
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, srv.URL+"/leasehold", "")
+	res, err := c.Insert(ctx, client.RawArgs{KindName: "email"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j, err := c.Wait(ctx, res.Job.ID); err != nil || j.State != coordinator.StateCompleted {
+		t.Fatalf("Wait under the prefix = %+v, %v", j, err)
+	}
+	code, body := testutil.APICall(t, h, "GET", "/leasehold/jobs/"+res.Job.ID, "")
+	for _, want := range []string{`<base href="/leasehold/">`, `href="jobs"`, `href="v1/jobs/` + res.Job.ID + `"`} {
+		if code != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Errorf("job page under the prefix: %d, lacks %s", code, want)
+		}
+	}
+	if code, _ := testutil.APICall(t, h, "GET", "/leasehold", ""); code != http.StatusOK {
+		t.Errorf("GET /leasehold: %d, want the overview", code)
+	}
+	if code, body := testutil.APICall(t, h, "GET", "/v1/jobs", ""); code != http.StatusNotFound || !strings.Contains(string(body), "served under /leasehold/") {
+		t.Errorf("GET /v1/jobs outside the prefix: %d %s", code, body)
+	}
+	if code, _ := testutil.APICall(t, h, "GET", "/leaseholdx/v1/jobs", ""); code != http.StatusNotFound {
+		t.Errorf("GET /leaseholdx/v1/jobs: %d, want 404", code)
+	}
+	if _, err := httpapi.New(p.coord, httpapi.Config{Prefix: "leasehold"}); !errors.Is(err, httpapi.ErrConfig) {
+		t.Errorf("Prefix without its leading /: %v, want ErrConfig", err)
+	}
+}

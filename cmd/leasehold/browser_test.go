@@ -281,7 +281,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		})
 		next := map[bool]string{true: "resume", false: "pause"}[want]
 		time.Sleep(700 * time.Millisecond) // the page reloads itself after an action
-		run("reload", chromedp.Navigate(e.srv.URL+"/?refresh=0"), chromedp.WaitVisible(chromedp.CSS(`#queue-default button[data-url="/v1/queues/default/`+next+`"]`)))
+		run("reload", chromedp.Navigate(e.srv.URL+"/?refresh=0"), chromedp.WaitVisible(chromedp.CSS(`#queue-default button[data-url="v1/queues/default/`+next+`"]`)))
 	}
 
 	// Screenshots, under load: two slots keep running short jobs that

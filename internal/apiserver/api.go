@@ -206,6 +206,10 @@ type Config struct {
 	// Backup takes backups for POST /v1/backup: the embedded daemon's
 	// store; nil in shared mode (backup.go).
 	Backup Backuper
+	// Prefix is the path the API is served under, such as "/leasehold"
+	// ("": the root). ServeHTTP strips it from each request (a path
+	// outside it is a 404), and the dashboard's links are relative to it.
+	Prefix string
 	// NoBackup is the error of POST /v1/backup without Backup (""
 	// SharedBackupHint).
 	NoBackup string
@@ -287,6 +291,19 @@ func (a *Handler) StopProbe(ctx context.Context) error { return a.probe.stop(ctx
 // ServeHTTP routes r, answers the mux's own 404 and 405 in JSON, and
 // counts and logs the request.
 func (a *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.cfg.Prefix != "" {
+		rest, ok := strings.CutPrefix(r.URL.Path, a.cfg.Prefix)
+		if !ok || (rest != "" && rest[0] != '/') {
+			WriteError(w, http.StatusNotFound, fmt.Sprintf("no endpoint %s %s: the API is served under %s/", r.Method, TruncateString(r.URL.Path, 200), a.cfg.Prefix))
+			return
+		}
+		r2 := new(http.Request)
+		*r2 = *r
+		r2.URL = new(url.URL)
+		*r2.URL = *r.URL
+		r2.URL.Path, r2.URL.RawPath = cmp.Or(rest, "/"), ""
+		r = r2
+	}
 	start := time.Now()
 	_, route := a.mux.Handler(r)
 	rw := &statusWriter{ResponseWriter: w, code: http.StatusOK}

@@ -121,7 +121,7 @@ func prettyJSON(raw json.RawMessage) string {
 }
 
 const dashboardBase = `{{define "page"}}<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
+<html lang="en"><head><meta charset="utf-8"><base href="{{.Base}}/">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{{.Title}} — leasehold {{.Namespace}}</title>
 <style>
@@ -163,10 +163,10 @@ details summary{cursor:pointer;color:var(--mute)}
 #errors th:first-child{width:6em}#errors th:nth-child(2){width:15em}
 .self{font-size:.75em;background:#eff8ff;color:var(--accent);border-radius:4px;padding:0 .4em;margin-left:.4em}
 </style></head><body>
-<header><a class="brand" href="/">leasehold</a>
-<a href="/"{{if eq .Nav "overview"}} class="on"{{end}}>Overview</a>
-<a href="/jobs"{{if eq .Nav "jobs"}} class="on"{{end}}>Jobs</a>
-<a href="/metrics">Metrics</a>
+<header><a class="brand" href="./">leasehold</a>
+<a href="./"{{if eq .Nav "overview"}} class="on"{{end}}>Overview</a>
+<a href="jobs"{{if eq .Nav "jobs"}} class="on"{{end}}>Jobs</a>
+<a href="metrics">Metrics</a>
 <span class="meta"><span>namespace <b>{{.Namespace}}</b>{{with .Self}} · served by <code>{{.}}</code>{{end}}</span>
 {{if .AuthRequired}}<form id="token-form" autocomplete="off"><label>API token <input type="password" name="token" placeholder="needed for actions"></label> <button>Save</button> <span id="token-state"></span></form>{{end}}
 <label><input type="checkbox" id="auto" checked> auto-refresh</label></span></header>
@@ -174,7 +174,7 @@ details summary{cursor:pointer;color:var(--mute)}
 <div id="status" class="flash" hidden></div>
 {{if .Err}}<p class="flash err" id="page-error">{{.Err}}</p>{{end}}
 {{template "content" .}}
-<p class="note">Generated {{ts .Now}}. JSON: <a href="/v1/stats">/v1/stats</a> · <a href="/v1/jobs">/v1/jobs</a> · <a href="/v1/workers">/v1/workers</a> · <a href="/readyz">/readyz</a></p>
+<p class="note">Generated {{ts .Now}}. JSON: <a href="v1/stats">/v1/stats</a> · <a href="v1/jobs">/v1/jobs</a> · <a href="v1/workers">/v1/workers</a> · <a href="readyz">/readyz</a></p>
 </main>
 <script nonce="{{.Nonce}}">
 (function(){
@@ -213,29 +213,29 @@ details summary{cursor:pointer;color:var(--mute)}
 })();
 </script>
 </body></html>{{end}}
-{{define "actions"}}{{with .Job}}{{if not (final .State)}}<button class="danger" data-url="/v1/jobs/{{.ID}}/cancel" data-confirm="{{confirmCancel .}}" data-done="Cancel of {{.ID}} sent." data-job="{{.ID}}">cancel</button>{{end}}{{end}}{{if and .CanRetry (retryable .Job.State)}} <button data-url="/v1/jobs/{{.Job.ID}}/retry" data-confirm="{{confirmRetry .Job}}" data-done="Job {{.Job.ID}} is available again." data-retry="{{.Job.ID}}">{{if or (eq .Job.State "scheduled") (eq .Job.State "retryable")}}run now{{else}}retry{{end}}</button>{{end}}{{end}}
+{{define "actions"}}{{with .Job}}{{if not (final .State)}}<button class="danger" data-url="v1/jobs/{{.ID}}/cancel" data-confirm="{{confirmCancel .}}" data-done="Cancel of {{.ID}} sent." data-job="{{.ID}}">cancel</button>{{end}}{{end}}{{if and .CanRetry (retryable .Job.State)}} <button data-url="v1/jobs/{{.Job.ID}}/retry" data-confirm="{{confirmRetry .Job}}" data-done="Job {{.Job.ID}} is available again." data-retry="{{.Job.ID}}">{{if or (eq .Job.State "scheduled") (eq .Job.State "retryable")}}run now{{else}}retry{{end}}</button>{{end}}{{end}}
 {{define "state"}}<span class="state s-{{.State}}">{{.State}}</span>{{if .CancelRequested}} <span class="mute">cancel requested</span>{{end}}{{end}}
 {{define "jobrows"}}<table class="jobs"><tr><th>id</th><th>kind</th><th>queue</th><th>state</th><th class="n">attempt</th><th>created</th><th>last error</th><th></th></tr>
-{{range .Jobs}}<tr data-job="{{.ID}}"><td><a href="/jobs/{{.ID}}"><code>{{.ID}}</code></a></td><td>{{.Kind}}</td><td>{{.Queue}}</td><td>{{template "state" .}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td title="{{ts .CreatedAt}}">{{ago .CreatedAt}}</td><td class="err">{{lastError .}}</td><td>{{template "actions" (act $ .)}}</td></tr>
+{{range .Jobs}}<tr data-job="{{.ID}}"><td><a href="jobs/{{.ID}}"><code>{{.ID}}</code></a></td><td>{{.Kind}}</td><td>{{.Queue}}</td><td>{{template "state" .}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td title="{{ts .CreatedAt}}">{{ago .CreatedAt}}</td><td class="err">{{lastError .}}</td><td>{{template "actions" (act $ .)}}</td></tr>
 {{end}}</table>{{end}}
-{{define "filters"}}<form class="filters" method="get" action="/jobs">
+{{define "filters"}}<form class="filters" method="get" action="jobs">
 <label>state<select name="state"><option value="">any</option>{{range .States}}<option{{if eq (print .) $.Filter.State}} selected{{end}}>{{.}}</option>{{end}}</select></label>
 <label>kind<input name="kind" list="kinds" value="{{.Filter.Kind}}" size="14"></label>
 <label>queue<input name="queue" list="queues" value="{{.Filter.Queue}}" size="14"></label>
 <datalist id="kinds">{{range .KnownKinds}}<option value="{{.}}">{{end}}</datalist>
 <datalist id="queues">{{range .KnownQueues}}<option value="{{.}}">{{end}}</datalist>
-<button>Filter</button>{{if or .Filter.State .Filter.Kind .Filter.Queue}} <a href="/jobs">clear</a>{{end}}</form>{{end}}
+<button>Filter</button>{{if or .Filter.State .Filter.Kind .Filter.Queue}} <a href="jobs">clear</a>{{end}}</form>{{end}}
 `
 
 const dashboardOverview = `{{define "content"}}
 <section><h2>Jobs by state</h2>
 <table class="counts"><tr>{{range .States}}<th class="n">{{.}}</th>{{end}}<th class="n">total</th></tr>
-<tr>{{range .States}}<td class="n"><a id="count-{{.}}" href="/jobs?state={{.}}">{{index $.Counts .}}</a></td>{{end}}<td class="n" id="count-total">{{.Total}}</td></tr></table>
+<tr>{{range .States}}<td class="n"><a id="count-{{.}}" href="jobs?state={{.}}">{{index $.Counts .}}</a></td>{{end}}<td class="n" id="count-total">{{.Total}}</td></tr></table>
 </section>
 <section><h2>Queues</h2>
 {{if .Queues}}<table><tr><th>queue</th><th>state</th><th class="n">available</th><th class="n">running</th><th class="n">limit</th><th class="n">daemons serving it</th><th></th></tr>
-{{range .Queues}}<tr id="queue-{{.Name}}"><td><a href="/jobs?queue={{.Name}}">{{.Name}}</a></td><td>{{if .Paused}}<span class="state s-retryable">paused</span>{{with .PausedAt}} <span class="mute">{{ago .}}</span>{{end}}{{else}}<span class="mute">active</span>{{end}}</td><td class="n">{{.Available}}</td><td class="n">{{.Running}}</td><td class="n">{{with .Limit}}{{.}}{{else}}<span class="mute">none</span>{{end}}</td><td class="n">{{.Daemons}}</td>
-<td>{{if $.CanPause}}{{if .Paused}}<button data-url="/v1/queues/{{.Name}}/resume" data-confirm="Resume queue {{.Name}}? Its jobs will be claimed again." data-done="Queue {{.Name}} resumed." data-queue="{{.Name}}">resume</button>{{else}}<button class="danger" data-url="/v1/queues/{{.Name}}/pause" data-confirm="Pause queue {{.Name}}? No daemon will claim its jobs until it is resumed; running jobs go on." data-done="Queue {{.Name}} paused." data-queue="{{.Name}}">pause</button>{{end}}{{end}}</td></tr>
+{{range .Queues}}<tr id="queue-{{.Name}}"><td><a href="jobs?queue={{.Name}}">{{.Name}}</a></td><td>{{if .Paused}}<span class="state s-retryable">paused</span>{{with .PausedAt}} <span class="mute">{{ago .}}</span>{{end}}{{else}}<span class="mute">active</span>{{end}}</td><td class="n">{{.Available}}</td><td class="n">{{.Running}}</td><td class="n">{{with .Limit}}{{.}}{{else}}<span class="mute">none</span>{{end}}</td><td class="n">{{.Daemons}}</td>
+<td>{{if $.CanPause}}{{if .Paused}}<button data-url="v1/queues/{{.Name}}/resume" data-confirm="Resume queue {{.Name}}? Its jobs will be claimed again." data-done="Queue {{.Name}} resumed." data-queue="{{.Name}}">resume</button>{{else}}<button class="danger" data-url="v1/queues/{{.Name}}/pause" data-confirm="Pause queue {{.Name}}? No daemon will claim its jobs until it is resumed; running jobs go on." data-done="Queue {{.Name}} paused." data-queue="{{.Name}}">pause</button>{{end}}{{end}}</td></tr>
 {{end}}</table>
 <p class="note">Per queue: available and running jobs (the other states are counted for the whole namespace above).</p>{{else}}<p class="mute">No queues.</p>{{end}}
 </section>
@@ -243,10 +243,10 @@ const dashboardOverview = `{{define "content"}}
 {{if .Daemons}}<table class="daemons"><tr><th>worker</th><th>host</th><th class="n">pid</th><th>lease</th><th class="n">running</th><th>queues</th><th>kinds</th><th>started</th></tr>
 {{range .Daemons}}<tr id="daemon-{{.ID}}"><td><code>{{.ID}}</code>{{if .Self}}<span class="self">this daemon</span>{{end}}</td><td>{{.Host}}</td><td class="n">{{.PID}}</td><td><code>{{printf "%x" .Lease}}</code> <span class="mute">ttl {{seconds .LeaseTTLMS}}</span></td><td class="n">{{.Running}}/{{.Concurrency}}</td><td>{{join .Queues}}</td><td>{{join .Kinds}}</td><td title="{{ts .StartedAt}}">{{ago .StartedAt}}</td></tr>
 {{if .Jobs}}<tr><td colspan="8"><table class="running"><tr><th>running job</th><th>kind</th><th>queue</th><th class="n">attempt</th><th class="n">token</th><th>started</th><th></th></tr>
-{{range .Jobs}}<tr data-job="{{.ID}}"><td><a href="/jobs/{{.ID}}"><code>{{.ID}}</code></a>{{if .CancelRequested}} <span class="mute">cancel requested</span>{{end}}</td><td>{{.Kind}}</td><td>{{.Queue}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td class="n">{{.Token}}</td><td>{{with .AttemptedAt}}{{ago .}}{{end}}</td><td>{{template "actions" (act $ .)}}</td></tr>
+{{range .Jobs}}<tr data-job="{{.ID}}"><td><a href="jobs/{{.ID}}"><code>{{.ID}}</code></a>{{if .CancelRequested}} <span class="mute">cancel requested</span>{{end}}</td><td>{{.Kind}}</td><td>{{.Queue}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td class="n">{{.Token}}</td><td>{{with .AttemptedAt}}{{ago .}}{{end}}</td><td>{{template "actions" (act $ .)}}</td></tr>
 {{end}}</table></td></tr>{{end}}
 {{end}}</table>{{else}}<p class="mute">No live daemons.</p>{{end}}
-{{if .RunningCut}}<p class="note">Not every running job is listed under its daemon (the page holds at most 1,000 of them, or 16 MiB); see <a href="/jobs?state=running">all running jobs</a>.</p>{{end}}
+{{if .RunningCut}}<p class="note">Not every running job is listed under its daemon (the page holds at most 1,000 of them, or 16 MiB); see <a href="jobs?state=running">all running jobs</a>.</p>{{end}}
 {{if .Orphans}}<p class="note">{{len .Orphans}} running jobs belong to no live daemon: they are re-queued once their owner's lease expires.</p>{{end}}
 </section>
 <section><h2>Latest jobs</h2>
@@ -265,10 +265,10 @@ const dashboardJobList = `{{define "content"}}
 
 const dashboardJobPage = `{{define "content"}}{{with .Job}}
 <section><h1>Job <code>{{.ID}}</code> <span id="job-state" class="state s-{{.State}}">{{.State}}</span>{{if .CancelRequested}} <span class="mute" id="cancel-requested">cancel requested</span>{{end}}</h1>
-<p>{{template "actions" (act $ .)}} <a href="/v1/jobs/{{.ID}}">JSON</a></p>
+<p>{{template "actions" (act $ .)}} <a href="v1/jobs/{{.ID}}">JSON</a></p>
 <table class="kv">
 <tr><th>kind</th><td>{{.Kind}}</td></tr>
-<tr><th>queue</th><td><a href="/jobs?queue={{.Queue}}">{{.Queue}}</a></td></tr>
+<tr><th>queue</th><td><a href="jobs?queue={{.Queue}}">{{.Queue}}</a></td></tr>
 <tr><th>priority</th><td>{{.Priority}}</td></tr>
 <tr><th>attempt</th><td>{{.Attempt}} of {{.MaxAttempts}}{{if .Rescues}} · {{.Rescues}} runs lost with their daemon{{end}}</td></tr>
 <tr><th>owner</th><td>{{if .Owner}}<code>{{.Owner}}</code>{{else}}<span class="mute">none</span>{{end}}</td></tr>
@@ -294,7 +294,7 @@ const dashboardJobPage = `{{define "content"}}{{with .Job}}
 </section>{{end}}
 {{end}}`
 
-const dashboardMissing = `{{define "content"}}<section><h2>Not found</h2><p>{{.Missing}}</p><p><a href="/jobs">All jobs</a></p></section>{{end}}`
+const dashboardMissing = `{{define "content"}}<section><h2>Not found</h2><p>{{.Missing}}</p><p><a href="jobs">All jobs</a></p></section>{{end}}`
 
 var (
 	dashboardBaseTmpl = template.Must(template.New("base").Funcs(dashboardFuncs).Parse(dashboardBase))
@@ -310,6 +310,9 @@ func pageTemplate(content string) *template.Template {
 
 // dashPage is what every dashboard page shows.
 type dashPage struct {
+	// Base is the path the API is served under ("" at the root): the
+	// page's links are relative to it (<base>).
+	Base         string
 	Title        string
 	Nav          string
 	Namespace    string
@@ -388,7 +391,7 @@ func (a *Handler) newPage(title, nav string) *dashPage {
 	var nonce [16]byte
 	_, _ = rand.Read(nonce[:])
 	return &dashPage{
-		Title: title, Nav: nav, Namespace: a.cfg.Coord.Namespace(), Self: a.cfg.WorkerID,
+		Base: a.cfg.Prefix, Title: title, Nav: nav, Namespace: a.cfg.Coord.Namespace(), Self: a.cfg.WorkerID,
 		AuthRequired: a.cfg.Auth.Token != "", Nonce: base64.RawStdEncoding.EncodeToString(nonce[:]),
 		CanRetry: a.hasRoute(http.MethodPost, "/v1/jobs/"+ulid.Make().String()+"/retry"),
 		CanPause: a.hasRoute(http.MethodPost, "/v1/queues/default/pause") && a.hasRoute(http.MethodPost, "/v1/queues/default/resume"),
@@ -417,7 +420,7 @@ func (a *Handler) render(w http.ResponseWriter, r *http.Request, status int, t *
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+p.Nonce+"'; style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'nonce-"+p.Nonce+"'; style-src 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'self'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
@@ -576,7 +579,7 @@ func (a *Handler) dashboardJobs(w http.ResponseWriter, r *http.Request) {
 					nq.Set(k, v)
 				}
 			}
-			p.Next = "/jobs?" + nq.Encode()
+			p.Next = "jobs?" + nq.Encode()
 		}
 		p.Order = "In the order of the state's index (available: priority and due time; scheduled and retryable: due time; finished: finishing time), or creation order without a state, " + strconv.Itoa(dashboardPage) + " per page."
 	}
