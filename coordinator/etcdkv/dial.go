@@ -143,6 +143,17 @@ func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	return cli, nil
 }
 
+// splitEndpoint returns the scheme of an endpoint ("" for a bare
+// HOST:PORT) and its HOST:PORT.
+func splitEndpoint(ep string) (scheme, host string) {
+	scheme, host, ok := strings.Cut(ep, "://")
+	if !ok {
+		scheme, host = "", ep
+	}
+	host, _, _ = strings.Cut(host, "/")
+	return scheme, host
+}
+
 // allRefused returns an error naming each endpoint if every one of them
 // refuses a TCP connection, and nil if any accepts one, does not answer
 // within a second, or is not a TCP address (unix://).
@@ -150,14 +161,10 @@ func allRefused(ctx context.Context, eps []string) error {
 	errs := make([]error, len(eps))
 	var g errgroup.Group
 	for i, ep := range eps {
-		host, ok := strings.CutPrefix(ep, "http://")
-		if !ok {
-			host, ok = strings.CutPrefix(ep, "https://")
-		}
-		if !ok && strings.Contains(ep, "://") {
+		scheme, host := splitEndpoint(ep)
+		if scheme != "" && scheme != "http" && scheme != "https" {
 			return nil
 		}
-		host, _, _ = strings.Cut(host, "/")
 		g.Go(func() error {
 			pctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()

@@ -47,11 +47,10 @@ func probeTLS(ctx context.Context, eps []string, tc *tls.Config) error {
 	results := make(chan result, len(eps))
 	n := 0
 	for i, ep := range eps {
-		scheme, host, ok := strings.Cut(ep, "://")
-		if !ok || (scheme != "http" && scheme != "https") {
+		scheme, host := splitEndpoint(ep)
+		if scheme != "http" && scheme != "https" {
 			continue
 		}
-		host, _, _ = strings.Cut(host, "/")
 		n++
 		go func() {
 			pctx, pcancel := context.WithTimeout(ctx, time.Second)
