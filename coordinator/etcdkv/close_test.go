@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
@@ -38,7 +39,11 @@ func (h *heldStream) SendMsg(m any) error {
 
 func (h *heldStream) RecvMsg(m any) error {
 	if h.armed.Load() {
+		// The answer never comes: once the stream is cancelled, return
+		// what gRPC returns then, not an answer that arrived meanwhile
+		// (the real RecvMsg may still hand over a buffered one).
 		<-h.Context().Done()
+		return status.FromContextError(h.Context().Err()).Err()
 	}
 	return h.ClientStream.RecvMsg(m)
 }
