@@ -30,7 +30,7 @@ func (f *floors) of(queue string) *floor {
 	}
 	fl := f.m[queue]
 	if fl == nil {
-		fl = &floor{reads: make(chan struct{}, 1), pending: map[string]bool{}, slots: map[string]bool{}}
+		fl = &floor{reads: make(chan struct{}, 1), pending: map[string]bool{}, released: map[string]bool{}, slots: map[string]bool{}}
 		f.m[queue] = fl
 	}
 	return fl
@@ -56,12 +56,20 @@ func (f *floors) hold(queue string, keys map[string]bool, slots []string) {
 // back). Not before: a claim that read while the keys were held skipped
 // them, and one that started between a lowering and the release would
 // skip them again and move the floor past them for good.
+//
+// The claim that holds the queue's read lock may have read before this
+// claim committed: its answer may still hold these keys, claimed or
+// refused meanwhile. It skips them too (see dropPending); one that this
+// claim did not get is back under the lowered floor for the next claim.
 func (f *floors) release(queue string, keys map[string]bool, slots []string, back string, reset bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.of(queue)
 	for k := range keys {
 		delete(fl.pending, k)
+		if fl.reading {
+			fl.released[k] = true
+		}
 	}
 	for _, s := range slots {
 		delete(fl.slots, s)
@@ -78,25 +86,28 @@ func (f *floors) release(queue string, keys map[string]bool, slots []string, bac
 	}
 }
 
-// pendingCount returns how many keys of queue claims in flight try.
+// pendingCount returns how many keys of queue claims in flight try, or
+// tried since the caller took the read lock.
 func (f *floors) pendingCount(queue string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.of(queue).pending)
+	fl := f.of(queue)
+	return len(fl.pending) + len(fl.released)
 }
 
-// dropPending returns xs without the entries claims in flight try (a new
-// slice when it drops any).
+// dropPending returns xs without the entries claims in flight try, or
+// tried since the caller took the queue's read lock (a new slice when it
+// drops any). The caller holds the read lock.
 func (f *floors) dropPending(queue string, xs []kv.KeyValue) []kv.KeyValue {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p := f.of(queue).pending
-	if len(p) == 0 {
+	fl := f.of(queue)
+	if len(fl.pending) == 0 && len(fl.released) == 0 {
 		return xs
 	}
 	out := make([]kv.KeyValue, 0, len(xs))
 	for _, x := range xs {
-		if !p[x.Key] {
+		if !fl.pending[x.Key] && !fl.released[x.Key] {
 			out = append(out, x)
 		}
 	}
@@ -140,23 +151,38 @@ func (f *floors) freeSlots(queue string, free []string, n int) ([]string, <-chan
 }
 
 // lockReads takes queue's read lock, or fails when ctx ends first, and
-// returns its release, which may be called more than once.
+// returns its release, which may be called more than once. Until then,
+// the keys that claims in flight release are remembered for the holder
+// (see release).
 func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), err error) {
 	f.mu.Lock()
-	l := f.of(queue).reads
+	fl := f.of(queue)
 	f.mu.Unlock()
 	select {
-	case l <- struct{}{}:
+	case fl.reads <- struct{}{}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+	f.mu.Lock()
+	fl.reading = true
+	f.mu.Unlock()
 	var once sync.Once
-	return func() { once.Do(func() { <-l }) }, nil
+	return func() {
+		once.Do(func() {
+			f.mu.Lock()
+			fl.reading = false
+			clear(fl.released)
+			f.mu.Unlock()
+			<-fl.reads
+		})
+	}, nil
 }
 
 type floor struct {
 	reads    chan struct{}   // one claim of the queue reads at a time
+	reading  bool            // a claim holds reads
 	pending  map[string]bool // index keys that claims in flight try
+	released map[string]bool // keys of pending released since reading began
 	lastFull time.Time       // last claim that read from the queue's start on purpose
 	key      string          // claim reads from here; "" is the queue's start
 	horizon  string          // the last key an earlier read saw: reads up to it count few keys
