@@ -135,7 +135,10 @@ func ParseSchedule(spec string) (sched cron.Schedule, err error) {
 // that occurs twice when the clocks go back is one tick, unless the spec
 // runs every hour (then the repeated hour runs again, as real time passes);
 // wall-clock times that do not occur when the clocks go forward, if the
-// spec has any, are one tick at the change.
+// spec has any, are one tick at the change. robfig/cron assumes changes of
+// whole hours: across a change of half an hour (Australia/Lord_Howe) it
+// can return a time whose wall clock the spec does not match, which is
+// passed over.
 type zonedSchedule struct{ s *cron.SpecSchedule }
 
 // maxZoneSteps bounds the zone changes and repeated spans that one Next
@@ -155,9 +158,29 @@ func (z zonedSchedule) Next(t time.Time) time.Time {
 			t = end // the wall-clock times up to end ran before the change
 			continue
 		}
+		if !z.matches(n) {
+			t = n
+			continue
+		}
 		return n
 	}
 	return z.s.Next(t)
+}
+
+// matches reports whether the spec matches t's wall-clock time in its
+// zone, day-of-month and day-of-week as cron combines them.
+func (z zonedSchedule) matches(t time.Time) bool {
+	const star = 1 << 63 // robfig/cron's mark of a field given as *
+	l := t.In(z.s.Location)
+	bit := func(field uint64, v int) bool { return field&(1<<uint(v)) != 0 }
+	if !bit(z.s.Second, l.Second()) || !bit(z.s.Minute, l.Minute()) || !bit(z.s.Hour, l.Hour()) || !bit(z.s.Month, int(l.Month())) {
+		return false
+	}
+	dom, dow := bit(z.s.Dom, l.Day()), bit(z.s.Dow, int(l.Weekday()))
+	if z.s.Dom&star != 0 || z.s.Dow&star != 0 {
+		return dom && dow
+	}
+	return dom || dow
 }
 
 // everyHour reports whether the spec runs in every hour of the day.

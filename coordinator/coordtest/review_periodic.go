@@ -22,6 +22,7 @@ var periodicReviewTests = []suiteTest{
 	{"PeriodicDSTFallBackFiresOnce", testPeriodicDSTFallBack},
 	{"PeriodicDSTSpringForwardFires", testPeriodicDSTSpringForward},
 	{"PeriodicDSTWildcardHoursUnchanged", testPeriodicDSTWildcard},
+	{"PeriodicDSTHalfHourShiftFiresOnce", testPeriodicDSTHalfHour},
 	{"UniqueHolderDeletedDuringEnqueue", testUniqueHolderDeleted},
 	{"GlobalLimitSlotFreedByEveryOutcome", testSlotFreedByEveryOutcome},
 	{"PeriodicEveryNeedsWholeSeconds", testPeriodicEveryWholeSeconds},
@@ -204,6 +205,39 @@ func testPeriodicDSTWildcard(t *testing.T, h *harness) {
 			if got[i].Sub(got[i-1]) != time.Hour {
 				t.Fatalf("%s: ticks %v, want an hour apart", tc.name, got)
 			}
+		}
+	}
+}
+
+// testPeriodicDSTHalfHour: on Lord Howe Island the clocks move by half
+// an hour (02:00 → 02:30 on 2026-10-04, 02:00 → 01:30 on 2026-04-05). A
+// daily job at 01:45 runs once each day across both changes; robfig/cron,
+// which assumes whole-hour changes, also ran it at 02:45 on the first.
+func testPeriodicDSTHalfHour(t *testing.T, h *harness) {
+	for _, tc := range []struct {
+		name string
+		from time.Time
+		want []time.Time
+	}{
+		{"halfspring", time.Date(2026, 10, 3, 12, 0, 0, 0, time.UTC), []time.Time{
+			time.Date(2026, 10, 3, 15, 15, 0, 0, time.UTC), // 01:45 +10:30
+			time.Date(2026, 10, 4, 14, 45, 0, 0, time.UTC), // 01:45 +11:00
+			time.Date(2026, 10, 5, 14, 45, 0, 0, time.UTC),
+		}},
+		{"halffall", time.Date(2026, 4, 4, 12, 0, 0, 0, time.UTC), []time.Time{
+			time.Date(2026, 4, 4, 14, 45, 0, 0, time.UTC), // 01:45 +11:00
+			time.Date(2026, 4, 5, 15, 15, 0, 0, time.UTC), // 01:45 +10:30
+			time.Date(2026, 4, 6, 15, 15, 0, 0, time.UTC),
+		}},
+	} {
+		clk, c := h.clockedAt(tc.from)
+		pj := coordinator.PeriodicJob{Name: tc.name, Spec: "CRON_TZ=Australia/Lord_Howe 45 1 * * *", Job: coordinator.EnqueueParams{Kind: tc.name}}
+		if _, err := c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+			t.Fatal(err)
+		}
+		stepTicks(t, c, clk, pj, 15*time.Minute, 3*24*time.Hour)
+		if got := tickTimes(t, h.jobsOf(tc.name), pj.Name); !equalTimes(got, tc.want) {
+			t.Fatalf("%s: ticks %v, want %v (one a day)", tc.name, got, tc.want)
 		}
 	}
 }
