@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/leasehold/leasehold/internal/jsontext"
+
 	"github.com/leasehold/leasehold/fence"
 	"github.com/oklog/ulid/v2"
 )
@@ -256,6 +258,9 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	if !utf8.Valid(p.Payload) {
 		return fmt.Errorf("%w: payload is not valid UTF-8: JSON text is UTF-8; encode binary data (base64 or hex, say)", ErrInvalid)
 	}
+	if at := jsontext.LoneSurrogate(p.Payload); at >= 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, jsontext.LoneSurrogateError("payload", at))
+	}
 	if len(p.UniqueKey) > maxUniqueKeyLen {
 		return fmt.Errorf("%w: unique key is %d bytes, over the %d-byte limit", ErrInvalid, len(p.UniqueKey), maxUniqueKeyLen)
 	}
@@ -269,6 +274,9 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	}
 	if !utf8.Valid(p.Metadata) {
 		return fmt.Errorf("%w: metadata is not valid UTF-8: JSON text is UTF-8; encode binary data (base64 or hex, say)", ErrInvalid)
+	}
+	if at := jsontext.LoneSurrogate(p.Metadata); at >= 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, jsontext.LoneSurrogateError("metadata", at))
 	}
 	if len(p.Metadata) > MaxMetadataBytes {
 		return fmt.Errorf("%w: metadata is %d bytes, over the %d-byte limit", ErrInvalid, len(p.Metadata), MaxMetadataBytes)

@@ -30,13 +30,32 @@ func TestAPIRefusesBodyNotUTF8(t *testing.T) {
 	if n := e.total(t); n != 0 {
 		t.Errorf("%d jobs written by requests that were not UTF-8", n)
 	}
-	// UTF-8 beyond ASCII is fine.
+	// Half of a surrogate pair escaped alone is refused too: decoded, it
+	// is U+FFFD, so that "\ud800" and "\udbff" were one unique key.
+	for _, c := range []struct{ path, body string }{
+		{"/v1/jobs", `{"kind":"echo","unique_key":"k\ud800"}`},
+		{"/v1/jobs", `{"kind":"echo","unique_key":"k\udfff"}`},
+		{"/v1/jobs", `{"kind":"echo","payload":{"a":"\ud800x"}}`},
+		{"/v1/jobs", `{"kind":"echo","metadata":{"\udc00":1}}`},
+		{"/v1/jobs/batch", `{"jobs":[{"kind":"echo","payload":"\ud83d"}]}`},
+	} {
+		code, body := e.do(t, "POST", c.path, c.body)
+		if code != http.StatusBadRequest || !strings.Contains(string(body), "surrogate pair escaped alone") {
+			t.Errorf("POST %s %s: %d %s, want 400 saying a surrogate is alone", c.path, c.body, code, body)
+		}
+	}
+	if n := e.total(t); n != 0 {
+		t.Errorf("%d jobs written by refused requests", n)
+	}
+	// UTF-8 beyond ASCII is fine, and so is a pair escaped.
 	e.create(t, apiserver.CreateRequest{Kind: "echo", UniqueKey: "clé", Payload: []byte(`{"a":"ü"}`)})
+	e.create(t, apiserver.CreateRequest{Kind: "echo", Payload: []byte(`{"a":"\ud83d\ude00"}`)})
 }
 
 // The CLI refuses a unique key, payload or metadata that is not UTF-8
 // (exit 2, nothing written), rather than send a key mangled into U+FFFD
-// that may match another job's and enqueue nothing.
+// that may match another job's and enqueue nothing; and a payload or
+// metadata with half of a surrogate pair escaped alone.
 func TestCLIEnqueueRefusesTextNotUTF8(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
 	for _, c := range []struct {
@@ -47,6 +66,8 @@ func TestCLIEnqueueRefusesTextNotUTF8(t *testing.T) {
 		{[]string{"enqueue", "echo", "{}", "--unique-key", "k\xfe"}, "--unique-key is not valid UTF-8"},
 		{[]string{"enqueue", "echo", "{\"a\":\"\xff\"}"}, "payload is not valid UTF-8 (at byte 6)"},
 		{[]string{"enqueue", "echo", "{}", "--metadata", "{\"m\":\"\xff\"}"}, "--metadata is not valid UTF-8"},
+		{[]string{"enqueue", "echo", `{"a":"\ud800"}`}, "payload has half of a UTF-16 surrogate pair escaped alone (at byte 6)"},
+		{[]string{"enqueue", "echo", "{}", "--metadata", `{"m":"\udfff"}`}, "--metadata has half of a UTF-16 surrogate pair escaped alone"},
 	} {
 		r := runCLI(t, nil, "", append(c.args, "--server", e.srv.URL)...)
 		checkOneLineError(t, strings.Join(c.args, " "), r, exitUsage, c.want)

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apicall"
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/jsontext"
 	"github.com/spf13/cobra"
 )
 
@@ -105,6 +106,9 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (apiserve
 		var v any
 		if err := json.Unmarshal(raw, &v); err != nil {
 			return req, usagef(`payload is not valid JSON (%s): pass a JSON object such as '{"ms":100}'`, strings.TrimPrefix(err.Error(), "json: "))
+		}
+		if at := jsontext.LoneSurrogate(raw); at >= 0 {
+			return req, usagef("%s", jsontext.LoneSurrogateError("payload", at))
 		}
 		req.Payload = json.RawMessage(raw)
 	}

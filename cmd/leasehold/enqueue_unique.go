@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/jsontext"
 	"github.com/spf13/cobra"
 )
 
@@ -36,6 +37,9 @@ func (u *uniqueFlags) apply(cmd *cobra.Command, req *apiserver.CreateRequest) er
 		}
 		if !json.Valid([]byte(u.metadata)) {
 			return usagef(`%s is not valid JSON: pass e.g. '{"tenant":"acme"}'`, flagLabel(cmd, "metadata"))
+		}
+		if at := jsontext.LoneSurrogate([]byte(u.metadata)); at >= 0 {
+			return usagef("%s", jsontext.LoneSurrogateError(flagLabel(cmd, "metadata"), at))
 		}
 		req.Metadata = json.RawMessage(u.metadata)
 	}

@@ -179,7 +179,9 @@ func testRefusalsSayWhatToDo(t *testing.T, h *harness) {
 
 // testTextNotUTF8Refused: json.Valid takes invalid UTF-8 inside strings,
 // and a payload or metadata stored so made the job's JSON unreadable to
-// strict clients; both are refused, and nothing is written.
+// strict clients; both are refused, and nothing is written. So is half of
+// a UTF-16 surrogate pair escaped alone ("\ud800"), which json.Valid
+// takes too.
 func testTextNotUTF8Refused(t *testing.T, h *harness) {
 	bad := json.RawMessage("{\"a\":\"\xff\"}")
 	for name, p := range map[string]coordinator.EnqueueParams{
@@ -190,9 +192,23 @@ func testTextNotUTF8Refused(t *testing.T, h *harness) {
 			t.Errorf("Enqueue with a %s that is not UTF-8: %v, want ErrInvalid saying so", name, err)
 		}
 	}
+	// Nor is half of a surrogate pair escaped alone: json.Valid takes it,
+	// and strict readers refuse it.
+	lone := json.RawMessage(`{"a":"\ud800"}`)
+	for name, p := range map[string]coordinator.EnqueueParams{
+		"payload":  {Kind: "k", Payload: lone},
+		"metadata": {Kind: "k", Metadata: lone},
+	} {
+		if _, err := h.c.Enqueue(h.ctx(), p); !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "surrogate") {
+			t.Errorf("Enqueue with a %s holding a lone surrogate escape: %v, want ErrInvalid saying so", name, err)
+		}
+	}
 	for st, n := range h.counts() {
 		if n != 0 {
 			t.Errorf("%d %s jobs written by refused enqueues", n, st)
 		}
+	}
+	if _, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{"a":"\ud83d\ude00"}`)}); err != nil {
+		t.Fatalf("Enqueue with a surrogate pair escaped: %v", err)
 	}
 }

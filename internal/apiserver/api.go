@@ -82,6 +82,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/jsontext"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -615,6 +616,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) er
 	}
 	if at := InvalidUTF8(body); at >= 0 {
 		return badRequest("request body is not valid UTF-8 (at byte %d): send JSON text in UTF-8, with binary data encoded (base64 or hex, say)", at)
+	}
+	if at := jsontext.LoneSurrogate(body); at >= 0 {
+		// encoding/json reads it as U+FFFD: two unique keys would become
+		// one, and a payload kept raw would be refused by strict readers.
+		return badRequest("%s", jsontext.LoneSurrogateError("request body", at))
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
