@@ -91,6 +91,9 @@ func readRange(ctx context.Context, it *pebble.Iterator, r kv.RangeRequest) (kv.
 		if err != nil {
 			return kv.RangeResult{}, err
 		}
+		if r.KeysOnly {
+			rec.Lease = 0 // as etcd, whose index holds no leases
+		}
 		res.KVs = append(res.KVs, rec)
 	}
 	if err := it.Error(); err != nil {

@@ -215,9 +215,13 @@ func (x *txnExec) run(t *kv.Txn) (kv.TxnResult, error) {
 			if err != nil {
 				return kv.TxnResult{}, err
 			}
+			var value []byte // nil if empty, as from etcd
+			if len(op.Value) > 0 {
+				value = bytes.Clone(op.Value)
+			}
 			nkv := &kv.KeyValue{
 				Key:            op.Key,
-				Value:          bytes.Clone(op.Value),
+				Value:          value,
 				CreateRevision: x.rev,
 				ModRevision:    x.rev,
 				Version:        1,

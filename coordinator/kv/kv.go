@@ -49,7 +49,7 @@ type LeaseID int64
 // KeyValue is one key with its metadata, as read.
 type KeyValue struct {
 	Key            string
-	Value          []byte
+	Value          []byte // nil when empty
 	CreateRevision int64
 	ModRevision    int64
 	Version        int64
@@ -177,7 +177,8 @@ type RangeRequest struct {
 	// End is exclusive; empty reads Start alone. Use [PrefixEnd].
 	End   string
 	Limit int // 0: no limit
-	// KeysOnly leaves values out.
+	// KeysOnly leaves values out, and leases: etcd serves such a read
+	// from its index, which holds none (localstore does as etcd does).
 	KeysOnly bool
 	// Serializable allows a faster read that may miss the newest writes
 	// or show writes not yet durable (etcd: served by the member's local
