@@ -30,7 +30,7 @@ func (f *floors) of(queue string) *floor {
 	}
 	fl := f.m[queue]
 	if fl == nil {
-		fl = &floor{reads: make(chan struct{}, 1), pending: map[string]bool{}, released: map[string]bool{}, slots: map[string]bool{}}
+		fl = &floor{reads: make(chan struct{}, 1), pending: map[string]bool{}, released: map[string]bool{}, slots: map[string]bool{}, releasedSlots: map[string]bool{}}
 		f.m[queue] = fl
 	}
 	return fl
@@ -58,9 +58,10 @@ func (f *floors) hold(queue string, keys map[string]bool, slots []string) {
 // skip them again and move the floor past them for good.
 //
 // The claim that holds the queue's read lock may have read before this
-// claim committed: its answer may still hold these keys, claimed or
-// refused meanwhile. It skips them too (see dropPending); one that this
-// claim did not get is back under the lowered floor for the next claim.
+// claim committed: its answer may still hold these keys and slots, taken
+// or refused meanwhile. It skips them too (see dropPending, freeSlots); a
+// key this claim did not get is back under the lowered floor for the next
+// claim, and a slot it did not get is free for the next.
 func (f *floors) release(queue string, keys map[string]bool, slots []string, back string, reset bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -73,6 +74,9 @@ func (f *floors) release(queue string, keys map[string]bool, slots []string, bac
 	}
 	for _, s := range slots {
 		delete(fl.slots, s)
+		if fl.reading {
+			fl.releasedSlots[s] = true
+		}
 	}
 	if len(slots) > 0 && fl.slotsBack != nil {
 		close(fl.slotsBack)
@@ -115,33 +119,44 @@ func (f *floors) dropPending(queue string, xs []kv.KeyValue) []kv.KeyValue {
 }
 
 // slotsTried returns how many global-limit slots of queue claims in flight
-// try.
+// try, or tried since the caller took the read lock.
 func (f *floors) slotsTried(queue string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return len(f.of(queue).slots)
+	fl := f.of(queue)
+	return len(fl.slots) + len(fl.releasedSlots)
 }
 
 // freeSlots returns up to n of free (slots of queue's global limit that
-// the store holds free) that no claim in flight tries: a claim that tried
-// them too would see each of its jobs refused, as if other daemons
-// contended for them. When claims in flight try every one of them, it
-// returns none and a channel closed when one of those claims ends: a slot
-// it did not get is free again, and no watch event says so.
+// the store held free when the caller, which holds the read lock, read
+// them) that no claim in flight tries, nor tried since that read may have
+// begun: a claim that tried them too would see each of its jobs refused,
+// as if other daemons contended for them. When claims in flight try every
+// one of them, it returns none and a channel closed when one of those
+// claims ends: a slot it did not get is free again, and no watch event
+// says so. When claims that ended meanwhile tried the rest, the channel is
+// closed already: read the slots again.
 func (f *floors) freeSlots(queue string, free []string, n int) ([]string, <-chan struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.of(queue)
 	out := free
-	if len(fl.slots) > 0 {
+	inFlight := false
+	if len(fl.slots) > 0 || len(fl.releasedSlots) > 0 {
 		out = make([]string, 0, len(free))
 		for _, s := range free {
-			if !fl.slots[s] {
+			switch {
+			case fl.slots[s]:
+				inFlight = true
+			case !fl.releasedSlots[s]:
 				out = append(out, s)
 			}
 		}
 	}
 	if len(out) == 0 && len(free) > 0 {
+		if !inFlight {
+			return nil, claimAgain
+		}
 		if fl.slotsBack == nil {
 			fl.slotsBack = make(chan struct{})
 		}
@@ -172,6 +187,7 @@ func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), er
 			f.mu.Lock()
 			fl.reading = false
 			clear(fl.released)
+			clear(fl.releasedSlots)
 			f.mu.Unlock()
 			<-fl.reads
 		})
@@ -194,12 +210,14 @@ type floor struct {
 	// tells watchers of a write just before reads can see it).
 	lowRev   int64
 	watchers int
-	// slots are the global-limit slots that claims in flight try;
+	// slots are the global-limit slots that claims in flight try, and
+	// releasedSlots those of slots released since reading began;
 	// slotsBack, when not nil, is closed by the next release of slots: a
 	// claim that found every free slot tried by claims in flight waits
 	// for it.
-	slots     map[string]bool
-	slotsBack chan struct{}
+	slots         map[string]bool
+	releasedSlots map[string]bool
+	slotsBack     chan struct{}
 }
 
 // low is one lowering of a floor: a job that became available at key, or

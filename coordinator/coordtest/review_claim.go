@@ -26,6 +26,7 @@ var claimReviewTests = []suiteTest{
 	{"LostClaimNeverAdoptsAnotherClaimsRun", testLostClaimAdoptsNoOtherRun},
 	{"HeldClaimEndsWithItsSession", testHeldClaimEndsWithSession},
 	{"ReadBeforeAnotherClaimCommitsSkipsItsJobs", testReadBeforeCommit},
+	{"SlotReadBeforeAnotherClaimCommitsSkipsItsSlots", testSlotReadBeforeCommit},
 }
 
 // claimResult is what one Claim call returned.
@@ -479,18 +480,20 @@ func testHeldClaimEndsWithSession(t *testing.T, h *harness) {
 	}
 }
 
-// answeredReadStore, once armed, answers the next read of a queue's
-// available index from the store at once, says so, and hands the answer
-// to the caller only when let go.
+// answeredReadStore, once armed, answers the next read whose start holds
+// match (a queue's available index, "/q/", or its slots, "/qm/s/") from
+// the store at once, says so, and hands the answer to the caller only when
+// let go.
 type answeredReadStore struct {
 	kv.Store
+	match      string
 	armed      atomic.Bool
 	read, free chan struct{}
 }
 
 func (s *answeredReadStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
 	rr, err := s.Store.Range(ctx, r)
-	if strings.Contains(r.Start, "/q/") && s.armed.CompareAndSwap(true, false) {
+	if strings.Contains(r.Start, s.match) && s.armed.CompareAndSwap(true, false) {
 		close(s.read)
 		<-s.free
 	}
@@ -508,7 +511,7 @@ func testReadBeforeCommit(t *testing.T, h *harness) {
 		h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	}
 	g := newStepStore(h.store)
-	rs := &answeredReadStore{Store: g, read: make(chan struct{}), free: make(chan struct{})}
+	rs := &answeredReadStore{Store: g, match: "/q/", read: make(chan struct{}), free: make(chan struct{})}
 	c := h.coordinator(rs, coordinator.Config{})
 	s := h.session(c)
 	claim := func(out chan<- claimResult) {
@@ -537,5 +540,44 @@ func testReadBeforeCommit(t *testing.T, h *harness) {
 	}
 	if len(ids) != 4 {
 		t.Fatalf("two claims of 2 took %d distinct jobs, want 4", len(ids))
+	}
+}
+
+// testSlotReadBeforeCommit: as testReadBeforeCommit, on a queue with a
+// global limit: the second claim reads the free slots before the first
+// commits, and the first ends before that answer is handled. The slots
+// the first took looked free in it; trying them, every job of the second
+// claim would be refused.
+func testSlotReadBeforeCommit(t *testing.T, h *harness) {
+	const q = "api"
+	for range 4 {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q})
+	}
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), q, 4); err != nil {
+		t.Fatal(err)
+	}
+	g := newStepStore(h.store)
+	rs := &answeredReadStore{Store: g, match: "/qm/s/", read: make(chan struct{}), free: make(chan struct{})}
+	c := h.coordinator(rs, coordinator.Config{})
+	s := h.session(c)
+	claim := func(out chan<- claimResult) {
+		runs, st, err := c.Claim(h.ctx(), s, q, 2, false)
+		out <- claimResult{runs, st, err}
+	}
+	first, second := make(chan claimResult, 1), make(chan claimResult, 1)
+	g.txnArmed.Store(true)
+	go claim(first)
+	<-g.txnHeld // the first claim tries two slots and waits to commit
+	rs.armed.Store(true)
+	go claim(second)
+	<-rs.read // the second's read of the slots is answered: all four free
+	close(g.txnGo)
+	r1 := <-first // committed, and its hold on its slots released
+	close(rs.free)
+	r2 := <-second
+	for i, r := range []claimResult{r1, r2} {
+		if r.err != nil || len(r.runs) != 2 || r.st.Conflicts != 0 {
+			t.Fatalf("claim %d of 2 under a limit of 4: %d jobs, %d conflicts, %v; want 2 jobs and no conflict", i+1, len(r.runs), r.st.Conflicts, r.err)
+		}
 	}
 }
