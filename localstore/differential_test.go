@@ -23,11 +23,11 @@ import (
 	"github.com/leasehold/leasehold/localstore"
 )
 
-// diffSeed (or $LOCALSTORE_DIFF_SEED) picks TestDifferential's sequence.
-var diffSeed = flag.Uint64("seed", 0, "seed of TestDifferential's requests (0: $"+diffSeedEnv+" or the default)")
+// diffSeed (or $LEASEHOLD_DIFFERENTIAL_SEED) picks TestDifferential's sequence.
+var diffSeed = flag.Uint64("diff.seed", 0, "seed of TestDifferential's requests (0: $"+diffSeedEnv+" or the default)")
 
 const (
-	diffSeedEnv     = "LOCALSTORE_DIFF_SEED"
+	diffSeedEnv     = "LEASEHOLD_DIFFERENTIAL_SEED"
 	diffDefaultSeed = 1
 	diffPrefix      = "difftest/"
 	// diffBogusLease was granted by neither store.
@@ -54,8 +54,8 @@ var diffValues = []string{"", "x", "y", "xy", "x\x00"}
 // each store from the start collects every event, compared at the end.
 //
 // The sequence depends only on the seed: by default a fixed one, so that the
-// test is deterministic; -seed=N (go test ./localstore -run Differential
-// -seed=N) or LOCALSTORE_DIFF_SEED=N runs another.
+// test is deterministic; -diff.seed=N (go test ./localstore -run Differential
+// -diff.seed=N) or LEASEHOLD_DIFFERENTIAL_SEED=N runs another.
 //
 // Not compared, as the seam leaves them to each backend: lease ids (mapped
 // by grant order), TTLs below etcd's minimum (none are granted), lease
@@ -68,10 +68,10 @@ func TestDifferential(t *testing.T) {
 	if testing.Short() {
 		steps = 150
 	}
-	t.Logf("seed %d, %d steps (another: -seed=N or %s=N)", seed, steps, diffSeedEnv)
+	t.Logf("seed %d, %d steps (another: -diff.seed=N or %s=N)", seed, steps, diffSeedEnv)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("failed with seed %d: rerun with -seed=%d", seed, seed)
+			t.Logf("failed with seed %d: rerun with -diff.seed=%d", seed, seed)
 		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a failure guard
