@@ -58,17 +58,21 @@ func (f *floors) hold(queue string, keys map[string]bool, slots []string) {
 // skip them again and move the floor past them for good.
 //
 // The claim that holds the queue's read lock may have read before this
-// claim committed: its answer may still hold these keys and slots, taken
-// or refused meanwhile. It skips them too (see dropPending, freeSlots); a
-// key this claim did not get is back under the lowered floor for the next
-// claim, and a slot it did not get is free for the next.
+// claim committed: its answer may still hold these slots (since it took
+// the lock) and keys (since it took its start from the floor), taken or
+// refused meanwhile. It skips them too (see dropPending, freeSlots); a key
+// this claim did not get is under the floor, lowered (or reset) after the
+// reader's start, so that the reader cannot move the floor past it; a slot
+// it did not get is free for the next claim. A release before the reader
+// took its start is not recorded: the reader's read comes after it, and
+// sees the keys as they are.
 func (f *floors) release(queue string, keys map[string]bool, slots []string, back string, reset bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.of(queue)
 	for k := range keys {
 		delete(fl.pending, k)
-		if fl.reading {
+		if fl.readingKeys {
 			fl.released[k] = true
 		}
 	}
@@ -185,7 +189,7 @@ func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), er
 	return func() {
 		once.Do(func() {
 			f.mu.Lock()
-			fl.reading = false
+			fl.reading, fl.readingKeys = false, false
 			clear(fl.released)
 			clear(fl.releasedSlots)
 			f.mu.Unlock()
@@ -195,15 +199,18 @@ func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), er
 }
 
 type floor struct {
-	reads    chan struct{}   // one claim of the queue reads at a time
-	reading  bool            // a claim holds reads
-	pending  map[string]bool // index keys that claims in flight try
-	released map[string]bool // keys of pending released since reading began
-	lastFull time.Time       // last claim that read from the queue's start on purpose
-	key      string          // claim reads from here; "" is the queue's start
-	horizon  string          // the last key an earlier read saw: reads up to it count few keys
-	epoch    uint64          // bumped by every lowering and reset
-	lows     []low           // the latest lowerings and resets, oldest first
+	reads   chan struct{}   // one claim of the queue reads at a time
+	reading bool            // a claim holds reads
+	pending map[string]bool // index keys that claims in flight try
+	// released are keys of pending released since the claim that holds
+	// reads took its start (readingKeys).
+	released    map[string]bool
+	readingKeys bool
+	lastFull    time.Time // last claim that read from the queue's start on purpose
+	key         string    // claim reads from here; "" is the queue's start
+	horizon     string    // the last key an earlier read saw: reads up to it count few keys
+	epoch       uint64    // bumped by every lowering and reset
+	lows        []low     // the latest lowerings and resets, oldest first
 	// lowRev is the highest store revision at which the watch saw a job
 	// become available. A claim's read older than that may miss the job
 	// although the floor was lowered to it before the claim began (etcd
@@ -269,12 +276,15 @@ type floorStart struct {
 }
 
 // start returns where a claim of queue should read from; tracked is false
-// when no watch keeps the queue's floor.
+// when no watch keeps the queue's floor. The caller holds the read lock:
+// from now until it lets go, the keys claims in flight release are
+// remembered for it (see release).
 func (f *floors) start(queue string) (st floorStart, tracked bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fl := f.m[queue]
-	if fl == nil || fl.watchers == 0 {
+	fl := f.of(queue)
+	fl.readingKeys = true
+	if fl.watchers == 0 {
 		return floorStart{}, false
 	}
 	return floorStart{key: fl.key, horizon: fl.horizon, epoch: fl.epoch, lowRev: fl.lowRev}, true

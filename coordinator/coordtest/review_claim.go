@@ -27,6 +27,7 @@ var claimReviewTests = []suiteTest{
 	{"HeldClaimEndsWithItsSession", testHeldClaimEndsWithSession},
 	{"ReadBeforeAnotherClaimCommitsSkipsItsJobs", testReadBeforeCommit},
 	{"SlotReadBeforeAnotherClaimCommitsSkipsItsSlots", testSlotReadBeforeCommit},
+	{"SiblingClaimFailingBeforeTheReadHidesNoJob", testSiblingFailsBeforeRead},
 }
 
 // claimResult is what one Claim call returned.
@@ -579,5 +580,56 @@ func testSlotReadBeforeCommit(t *testing.T, h *harness) {
 		if r.err != nil || len(r.runs) != 2 || r.st.Conflicts != 0 {
 			t.Fatalf("claim %d of 2 under a limit of 4: %d jobs, %d conflicts, %v; want 2 jobs and no conflict", i+1, len(r.runs), r.st.Conflicts, r.err)
 		}
+	}
+}
+
+// testSiblingFailsBeforeRead: a claim fails (its reply is lost, nothing
+// applied) and gives its candidate back after a second claim took the
+// queue's read lock but before that claim read the queue. The job is
+// still available: the second claim may take it, and if it does not, it
+// must not move the floor past it (no watch event would bring it back; a
+// claim in CI found nothing for 20 s).
+func testSiblingFailsBeforeRead(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	// A limit, so that the second claim reads the slots, and can be held
+	// there, between taking the read lock and reading the queue.
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), coordinator.DefaultQueue, 4); err != nil {
+		t.Fatal(err)
+	}
+	us := &unappliedStore{Store: h.store, held: make(chan struct{}), open: make(chan struct{})}
+	rs := &answeredReadStore{Store: us, match: "/qm/s/", read: make(chan struct{}), free: make(chan struct{})}
+	c := h.coordinator(rs, coordinator.Config{})
+	h.watchWith(c) // the floor is kept
+	s := h.session(c)
+	claim := func(out chan<- claimResult) {
+		runs, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+		out <- claimResult{runs, st, err}
+	}
+	first, second := make(chan claimResult, 1), make(chan claimResult, 1)
+	us.armed.Store(true)
+	go claim(first)
+	<-us.held // the first claim tries the job and waits to commit
+	rs.armed.Store(true)
+	go claim(second)
+	<-rs.read      // the second holds the read lock, its slots read
+	close(us.open) // the first fails and gives the job back
+	if r := <-first; r.err == nil || len(r.runs) != 0 {
+		t.Fatalf("first claim: %d runs, %v; want its commit's error", len(r.runs), r.err)
+	}
+	close(rs.free)
+	r := <-second
+	if r.err != nil {
+		t.Fatalf("second claim: %v", r.err)
+	}
+	runs := r.runs
+	if len(runs) == 0 {
+		var err error
+		runs, _, err = c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+		if err != nil || len(runs) != 1 {
+			t.Fatalf("claim after the second found nothing: %d runs, %v; want job %s (the floor passed it)", len(runs), err, j.ID)
+		}
+	}
+	if runs[0].Job().ID != j.ID {
+		t.Fatalf("claimed %s, want %s", runs[0].Job().ID, j.ID)
 	}
 }
