@@ -174,6 +174,31 @@ func (l *loopLog) next(t *testing.T, ignore time.Duration) loopEvent {
 	}
 }
 
+// untilWatchPoking is untilWatch, calling poke at once and again every
+// 20 ms meanwhile: for a watch that may begin only after its call was
+// noted, and miss a change made before.
+func (l *loopLog) untilWatchPoking(t *testing.T, ignore time.Duration, why string, poke func()) {
+	t.Helper()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(failBound)
+	for poke(); ; {
+		select {
+		case e := <-l.events:
+			switch {
+			case e.kind == "watch":
+				return
+			case e.kind == "after" && (ignore == 0 || e.d != ignore):
+				t.Fatalf("the loop paused %s before watching again: %s", e.d, why)
+			}
+		case <-tick.C:
+			poke()
+		case <-deadline:
+			t.Fatal("the watch loop made no further call")
+		}
+	}
+}
+
 // untilPause reads the loop's calls until it waits on the clock, and
 // returns how many reads and watches it made first and how long it waits.
 func (l *loopLog) untilPause(t *testing.T, ignore time.Duration) (reads, watches int, pause time.Duration) {
@@ -393,13 +418,18 @@ func testWatchLoopsResumeAtOnce(t *testing.T, h *harness) {
 				clock.log.untilWatch(t, loop.ignore, "it was paused for already")
 				// The real watch is set up; it ends after a change, or
 				// once it lasted a second.
+				const why = "the watch before ended normally"
 				if byEvents {
-					loop.poke(t, h)
-				} else {
-					clock.Advance(time.Second)
-					close(store.cut)
+					// A watch from "now" (the maintenance loop's) begins
+					// only once the store has set it up, after its call
+					// was noted: a change made before that is not in it.
+					// Change until the loop watches again.
+					clock.log.untilWatchPoking(t, loop.ignore, why, func() { loop.poke(t, h) })
+					return
 				}
-				clock.log.untilWatch(t, loop.ignore, "the watch before ended normally")
+				clock.Advance(time.Second)
+				close(store.cut)
+				clock.log.untilWatch(t, loop.ignore, why)
 			})
 		}
 	}
