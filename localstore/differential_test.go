@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/localstore"
 )
 
@@ -156,14 +156,7 @@ func TestDifferential(t *testing.T) {
 }
 
 func diffSeedValue(t *testing.T) uint64 {
-	if *diffSeed != 0 {
-		return *diffSeed
-	}
-	if v := os.Getenv(diffSeedEnv); v != "" {
-		seed, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", diffSeedEnv, v, err)
-		}
+	if seed, ok := testutil.Seed(t, *diffSeed, diffSeedEnv); ok {
 		return seed
 	}
 	return diffDefaultSeed

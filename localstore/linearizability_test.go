@@ -24,6 +24,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/localstore"
 )
 
@@ -115,14 +116,7 @@ func TestLinearizable(t *testing.T) {
 }
 
 func linSeedList(t *testing.T) []uint64 {
-	if *linSeed != 0 {
-		return []uint64{*linSeed}
-	}
-	if v := os.Getenv(linSeedEnv); v != "" {
-		seed, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", linSeedEnv, v, err)
-		}
+	if seed, ok := testutil.Seed(t, *linSeed, linSeedEnv); ok {
 		return []uint64{seed}
 	}
 	if testing.Short() {

@@ -2,7 +2,7 @@
 // packages share: a quiet logger, a local store in a temporary directory,
 // a log buffer safe to read while written, one request to an
 // http.Handler, a store that counts (and can cut) its range reads, and a
-// TLS certificate for 127.0.0.1.
+// TLS certificate for 127.0.0.1, and the seed a randomized test was given.
 // Only tests import it.
 package testutil
 
@@ -24,6 +24,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -141,4 +142,24 @@ func WriteCert(t testing.TB, dir string) (certFile, keyFile string) {
 		t.Fatal(err)
 	}
 	return certFile, keyFile
+}
+
+// Seed returns the seed a randomized test was asked to run with:
+// flagValue when it is not zero, else environment variable env when it
+// is set (a value that is not a number fails the test). ok is false when
+// neither was given: the test runs its default seeds.
+func Seed(t testing.TB, flagValue uint64, env string) (seed uint64, ok bool) {
+	t.Helper()
+	if flagValue != 0 {
+		return flagValue, true
+	}
+	v := os.Getenv(env)
+	if v == "" {
+		return 0, false
+	}
+	seed, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: want a seed, a number: %v", env, v, err)
+	}
+	return seed, true
 }
