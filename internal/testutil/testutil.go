@@ -1,8 +1,8 @@
 // Package testutil holds the small helpers that the tests of several
 // packages share: a quiet logger, a local store in a temporary directory,
 // a log buffer safe to read while written, one request to an
-// http.Handler, a store that counts (and can cut) its range reads, and a
-// TLS certificate for 127.0.0.1, and the seed a randomized test was given.
+// http.Handler, a store that counts (and can cut) its range reads, a TLS
+// certificate for 127.0.0.1, and the seed a randomized test was given.
 // Only tests import it.
 package testutil
 
