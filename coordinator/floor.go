@@ -95,7 +95,7 @@ func (f *floors) release(queue string, keys map[string]bool, slots []string, bac
 }
 
 // pendingCount returns how many keys of queue claims in flight try, or
-// tried since the caller took the read lock.
+// tried since the caller took its start (see start).
 func (f *floors) pendingCount(queue string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -104,8 +104,8 @@ func (f *floors) pendingCount(queue string) int {
 }
 
 // dropPending returns xs without the entries claims in flight try, or
-// tried since the caller took the queue's read lock (a new slice when it
-// drops any). The caller holds the read lock.
+// tried since the caller took its start (a new slice when it drops any).
+// The caller holds the read lock.
 func (f *floors) dropPending(queue string, xs []kv.KeyValue) []kv.KeyValue {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -171,8 +171,8 @@ func (f *floors) freeSlots(queue string, free []string, n int) ([]string, <-chan
 
 // lockReads takes queue's read lock, or fails when ctx ends first, and
 // returns its release, which may be called more than once. Until then,
-// the keys that claims in flight release are remembered for the holder
-// (see release).
+// the global-limit slots that claims in flight release are remembered for
+// the holder, and from its start the keys (see release).
 func (f *floors) lockReads(ctx context.Context, queue string) (unlock func(), err error) {
 	f.mu.Lock()
 	fl := f.of(queue)
