@@ -53,8 +53,10 @@ type violation struct {
 //     attempts, lost-run count, queue and unique key the model expects (and,
 //     running, the owner and token of the run that holds it);
 //  2. each job has exactly one index entry, the one keys.index names for
-//     its record, with the value keys.put gives it: an available entry is
-//     a byte-for-byte copy of the record;
+//     its record, with the value the package doc gives it: an available
+//     entry is a byte-for-byte copy of the record, a running one its owner
+//     and queue, a timer its state, a finished one its state and the
+//     unique key it still holds;
 //  3. no index entry, running entry, ownership key, cancel request or
 //     global-limit slot exists without its job's record, and no key lies
 //     outside the layout;
@@ -67,12 +69,13 @@ type violation struct {
 //     more slots are held than the limit;
 //  5. a unique key names a job that holds it (see modelHoldsKey), and every
 //     job that holds its key has it;
-//  6. Counts, AvailableByQueue and RunningByQueue agree with the records;
+//  6. Counts, AvailableByQueue and RunningByQueue agree with the records
+//     (read again after each step that changed a key);
 //  7. the live daemons, and they alone, are registered, on their leases;
 //
 // and that a step that wrote nothing (an error, a refused write) changed no
-// key. Invariant 7 of the brief (one accepted outcome per run) is checked by
-// the run steps themselves.
+// key. That a run has at most one accepted outcome, and that a stale run's
+// writes are refused, is checked by the steps that write through runs.
 func (h *modelHarness) check(noWrite bool) {
 	h.t.Helper()
 	s := h.scan()
