@@ -918,19 +918,10 @@ func (h *modelHarness) opCancel() (string, bool) {
 		desc = fmt.Sprintf("cancel %s (%s)", m, m.state)
 	}
 	j, err := h.c.Cancel(h.ctx, id)
+	if out, ok := h.noSuchJob(desc, id, m, err); ok {
+		return out, true
+	}
 	switch {
-	case id == "not-an-id":
-		if !errors.Is(err, ErrInvalid) {
-			h.failStep(desc, "err = %v, want ErrInvalid", err)
-		}
-		h.count(strings.Fields(desc)[0]+" invalid", 1)
-		return desc + " -> invalid", true
-	case m == nil || m.deleted:
-		if !errors.Is(err, ErrNotFound) {
-			h.failStep(desc, "err = %v, want ErrNotFound", err)
-		}
-		h.count(strings.Fields(desc)[0]+" not found", 1)
-		return desc + " -> not found", true
 	case m.state.Final():
 		if !errors.Is(err, ErrWrongState) || j == nil || j.State != m.state {
 			h.failStep(desc, "cancel of a %s job: %v, %v; want ErrWrongState", m.state, j, err)
@@ -1031,19 +1022,10 @@ func (h *modelHarness) opRetry() (string, bool) {
 		desc = fmt.Sprintf("retry %s (%s)", m, m.state)
 	}
 	j, err := h.c.Retry(h.ctx, id)
+	if out, ok := h.noSuchJob(desc, id, m, err); ok {
+		return out, true
+	}
 	switch {
-	case id == "not-an-id":
-		if !errors.Is(err, ErrInvalid) {
-			h.failStep(desc, "err = %v, want ErrInvalid", err)
-		}
-		h.count(strings.Fields(desc)[0]+" invalid", 1)
-		return desc + " -> invalid", true
-	case m == nil || m.deleted:
-		if !errors.Is(err, ErrNotFound) {
-			h.failStep(desc, "err = %v, want ErrNotFound", err)
-		}
-		h.count(strings.Fields(desc)[0]+" not found", 1)
-		return desc + " -> not found", true
 	case m.state == StateRunning || m.state == StateAvailable || m.state == StateCompleted:
 		if !errors.Is(err, ErrWrongState) {
 			h.failStep(desc, "retry of a %s job: err = %v, want ErrWrongState", m.state, err)
@@ -1084,19 +1066,10 @@ func (h *modelHarness) opDelete() (string, bool) {
 		desc = fmt.Sprintf("delete %s (%s)", m, m.state)
 	}
 	j, err := h.c.Delete(h.ctx, id)
+	if out, ok := h.noSuchJob(desc, id, m, err); ok {
+		return out, true
+	}
 	switch {
-	case id == "not-an-id":
-		if !errors.Is(err, ErrInvalid) {
-			h.failStep(desc, "err = %v, want ErrInvalid", err)
-		}
-		h.count(strings.Fields(desc)[0]+" invalid", 1)
-		return desc + " -> invalid", true
-	case m == nil || m.deleted:
-		if !errors.Is(err, ErrNotFound) {
-			h.failStep(desc, "err = %v, want ErrNotFound", err)
-		}
-		h.count(strings.Fields(desc)[0]+" not found", 1)
-		return desc + " -> not found", true
 	case !m.state.Final():
 		if !errors.Is(err, ErrWrongState) {
 			h.failStep(desc, "delete of a %s job: err = %v, want ErrWrongState", m.state, err)
@@ -1194,6 +1167,28 @@ func (h *modelHarness) opKill() (string, bool) {
 		desc += "; start " + h.startDaemon().name
 	}
 	return desc, false
+}
+
+// noSuchJob checks an operator's call on id when id names no job (a
+// malformed id, or a job deleted or never made): err must say so. ok is
+// false when id names a job.
+func (h *modelHarness) noSuchJob(desc, id string, m *modelJob, err error) (string, bool) {
+	h.t.Helper()
+	switch {
+	case id == "not-an-id":
+		if !errors.Is(err, ErrInvalid) {
+			h.failStep(desc, "err = %v, want ErrInvalid", err)
+		}
+		h.count(strings.Fields(desc)[0]+" invalid", 1)
+		return desc + " -> invalid", true
+	case m == nil || m.deleted:
+		if !errors.Is(err, ErrNotFound) {
+			h.failStep(desc, "err = %v, want ErrNotFound", err)
+		}
+		h.count(strings.Fields(desc)[0]+" not found", 1)
+		return desc + " -> not found", true
+	}
+	return "", false
 }
 
 func (h *modelHarness) opReap() (string, bool) {
