@@ -128,20 +128,30 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 		ahead = max(window, readAhead*n)
 	}
 	busy := c.floors.pendingCount(queue)
-	avail, seen, readRev, err := c.readAvailable(ctx, queue, start, fs.horizon, end, window+busy, ahead+busy, true)
-	if err == nil && tracked && readRev < fs.lowRev {
+	// One read to the queue's end, unless ranges cost every key to their
+	// end and the tail may be long (readAvailable); none when the floor
+	// knows the tail is empty.
+	var avail []kv.KeyValue
+	var seen string
+	var readRev int64
+	tail := 0
+	whole := !c.limits.RangeCountsAll || fs.tail >= 0 && fs.tail < ahead+busy
+	if fs.tail != 0 {
+		avail, seen, readRev, tail, err = c.readAvailable(ctx, queue, start, fs.horizon, end, window+busy, ahead+busy, whole, true)
+	}
+	if err == nil && tracked && fs.tail != 0 && readRev < fs.lowRev {
 		// The watch saw a job become available at a revision this read
 		// predates, before the claim began: etcd tells watchers of a write
 		// just before reads can see it. A read that missed the job must
 		// not move the floor past it; read again, linearizably (after the
 		// member has applied every committed write).
-		avail, seen, readRev, err = c.readAvailable(ctx, queue, start, fs.horizon, end, window+busy, ahead+busy, false)
+		avail, seen, readRev, tail, err = c.readAvailable(ctx, queue, start, fs.horizon, end, window+busy, ahead+busy, whole, false)
 	}
 	if err != nil {
 		return nil, st, nil, fmt.Errorf("coordinator: list available jobs of queue %s: %w", queue, err)
 	}
 	// Only a read that saw every job the floor was lowered to moves it.
-	moves := tracked && readRev >= fs.lowRev
+	moves := tracked && fs.tail != 0 && readRev >= fs.lowRev
 	read := avail
 	avail = c.floors.dropPending(queue, avail)
 	if len(avail) == 0 && start != c.keys.queue(queue) && c.floors.dueFullRead(queue, time.Now()) {
@@ -163,7 +173,7 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 			// floor (and this advance goes no further than it), so claims
 			// skip everything read here until then, not just until the
 			// next full read.
-			c.floors.advance(queue, end, "", fs.epoch)
+			c.floors.advance(queue, end, "", fs.epoch, 0)
 		}
 		return nil, st, nil, nil
 	}
@@ -251,7 +261,15 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 				break
 			}
 		}
-		c.floors.advance(queue, next, seen, fs.epoch)
+		after := -1 // entries from next to the end
+		if tail >= 0 {
+			before := 0
+			for before < len(read) && read[before].Key < next {
+				before++
+			}
+			after = tail - before
+		}
+		c.floors.advance(queue, next, seen, fs.epoch, after)
 	}
 	used := slots[:min(len(slots), len(units))] // each unit's slot, in order
 	c.floors.hold(queue, tried, used)
@@ -318,9 +336,10 @@ var availableWindows = []int64{1e7, 1e9, 1e11}
 const readAhead = 4
 
 // readAvailable returns up to limit entries of queue's available index,
-// from start to end, the last key it saw (its new horizon), and the oldest
-// store revision of its reads: past the horizon it reads up to ahead
-// entries (at least limit). Its reads are serializable when asked.
+// from start to end, the last key it saw (its new horizon), the oldest
+// store revision of its reads, and how many entries it found from start to
+// end when its reads went that far (else -1): it reads up to ahead entries
+// (at least limit). Its reads are serializable when asked.
 //
 // etcd visits every key of a limited range up to its end (to count them),
 // so one read to the queue's end would cost a claim the whole backlog.
@@ -329,8 +348,10 @@ const readAhead = 4
 // entry (a floor) reads windows of scheduled time after it, within its
 // priority, and reads on to end only when they hold too few entries. On
 // etcd a claim reads ahead of what it needs, so that the claims after it
-// read up to its horizon.
-func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, end string, limit, ahead int, serializable bool) (out []kv.KeyValue, seen string, rev int64, err error) {
+// read up to its horizon. With whole, it reads to end at once instead: the
+// same keys when the tail is short (the windows would all be read), in one
+// request instead of up to five.
+func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, end string, limit, ahead int, whole, serializable bool) (out []kv.KeyValue, seen string, rev int64, tail int, err error) {
 	from := start
 	read1 := func(to string, limit int) ([]kv.KeyValue, error) {
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: to, Limit: limit, Serializable: serializable})
@@ -343,15 +364,30 @@ func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, 
 		from = to
 		return rr.KVs, nil
 	}
+	want := max(limit, ahead)
+	if whole {
+		kvs, err := read1(end, want)
+		if err != nil {
+			return nil, "", 0, -1, err
+		}
+		tail = -1
+		if len(kvs) < want {
+			tail = len(kvs)
+		}
+		if len(kvs) > 0 {
+			seen = kvs[len(kvs)-1].Key
+		}
+		return kvs[:min(len(kvs), limit)], seen, rev, tail, nil
+	}
 	if horizon >= from {
 		if out, err = read1(horizon+"\x00", limit); err != nil {
-			return nil, "", 0, err
+			return nil, "", 0, -1, err
 		}
 		if len(out) >= limit {
-			return out, "", rev, nil
+			return out, "", rev, -1, nil
 		}
 	}
-	want := max(limit, ahead) - len(out)
+	want -= len(out)
 	var more []kv.KeyValue
 	read := func(to string) (bool, error) {
 		kvs, err := read1(to, want-len(more))
@@ -371,15 +407,19 @@ func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, 
 		}
 	}
 	if err == nil && !full {
-		_, err = read(end)
+		full, err = read(end)
 	}
 	if err != nil {
-		return nil, "", 0, err
+		return nil, "", 0, -1, err
+	}
+	tail = -1
+	if !full {
+		tail = len(out) + len(more)
 	}
 	if len(more) > 0 {
 		seen = more[len(more)-1].Key
 	}
-	return append(out, more[:min(len(more), limit-len(out))]...), seen, rev, nil
+	return append(out, more[:min(len(more), limit-len(out))]...), seen, rev, tail, nil
 }
 
 // resolveClaims learns which of jobs a claim whose reply was lost actually

@@ -30,7 +30,7 @@ func (f *floors) of(queue string) *floor {
 	}
 	fl := f.m[queue]
 	if fl == nil {
-		fl = &floor{reads: make(chan struct{}, 1), pending: map[string]bool{}, released: map[string]bool{}, slots: map[string]bool{}, releasedSlots: map[string]bool{}}
+		fl = &floor{tail: -1, reads: make(chan struct{}, 1), pending: map[string]bool{}, released: map[string]bool{}, slots: map[string]bool{}, releasedSlots: map[string]bool{}}
 		f.m[queue] = fl
 	}
 	return fl
@@ -217,6 +217,12 @@ type floor struct {
 	// tells watchers of a write just before reads can see it).
 	lowRev   int64
 	watchers int
+	// tail is how many entries the last claim that moved the floor found
+	// from the floor's new key to the queue's end (-1: unknown, or its
+	// read stopped before the end); tailEpoch is the epoch that claim
+	// began in. See floorStart.tail.
+	tail      int
+	tailEpoch uint64
 	// slots are the global-limit slots that claims in flight try, and
 	// releasedSlots those of slots released since reading began;
 	// slotsBack, when not nil, is closed by the next release of slots: a
@@ -273,6 +279,10 @@ type floorStart struct {
 	key, horizon string
 	epoch        uint64
 	lowRev       int64
+	// tail bounds the entries from the floor to the queue's end: those
+	// the last claim that moved the floor found there, plus one for each
+	// lowering since (-1: unknown). 0: the claim has nothing to read.
+	tail int
 }
 
 // start returns where a claim of queue should read from; tracked is false
@@ -285,16 +295,21 @@ func (f *floors) start(queue string) (st floorStart, tracked bool) {
 	fl := f.of(queue)
 	fl.readingKeys = true
 	if fl.watchers == 0 {
-		return floorStart{}, false
+		return floorStart{tail: -1}, false
 	}
-	return floorStart{key: fl.key, horizon: fl.horizon, epoch: fl.epoch, lowRev: fl.lowRev}, true
+	st = floorStart{key: fl.key, horizon: fl.horizon, epoch: fl.epoch, lowRev: fl.lowRev, tail: -1}
+	if fl.tail >= 0 {
+		st.tail = fl.tail + int(min(fl.epoch-fl.tailEpoch, 1<<20))
+	}
+	return st, true
 }
 
 // advance raises the floor to key after a claim that read from the floor
 // at epoch, but never past a job that became available since (a lowering
 // after epoch), and records horizon, the last key that claim's read saw
-// ("": keep the one there is).
-func (f *floors) advance(queue, key, horizon string, epoch uint64) {
+// ("": keep the one there is), and tail, how many entries it found from
+// key to the queue's end (-1: its read stopped before the end).
+func (f *floors) advance(queue, key, horizon string, epoch uint64, tail int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.m[queue]
@@ -310,6 +325,11 @@ func (f *floors) advance(queue, key, horizon string, epoch uint64) {
 	}
 	fl.key = max(fl.key, key)
 	fl.horizon = max(fl.horizon, horizon)
+	if !found || lowest != "" {
+		// Each lowering since epoch (start) adds one to the tail; a
+		// reset since (lowest "") voided what the claim read.
+		fl.tail, fl.tailEpoch = tail, epoch
+	}
 }
 
 // lower makes sure the floor is at or before key, where a job may be
@@ -353,7 +373,7 @@ func (f *floors) reset(queue string) {
 }
 
 func (fl *floor) reset() {
-	fl.key, fl.horizon = "", ""
+	fl.key, fl.horizon, fl.tail = "", "", -1
 	fl.lowered("")
 }
 
@@ -362,8 +382,7 @@ func (f *floors) watch(queue string) {
 	defer f.mu.Unlock()
 	fl := f.of(queue)
 	fl.watchers++
-	fl.key, fl.horizon = "", ""
-	fl.lowered("")
+	fl.reset()
 	fl.lastFull = time.Now() // the next claim reads from the start anyway
 }
 

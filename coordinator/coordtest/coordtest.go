@@ -1115,10 +1115,11 @@ func testClaimWindows(t *testing.T, h *harness) {
 }
 
 // countingStore reports that ranges cost every key up to their end, as
-// etcd's do, and adds up how many live keys the limited ranges spanned.
+// etcd's do, and adds up how many limited ranges it served and how many
+// live keys they spanned.
 type countingStore struct {
 	kv.Store
-	spanned atomic.Int64
+	reads, spanned atomic.Int64
 }
 
 func (s *countingStore) Limits() kv.Limits {
@@ -1129,6 +1130,7 @@ func (s *countingStore) Limits() kv.Limits {
 
 func (s *countingStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
 	if r.Limit > 0 && r.End != "" {
+		s.reads.Add(1)
 		all, err := s.Store.Range(ctx, kv.RangeRequest{Start: r.Start, End: r.End, KeysOnly: true})
 		if err != nil {
 			return kv.RangeResult{}, err

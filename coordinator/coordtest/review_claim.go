@@ -3,6 +3,7 @@ package coordtest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ var claimReviewTests = []suiteTest{
 	{"ReadBeforeAnotherClaimCommitsSkipsItsJobs", testReadBeforeCommit},
 	{"SlotReadBeforeAnotherClaimCommitsSkipsItsSlots", testSlotReadBeforeCommit},
 	{"SiblingClaimFailingBeforeTheReadHidesNoJob", testSiblingFailsBeforeRead},
+	{"ClaimReadsFitTheQueuesTail", testClaimReadsFitTheTail},
 }
 
 // claimResult is what one Claim call returned.
@@ -631,5 +633,61 @@ func testSiblingFailsBeforeRead(t *testing.T, h *harness) {
 	}
 	if runs[0].Job().ID != j.ID {
 		t.Fatalf("claimed %s, want %s", runs[0].Job().ID, j.ID)
+	}
+}
+
+// testClaimReadsFitTheTail: on a store where a limited range costs every
+// key up to its end (etcd), claims read the queue past the floor in one
+// range when the floor knows the tail is short, and not at all when it
+// knows the tail is empty; a backlog that lands after that is read window
+// by window again (ClaimsCountFewKeys). Jobs enqueued one at a time read
+// window by window cost a claim four ranges, and the empty claim after it
+// four more.
+func testClaimReadsFitTheTail(t *testing.T, h *harness) {
+	cs := &countingStore{Store: h.store}
+	c := h.coordinator(cs, coordinator.Config{})
+	woke := h.watchWith(c)
+	s := h.session(c)
+	claim := func(what string, n, want int) (reads int64) {
+		t.Helper()
+		before := cs.reads.Load()
+		runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, n, false)
+		if err != nil || len(runs) != want {
+			t.Fatalf("%s: %d jobs, %v; want %d", what, len(runs), err, want)
+		}
+		return cs.reads.Load() - before
+	}
+	claim("claim of the empty queue", 4, 0) // from the queue's start: the tail is empty
+	if n := claim("claim after it", 4, 0); n != 0 {
+		t.Fatalf("a claim of a tail the floor knows is empty read %d ranges, want none", n)
+	}
+	for i := range 5 {
+		h.seen(woke, "a job enqueued", func() { h.enqueue(coordinator.EnqueueParams{Kind: "k"}) })
+		// Two when the first, serializable, read predates the watch's
+		// event and is read again linearizably (see claim).
+		if n := claim("claim of a new job", 4, 1); n > 2 {
+			t.Fatalf("job %d: its claim read %d ranges, want one (two at most)", i+1, n)
+		}
+		if n := claim("claim after it", 4, 0); n != 0 {
+			t.Fatalf("job %d: the claim after the one that took the tail read %d ranges, want none", i+1, n)
+		}
+	}
+	ps := make([]coordinator.EnqueueParams, 600)
+	for i := range ps {
+		ps[i] = coordinator.EnqueueParams{Kind: "k"}
+	}
+	h.seen(woke, "a backlog enqueued", func() {
+		if _, err := h.c.EnqueueBatch(h.ctx(), ps); err != nil {
+			t.Fatal(err)
+		}
+	})
+	spanned := cs.spanned.Load()
+	for i := range 30 {
+		claim(fmt.Sprintf("claim %d of the backlog", i+1), 10, 10)
+	}
+	// Read to its end each time, 30 claims of 10 would span some 13,600
+	// keys; window by window, a few more than the 40 read ahead each.
+	if n := cs.spanned.Load() - spanned; n > 8000 {
+		t.Fatalf("30 claims of 10 spanned %d keys in all: claims read the backlog to its end", n)
 	}
 }
