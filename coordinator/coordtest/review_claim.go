@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,7 @@ var claimReviewTests = []suiteTest{
 	{"SlotReadBeforeAnotherClaimCommitsSkipsItsSlots", testSlotReadBeforeCommit},
 	{"SiblingClaimFailingBeforeTheReadHidesNoJob", testSiblingFailsBeforeRead},
 	{"ClaimReadsFitTheQueuesTail", testClaimReadsFitTheTail},
+	{"ClaimsAmidEnqueuesAndFailuresMissNoJob", testClaimsAmidEnqueues},
 }
 
 // claimResult is what one Claim call returned.
@@ -672,6 +674,16 @@ func testClaimReadsFitTheTail(t *testing.T, h *harness) {
 			t.Fatalf("job %d: the claim after the one that took the tail read %d ranges, want none", i+1, n)
 		}
 	}
+	// A short tail that a claim takes but its last entry: the floor stops
+	// at that entry, which the next claim reads.
+	h.seen(woke, "three jobs enqueued", func() {
+		three := []coordinator.EnqueueParams{{Kind: "k"}, {Kind: "k"}, {Kind: "k"}}
+		if _, err := h.c.EnqueueBatch(h.ctx(), three); err != nil {
+			t.Fatal(err)
+		}
+	})
+	claim("claim of two of the three", 2, 2)
+	claim("claim of the third", 4, 1)
 	ps := make([]coordinator.EnqueueParams, 600)
 	for i := range ps {
 		ps[i] = coordinator.EnqueueParams{Kind: "k"}
@@ -690,4 +702,188 @@ func testClaimReadsFitTheTail(t *testing.T, h *harness) {
 	if n := cs.spanned.Load() - spanned; n > 8000 {
 		t.Fatalf("30 claims of 10 spanned %d keys in all: claims read the backlog to its end", n)
 	}
+}
+
+// rangeCountsAllStore reports that ranges cost every key up to their end,
+// as etcd's do: claims through it read windows, horizons and tails as on
+// etcd, whatever the store.
+type rangeCountsAllStore struct{ kv.Store }
+
+func (s rangeCountsAllStore) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.RangeCountsAll = true
+	return l
+}
+
+// testClaimsAmidEnqueues: two daemons (coordinators, each with its own
+// watch and claim floor; one reads as on etcd, window by window, whatever
+// the store), two claimers each, claim while jobs are enqueued one at a time
+// and in batches at every priority, and while some claims fail before
+// reaching the store and others lose their reply. Every job must be
+// claimed exactly once, and none may stay hidden behind a floor: once the
+// enqueues end, one daemon's claims alone take every job left, long before
+// the once-a-minute read from the queue's start would find one its floor
+// passed. Twice, each daemon finishing once.
+func testClaimsAmidEnqueues(t *testing.T, h *harness) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	var ds [2]*racingDaemon
+	for i := range ds {
+		fs := &flakyStore{Store: h.store}
+		var st kv.Store = fs
+		if i == 1 {
+			st = rangeCountsAllStore{fs}
+		}
+		c := h.coordinator(st, coordinator.Config{})
+		ds[i] = &racingDaemon{c: c, fs: fs, woke: h.watchWith(c), s: h.session(c)}
+	}
+	running := 0
+	for round, finisher := range []int{int(seed % 2), int(1 - seed%2)} {
+		running += claimAmidEnqueues(t, h, ds, finisher, seed+uint64(round)*1000)
+		if n := h.counts(); n[coordinator.StateAvailable] != 0 || n[coordinator.StateRunning] != running {
+			t.Fatalf("round %d: counts after every job was claimed: %v; want %d running", round+1, n, running)
+		}
+	}
+}
+
+// racingDaemon is one daemon of testClaimsAmidEnqueues.
+type racingDaemon struct {
+	c    *coordinator.Coordinator
+	fs   *flakyStore
+	s    *coordinator.Session
+	woke <-chan struct{}
+}
+
+// claimAmidEnqueues runs one round of testClaimsAmidEnqueues, in which ds[finisher] claims the jobs
+// left once the enqueues end, and returns how many jobs it enqueued.
+func claimAmidEnqueues(t *testing.T, h *harness, ds [2]*racingDaemon, finisher int, seed uint64) int {
+	t.Helper()
+	const enqueuers, perEnqueuer = 2, 300
+	const total = enqueuers * perEnqueuer
+	ctx := h.ctx()
+	errs := make(chan error, 8)
+	var enqWG sync.WaitGroup
+	for e := range enqueuers {
+		enqWG.Add(1)
+		go func() {
+			defer enqWG.Done()
+			rnd := rand.New(rand.NewPCG(seed, uint64(e)))
+			for n := 0; n < perEnqueuer; {
+				k := 1
+				switch left := perEnqueuer - n; {
+				case left <= 50:
+					k = left // a backlog for the finishing daemon
+				case rnd.IntN(4) == 0:
+					k = 1 + rnd.IntN(40)
+				}
+				ps := make([]coordinator.EnqueueParams, k)
+				for i := range ps {
+					ps[i] = coordinator.EnqueueParams{Kind: "k", Priority: 1 + rnd.IntN(4)}
+				}
+				if _, err := h.c.EnqueueBatch(ctx, ps); err != nil {
+					errs <- fmt.Errorf("enqueue: %w", err)
+					return
+				}
+				n += k
+				if rnd.IntN(3) == 0 {
+					// A pause now and then, for the claims to empty the queue.
+					time.Sleep(time.Duration(rnd.IntN(3000)) * time.Microsecond)
+				}
+			}
+		}()
+	}
+	enqueued := make(chan struct{})
+	go func() { enqWG.Wait(); close(enqueued) }()
+
+	var (
+		mu       sync.Mutex
+		seen     = map[string]bool{}
+		finished = make(chan struct{})
+	)
+	record := func(runs []*coordinator.Run) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, r := range runs {
+			if seen[r.Job().ID] {
+				return fmt.Errorf("job %s claimed twice", r.Job().ID)
+			}
+			seen[r.Job().ID] = true
+		}
+		if len(runs) > 0 && len(seen) == total {
+			close(finished)
+		}
+		return nil
+	}
+	var claimWG sync.WaitGroup
+	for i := range 4 {
+		d := ds[i%2]
+		// The other daemon's claimers stop once the enqueues end.
+		stop := enqueued
+		if i%2 == finisher {
+			stop = finished
+		}
+		claimWG.Add(1)
+		go func() {
+			defer claimWG.Done()
+			rnd := rand.New(rand.NewPCG(seed, uint64(100+i)))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				switch rnd.IntN(16) {
+				case 0:
+					d.fs.drop.Store(1) // the next claim fails before the store
+				case 1:
+					d.fs.fail.Store(1) // the next claim commits and loses its reply
+				}
+				runs, _, err := d.c.Claim(ctx, d.s, coordinator.DefaultQueue, 1+rnd.IntN(16), rnd.IntN(2) == 0)
+				if err != nil && !errors.Is(err, errReplyLost) {
+					errs <- fmt.Errorf("claim: %w", err)
+					return
+				}
+				if err := record(runs); err != nil {
+					errs <- err
+					return
+				}
+				if len(runs) > 0 {
+					continue
+				}
+				// Nothing found: wait for the watch, as a worker does, or
+				// a poll's worth.
+				select {
+				case <-stop:
+					return
+				case <-d.woke:
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	wait := func(what string, c <-chan struct{}) {
+		t.Helper()
+		select {
+		case <-c:
+		case err := <-errs:
+			t.Fatal(err)
+		case <-time.After(20 * time.Second):
+			// Claims of a queue that no floor hides take these jobs in
+			// well under a second; a hidden job waits for the read from
+			// the queue's start, a minute after the watch began.
+			mu.Lock()
+			n := len(seen)
+			mu.Unlock()
+			t.Fatalf("%s: %d of %d jobs claimed, %d available that daemon %d's claims do not find", what, n, total, h.counts()[coordinator.StateAvailable], finisher)
+		}
+	}
+	wait("enqueues", enqueued)
+	wait("claims after the enqueues", finished)
+	claimWG.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	return total
 }
