@@ -218,9 +218,9 @@ type floor struct {
 	lowRev   int64
 	watchers int
 	// tail is how many entries the last claim that moved the floor found
-	// from the floor's new key to the queue's end (-1: unknown, or its
-	// read stopped before the end); tailEpoch is the epoch that claim
-	// began in. See floorStart.tail.
+	// from the key it moved it to (its next candidate) to the queue's end
+	// (-1: unknown, or its read stopped before the end); tailEpoch is the
+	// epoch that claim began in. See floorStart.tail.
 	tail      int
 	tailEpoch uint64
 	// slots are the global-limit slots that claims in flight try, and
@@ -279,9 +279,13 @@ type floorStart struct {
 	key, horizon string
 	epoch        uint64
 	lowRev       int64
-	// tail bounds the entries from the floor to the queue's end: those
-	// the last claim that moved the floor found there, plus one for each
-	// lowering since (-1: unknown). 0: the claim has nothing to read.
+	// tail estimates the entries from the floor to the queue's end:
+	// those the last claim that moved the floor found there, plus one for
+	// each lowering since (-1: unknown). One lowering may stand for
+	// several candidates a claim did not get, so it is no bound; but it
+	// is 0 only when every entry that claim found to the end was tried
+	// and nothing was lowered or reset since: the claim has nothing to
+	// read.
 	tail int
 }
 
