@@ -22,6 +22,10 @@
 //	res, err := c.Insert(ctx, Email{To: "ada@example.com"}, nil)
 //	job, err := c.Wait(ctx, res.Job.ID)
 //
+// Counts and Queues say how many jobs wait, in each state and in each
+// queue: for admission control (refuse work while a queue's backlog is too
+// deep) and autoscalers.
+//
 // Insert middleware (Options.InsertMiddleware) runs around every insert,
 // for tracing, logging, metrics or tenancy (stamping Metadata, choosing a
 // queue).
@@ -105,6 +109,7 @@ type (
 	CancelFilter     = coordinator.CancelFilter
 	CancelManyResult = coordinator.CancelManyResult
 	State            = coordinator.State
+	QueueInfo        = coordinator.QueueInfo
 )
 
 // InsertFunc inserts jobs (the next step of an InsertMiddleware).
@@ -143,6 +148,8 @@ type backend interface {
 	retry(ctx context.Context, id string) (*Job, error)
 	remove(ctx context.Context, id string) (*Job, error)
 	wait(ctx context.Context, id string) (*Job, error)
+	counts(ctx context.Context) (map[State]int, error)
+	queues(ctx context.Context) ([]QueueInfo, error)
 	close() error
 }
 
@@ -361,6 +368,27 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 	return c.b.wait(ctx, id)
 }
 
+// Counts returns the number of jobs in each state, every state included
+// (0 when none is in it). A job that changes state while Counts reads may
+// be missed (see coordinator.Coordinator.Counts): fine for a gauge. It
+// reads one index entry per job, finished jobs included, so poll it (every
+// few seconds, say) rather than call it before every insert.
+func (c *Client) Counts(ctx context.Context) (map[State]int, error) {
+	return c.b.counts(ctx)
+}
+
+// Queues returns the known queues, sorted by name: those configured (a
+// pause, a limit), those a live daemon serves and those with jobs
+// available. Each comes with its configuration, its jobs ready to run now
+// (Available, the backlog that admission control watches; jobs scheduled
+// for later or waiting to retry are not counted), the slots of its limit
+// held by running jobs, and the live daemons that serve it. It reads one
+// index entry per available job, so poll it rather than call it before
+// every insert.
+func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
+	return c.b.queues(ctx)
+}
+
 // coordBackend runs on a coordinator.
 type coordBackend struct {
 	c       *coordinator.Coordinator
@@ -394,6 +422,12 @@ func (b coordBackend) remove(ctx context.Context, id string) (*Job, error) {
 	return b.c.Delete(ctx, id)
 }
 func (b coordBackend) wait(ctx context.Context, id string) (*Job, error) { return b.c.Wait(ctx, id) }
+func (b coordBackend) counts(ctx context.Context) (map[State]int, error) {
+	return b.c.Counts(ctx)
+}
+func (b coordBackend) queues(ctx context.Context) ([]QueueInfo, error) {
+	return b.c.Queues(ctx)
+}
 func (b coordBackend) close() error {
 	if b.closeFn != nil {
 		return b.closeFn()

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"log/slog"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 	"go.uber.org/goleak"
@@ -43,6 +45,24 @@ func runEcho(t *testing.T, store kv.Store, ns string) {
 	})
 }
 
+// operator returns the suite's harness on store: an operator's
+// coordinator of namespace ns, behind the clients' back.
+func operator(t *testing.T, store kv.Store, ns string) clienttest.Harness {
+	t.Helper()
+	coord, err := coordinator.New(store, coordinator.Config{Namespace: ns, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return clienttest.Harness{SetPaused: func(ctx context.Context, q string, paused bool) error {
+		if paused {
+			_, _, err := coord.PauseQueue(ctx, q)
+			return err
+		}
+		_, _, err := coord.ResumeQueue(ctx, q)
+		return err
+	}}
+}
+
 // TestOnPebble runs the suite on a coordinator over the embedded store.
 func TestOnPebble(t *testing.T) {
 	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: quiet()})
@@ -51,7 +71,7 @@ func TestOnPebble(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = store.Close() })
 	runEcho(t, store, "")
-	clienttest.Run(t, func(t *testing.T, o *client.Options) *client.Client {
+	clienttest.RunWith(t, func(t *testing.T, o *client.Options) *client.Client {
 		coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
@@ -59,7 +79,42 @@ func TestOnPebble(t *testing.T) {
 		c := client.New(coord, o)
 		t.Cleanup(func() { _ = c.Close() })
 		return c
+	}, operator(t, store, ""))
+}
+
+// TestOnHTTP runs the suite on the daemon's API served in process, where
+// the harness can pause a queue (the daemon's own run of the suite, in
+// cmd/leasehold, cannot).
+func TestOnHTTP(t *testing.T) {
+	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close() })
+	runEcho(t, store, "")
+	coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := apiserver.New(apiserver.Config{Coord: coord, Kinds: map[string]apiserver.PayloadCheck{"echo": nil}, Logger: quiet()})
+	srv := httptest.NewServer(api)
+	t.Cleanup(func() {
+		api.StopWaits()
+		srv.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := api.StopProbe(ctx); err != nil {
+			t.Errorf("stop the store probe: %v", err)
+		}
 	})
+	clienttest.RunWith(t, func(t *testing.T, o *client.Options) *client.Client {
+		c, err := client.NewHTTP(srv.URL, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}, operator(t, store, ""))
 }
 
 // TestOnEtcd runs the suite on etcd, dialled by the client itself.
@@ -68,7 +123,7 @@ func TestOnEtcd(t *testing.T) {
 	store := etcdkv.New(srv.Client(t), etcdkv.Options{})
 	t.Cleanup(func() { _ = store.Close() })
 	runEcho(t, store, "clients")
-	clienttest.Run(t, func(t *testing.T, o *client.Options) *client.Client {
+	clienttest.RunWith(t, func(t *testing.T, o *client.Options) *client.Client {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		c, err := client.Dial(ctx, client.EtcdConfig{Config: etcdkv.Config{Endpoints: []string{srv.Endpoint()}}, Namespace: "clients"}, o)
@@ -77,7 +132,7 @@ func TestOnEtcd(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Close() })
 		return c
-	})
+	}, operator(t, store, "clients"))
 }
 
 func TestNewHTTPBadServer(t *testing.T) {
@@ -107,8 +162,11 @@ func TestSuiteRunsTwiceOnOneDaemon(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
-	t.Run("first", func(t *testing.T) { clienttest.Run(t, newClient) })
-	t.Run("second", func(t *testing.T) { clienttest.Run(t, newClient) })
+	// With the harness: the first run leaves a queue it paused (then
+	// resumed) configured.
+	h := operator(t, store, "")
+	t.Run("first", func(t *testing.T) { clienttest.RunWith(t, newClient, h) })
+	t.Run("second", func(t *testing.T) { clienttest.RunWith(t, newClient, h) })
 }
 
 // Insert of one job whose middleware passed on none returns an error

@@ -120,3 +120,76 @@ func ExampleInsertMiddleware() {
 	fmt.Println(string(res.Job.Metadata))
 	// Output: {"trace_id":"4bf92f35"}
 }
+
+// Admission control: refuse new work while a queue's backlog (its jobs
+// ready to run and not yet taken) is too deep. Here no daemon serves the
+// queue "newsletter", so its backlog only grows. Queues reads every
+// available job's index entry: a busy program polls it every few seconds
+// rather than before each insert.
+func ExampleClient_Queues() {
+	coord, stop := exampleDaemon()
+	defer stop()
+	c := client.New(coord, nil)
+	ctx := context.Background()
+	backlog := func(queue string) int {
+		qs, err := c.Queues(ctx)
+		if err != nil {
+			panic(err)
+		}
+		for _, q := range qs {
+			if q.Name == queue {
+				return q.Available
+			}
+		}
+		return 0 // not known: no job waits in it
+	}
+	const maxBacklog = 2
+	for _, to := range []string{"a@example.com", "b@example.com", "c@example.com"} {
+		if n := backlog("newsletter"); n >= maxBacklog {
+			fmt.Println("refused", to+":", n, "jobs wait")
+			continue
+		}
+		if _, err := c.Insert(ctx, SendEmail{To: to, Subject: "news"}, &client.InsertOpts{Queue: "newsletter"}); err != nil {
+			panic(err)
+		}
+		fmt.Println("enqueued", to)
+	}
+	qs, _ := c.Queues(ctx)
+	for _, q := range qs {
+		fmt.Println(q.Name, q.Available, "available,", len(q.Workers), "daemon(s), paused:", q.Paused)
+	}
+	// Output:
+	// enqueued a@example.com
+	// enqueued b@example.com
+	// refused c@example.com: 2 jobs wait
+	// mail 0 available, 1 daemon(s), paused: false
+	// newsletter 2 available, 0 daemon(s), paused: false
+}
+
+// The number of jobs in each state, as a gauge for an autoscaler (or a
+// dashboard) would poll it.
+func ExampleClient_Counts() {
+	coord, stop := exampleDaemon()
+	defer stop()
+	c := client.New(coord, nil)
+	ctx := context.Background()
+	later := &client.InsertOpts{ScheduledAt: time.Now().Add(time.Hour)}
+	rs, _ := c.InsertMany(ctx, []client.InsertParams{
+		{Args: SendEmail{To: "a@example.com", Subject: "reminder"}, Opts: later},
+		{Args: SendEmail{To: "b@example.com", Subject: "reminder"}, Opts: later},
+	})
+	if _, err := c.Cancel(ctx, rs[1].Job.ID); err != nil {
+		panic(err)
+	}
+	counts, err := c.Counts(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(coordinator.StateScheduled, counts[coordinator.StateScheduled])
+	fmt.Println(coordinator.StateCancelled, counts[coordinator.StateCancelled])
+	fmt.Println(coordinator.StateAvailable, counts[coordinator.StateAvailable])
+	// Output:
+	// scheduled 1
+	// cancelled 1
+	// available 0
+}

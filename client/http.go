@@ -45,6 +45,14 @@ type (
 		Jobs    []*Job `json:"jobs"`
 		Existed []bool `json:"existed"`
 	}
+	// GET /v1/stats (StatsResponse) and GET /v1/queues (QueuesResponse,
+	// internal/apiserver/ops_api.go).
+	wireStats struct {
+		Counts map[State]int `json:"counts"`
+	}
+	wireQueues struct {
+		Queues []QueueInfo `json:"queues"`
+	}
 )
 
 // waitPoll is the long-poll of one wait request.
@@ -354,4 +362,38 @@ func (b *httpBackend) wait(ctx context.Context, id string) (*Job, error) {
 			return j, nil
 		}
 	}
+}
+
+func (b *httpBackend) counts(ctx context.Context) (map[State]int, error) {
+	var res wireStats
+	if err := b.call(ctx, http.MethodGet, "/v1/stats", nil, nil, &res, b.timeout); err != nil {
+		return nil, err
+	}
+	if res.Counts == nil {
+		return nil, fmt.Errorf("leasehold daemon at %s answered without counts", b.server)
+	}
+	// As the coordinator's: every state, 0 when none is in it.
+	for _, st := range coordinator.States {
+		if _, ok := res.Counts[st]; !ok {
+			res.Counts[st] = 0
+		}
+	}
+	return res.Counts, nil
+}
+
+func (b *httpBackend) queues(ctx context.Context) ([]QueueInfo, error) {
+	var res wireQueues
+	if err := b.call(ctx, http.MethodGet, "/v1/queues", nil, nil, &res, b.timeout); err != nil {
+		return nil, err
+	}
+	// As the coordinator's: empty lists, not nil ones.
+	if res.Queues == nil {
+		res.Queues = []QueueInfo{}
+	}
+	for i := range res.Queues {
+		if res.Queues[i].Workers == nil {
+			res.Queues[i].Workers = []string{}
+		}
+	}
+	return res.Queues, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,5 +95,47 @@ func TestHTTPStoreDeadlineIsDeadlineExceeded(t *testing.T) {
 		}
 		_ = c.Close()
 		srv.Close()
+	}
+}
+
+// Counts and Queues go through the same request path as the other
+// methods: the token is sent, a stalled store is context.DeadlineExceeded,
+// and an answer without counts is an error rather than empty counts.
+func TestHTTPCountsAndQueuesErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var stalled atomic.Bool
+	var auth atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		auth.Store(r.Header.Get("Authorization"))
+		if stalled.Load() {
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":"the store did not answer within 10s (etcd unreachable or without quorum?): the outcome is unknown"}`+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, `{}`+"\n")
+	}))
+	t.Cleanup(srv.Close)
+	c, err := client.NewHTTP(srv.URL, &client.Options{Token: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if counts, err := c.Counts(ctx); err == nil {
+		t.Errorf("Counts from an answer without counts = %v, want an error", counts)
+	}
+	if got := auth.Load(); got != "Bearer s3cret" {
+		t.Errorf("Authorization %q, want %q", got, "Bearer s3cret")
+	}
+	if qs, err := c.Queues(ctx); err != nil || qs == nil || len(qs) != 0 {
+		t.Errorf("Queues from an answer without queues = %#v, %v, want none, as the coordinator says with no queue", qs, err)
+	}
+	stalled.Store(true)
+	if _, err := c.Counts(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Counts from a stalled store: %v, want context.DeadlineExceeded", err)
+	}
+	if _, err := c.Queues(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Queues from a stalled store: %v, want context.DeadlineExceeded", err)
 	}
 }

@@ -7,7 +7,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,10 +30,24 @@ func (Echo) Kind() string { return "echo" }
 // InsertOpts are Echo's defaults: priority 2.
 func (Echo) InsertOpts() client.InsertOpts { return client.InsertOpts{Priority: 2} }
 
+// Harness is what a backend's test can do besides making clients, for the
+// cases that check what a client reports of it. A nil field skips the
+// checks that need it.
+type Harness struct {
+	// SetPaused pauses (true) or resumes a queue, as an operator does
+	// (`leasehold queues pause`, `resume`).
+	SetPaused func(ctx context.Context, queue string, paused bool) error
+}
+
 // Run runs the suite. newClient returns a client with o (which may be nil)
 // of a daemon that runs the kind "echo" on the queue "default"; each call
 // may return a new client of the same daemon and namespace.
 func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.Client) {
+	RunWith(t, newClient, Harness{})
+}
+
+// RunWith runs the suite as Run does, with the checks that h allows.
+func RunWith(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.Client, h Harness) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := newClient(t, nil)
@@ -204,6 +220,107 @@ func Run(t *testing.T, newClient func(t *testing.T, o *client.Options) *client.C
 		j, err := mc.Wait(ctx, res.Job.ID)
 		if err != nil || string(j.Metadata) != `{"tenant":"acme"}` || seen.Load() != 1 {
 			t.Fatalf("job %+v (%v), middleware saw %d", j, err, seen.Load())
+		}
+	})
+
+	// The counts are the namespace's: this run's jobs are told apart by
+	// the change they make. Every job of the cases above is final by now,
+	// and the jobs below go to queues of this run's own that no daemon
+	// serves, so nothing else moves meanwhile.
+	t.Run("Counts", func(t *testing.T) {
+		q := "counts-" + run
+		before, err := c.Counts(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(before) != len(coordinator.States) {
+			t.Errorf("Counts = %v: want every state", before)
+		}
+		at := time.Now().Add(time.Hour)
+		now, later := &client.InsertOpts{Queue: q}, &client.InsertOpts{Queue: q, ScheduledAt: at}
+		rs, err := c.InsertMany(ctx, []client.InsertParams{
+			{Args: Echo{Msg: "c1"}, Opts: now}, {Args: Echo{Msg: "c2"}, Opts: now},
+			{Args: Echo{Msg: "c3"}, Opts: later}, {Args: Echo{Msg: "c4"}, Opts: later}, {Args: Echo{Msg: "c5"}, Opts: later},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Cancel(ctx, rs[4].Job.ID); err != nil {
+			t.Fatal(err)
+		}
+		after, err := c.Counts(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[client.State]int{coordinator.StateAvailable: 2, coordinator.StateScheduled: 2, coordinator.StateCancelled: 1}
+		for _, st := range coordinator.States {
+			if d := after[st] - before[st]; d != want[st] {
+				t.Errorf("%s: %d before the inserts, %d after: a change of %d, want %d", st, before[st], after[st], d, want[st])
+			}
+		}
+		if _, err := c.CancelMany(ctx, client.CancelFilter{Queue: q}); err != nil {
+			t.Fatal(err)
+		}
+	})
+
+	t.Run("Queues", func(t *testing.T) {
+		qa, qb := "queue-a-"+run, "queue-b-"+run
+		rs, err := c.InsertMany(ctx, []client.InsertParams{
+			{Args: Echo{Msg: "a1"}, Opts: &client.InsertOpts{Queue: qa}},
+			{Args: Echo{Msg: "a2"}, Opts: &client.InsertOpts{Queue: qa}},
+			{Args: Echo{Msg: "b1"}, Opts: &client.InsertOpts{Queue: qb}},
+			// Not available yet: not in the backlog.
+			{Args: Echo{Msg: "b2"}, Opts: &client.InsertOpts{Queue: qb, ScheduledAt: time.Now().Add(time.Hour)}},
+		})
+		if err != nil || len(rs) != 4 {
+			t.Fatalf("InsertMany = %v, %v", rs, err)
+		}
+		t.Cleanup(func() {
+			for _, q := range []string{qa, qb} {
+				if _, err := c.CancelMany(ctx, client.CancelFilter{Queue: q}); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+		if h.SetPaused != nil {
+			if err := h.SetPaused(ctx, qb, true); err != nil {
+				t.Fatal(err)
+			}
+			// The queue stays configured (and listed), as any paused
+			// and resumed queue does, but not paused.
+			t.Cleanup(func() {
+				if err := h.SetPaused(ctx, qb, false); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		qs, err := c.Queues(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.IsSortedFunc(qs, func(x, y client.QueueInfo) int { return strings.Compare(x.Name, y.Name) }) {
+			t.Errorf("Queues not sorted by name: %+v", qs)
+		}
+		byName := map[string]client.QueueInfo{}
+		for _, q := range qs {
+			byName[q.Name] = q
+		}
+		a, okA := byName[qa]
+		b, okB := byName[qb]
+		if !okA || !okB {
+			t.Fatalf("Queues = %+v: want %s and %s", qs, qa, qb)
+		}
+		if a.Available != 2 || a.Paused || a.PausedAt != nil || a.Workers == nil || len(a.Workers) != 0 {
+			t.Errorf("%s: %+v, want 2 available, not paused, no workers", qa, a)
+		}
+		if b.Available != 1 || len(b.Workers) != 0 {
+			t.Errorf("%s: %+v, want 1 available (the scheduled job is not), no workers", qb, b)
+		}
+		if h.SetPaused != nil && (!b.Paused || b.PausedAt == nil) {
+			t.Errorf("%s: %+v, want paused", qb, b)
+		}
+		if def, ok := byName[coordinator.DefaultQueue]; !ok || len(def.Workers) == 0 || slices.Contains(def.Workers, "") {
+			t.Errorf("%s: %+v (listed: %v), want the daemon that serves it", coordinator.DefaultQueue, def, ok)
 		}
 	})
 }
