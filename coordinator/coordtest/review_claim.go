@@ -719,8 +719,9 @@ func (s rangeCountsAllStore) Limits() kv.Limits {
 // watch and claim floor; one reads as on etcd, window by window, whatever
 // the store), two claimers each, claim while jobs are enqueued one at a time
 // and in batches at every priority, and while some claims fail before
-// reaching the store and others lose their reply. Every job must be
-// claimed exactly once, and none may stay hidden behind a floor: once the
+// reaching the store, others lose their reply, and others are refused by
+// a pause and resume of the queue. Every job must be claimed exactly once,
+// and none may stay hidden behind a floor: once the
 // enqueues end, one daemon's claims alone take every job left, long before
 // the once-a-minute read from the queue's start would find one its floor
 // passed. Twice, each daemon finishing once.
@@ -730,12 +731,19 @@ func testClaimsAmidEnqueues(t *testing.T, h *harness) {
 	var ds [2]*racingDaemon
 	for i := range ds {
 		fs := &flakyStore{Store: h.store}
-		var st kv.Store = fs
+		cs := &confBumpStore{Store: fs, bump: func(ctx context.Context) error {
+			if _, _, err := h.c.PauseQueue(ctx, coordinator.DefaultQueue); err != nil {
+				return err
+			}
+			_, _, err := h.c.ResumeQueue(ctx, coordinator.DefaultQueue)
+			return err
+		}}
+		var st kv.Store = cs
 		if i == 1 {
-			st = rangeCountsAllStore{fs}
+			st = rangeCountsAllStore{cs}
 		}
 		c := h.coordinator(st, coordinator.Config{})
-		ds[i] = &racingDaemon{c: c, fs: fs, woke: h.watchWith(c), s: h.session(c)}
+		ds[i] = &racingDaemon{c: c, fs: fs, cs: cs, woke: h.watchWith(c), s: h.session(c)}
 	}
 	running := 0
 	for round, finisher := range []int{int(seed % 2), int(1 - seed%2)} {
@@ -750,8 +758,28 @@ func testClaimsAmidEnqueues(t *testing.T, h *harness) {
 type racingDaemon struct {
 	c    *coordinator.Coordinator
 	fs   *flakyStore
+	cs   *confBumpStore
 	s    *coordinator.Session
 	woke <-chan struct{}
+}
+
+// confBumpStore runs bump (a pause and resume of the queue) before the
+// next write transaction when armed: a claim that read the queue's
+// configuration before it is refused.
+type confBumpStore struct {
+	kv.Store
+	bump func(ctx context.Context) error
+	// armed counts the upcoming writes to bump before.
+	armed atomic.Int32
+}
+
+func (s *confBumpStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if kvtest.Writes(t) && s.armed.Add(-1) >= 0 {
+		if err := s.bump(ctx); err != nil {
+			return kv.TxnResult{}, fmt.Errorf("pause and resume before a claim: %w", err)
+		}
+	}
+	return s.Store.Txn(ctx, t)
 }
 
 // claimAmidEnqueues runs one round of testClaimsAmidEnqueues, in which ds[finisher] claims the jobs
@@ -794,7 +822,6 @@ func claimAmidEnqueues(t *testing.T, h *harness, ds [2]*racingDaemon, finisher i
 	}
 	enqueued := make(chan struct{})
 	go func() { enqWG.Wait(); close(enqueued) }()
-
 	var (
 		mu       sync.Mutex
 		seen     = map[string]bool{}
@@ -837,6 +864,11 @@ func claimAmidEnqueues(t *testing.T, h *harness, ds [2]*racingDaemon, finisher i
 					d.fs.drop.Store(1) // the next claim fails before the store
 				case 1:
 					d.fs.fail.Store(1) // the next claim commits and loses its reply
+				case 2, 3:
+					// The queue is paused and resumed just before the next
+					// claim commits: refused whole, its candidates stay
+					// available under the floor it moved (ADR 0015).
+					d.cs.armed.Store(1)
 				}
 				runs, _, err := d.c.Claim(ctx, d.s, coordinator.DefaultQueue, 1+rnd.IntN(16), rnd.IntN(2) == 0)
 				if err != nil && !errors.Is(err, errReplyLost) {
