@@ -782,8 +782,9 @@ func (s *confBumpStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error)
 	return s.Store.Txn(ctx, t)
 }
 
-// claimAmidEnqueues runs one round of testClaimsAmidEnqueues, in which ds[finisher] claims the jobs
-// left once the enqueues end, and returns how many jobs it enqueued.
+// claimAmidEnqueues runs one round of testClaimsAmidEnqueues, in which
+// ds[finisher] claims the jobs left once the enqueues end, and returns how
+// many jobs it enqueued.
 func claimAmidEnqueues(t *testing.T, h *harness, ds [2]*racingDaemon, finisher int, seed uint64) int {
 	t.Helper()
 	const enqueuers, perEnqueuer = 2, 300
