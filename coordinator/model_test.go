@@ -1109,41 +1109,37 @@ func (h *modelHarness) opAdvance() (string, bool) {
 
 func (h *modelHarness) opPromote() (string, bool) {
 	now := h.clock.Now()
-	var due []*modelJob
-	for _, m := range h.jobs {
-		if !m.deleted && (m.state == StateScheduled || m.state == StateRetryable) && !h.prev.recs[m.id].ScheduledAt.After(now) {
-			due = append(due, m)
-		}
-	}
-	n, err := h.c.PromoteDue(h.ctx)
-	desc := fmt.Sprintf("promote due (want %v)", due)
-	if err != nil || n != len(due) {
-		h.failStep(desc, "promote = %d, %v; want %d", n, err, len(due))
-	}
-	for _, m := range due {
-		m.state = StateAvailable
-	}
-	h.count("promoted", n)
-	return fmt.Sprintf("%s -> %d", desc, n), n == 0
+	return h.bulkStep("promote due", "promoted", h.c.PromoteDue, func(m *modelJob) bool {
+		return (m.state == StateScheduled || m.state == StateRetryable) && !h.prev.recs[m.id].ScheduledAt.After(now)
+	}, func(m *modelJob) { m.state = StateAvailable })
 }
 
 func (h *modelHarness) opPurge() (string, bool) {
 	cutoff := h.clock.Now().Add(-modelRetention)
-	var old []*modelJob
+	return h.bulkStep("purge finished", "purged", h.c.PurgeFinished, func(m *modelJob) bool {
+		return m.state.Final() && h.prev.recs[m.id].FinalizedAt.Before(cutoff)
+	}, func(m *modelJob) { m.deleted = true })
+}
+
+// bulkStep runs call, a bulk operation that must touch exactly the jobs
+// (not deleted) that match picks, applies done to each of them in the
+// model and tallies them under tally.
+func (h *modelHarness) bulkStep(what, tally string, call func(context.Context) (int, error), picks func(*modelJob) bool, done func(*modelJob)) (string, bool) {
+	var want []*modelJob
 	for _, m := range h.jobs {
-		if !m.deleted && m.state.Final() && h.prev.recs[m.id].FinalizedAt.Before(cutoff) {
-			old = append(old, m)
+		if !m.deleted && picks(m) {
+			want = append(want, m)
 		}
 	}
-	n, err := h.c.PurgeFinished(h.ctx)
-	desc := fmt.Sprintf("purge finished (want %v)", old)
-	if err != nil || n != len(old) {
-		h.failStep(desc, "purge = %d, %v; want %d", n, err, len(old))
+	n, err := call(h.ctx)
+	desc := fmt.Sprintf("%s (want %v)", what, want)
+	if err != nil || n != len(want) {
+		h.failStep(desc, "%s = %d, %v; want %d", what, n, err, len(want))
 	}
-	for _, m := range old {
-		m.deleted = true
+	for _, m := range want {
+		done(m)
 	}
-	h.count("purged", n)
+	h.count(tally, n)
 	return fmt.Sprintf("%s -> %d", desc, n), n == 0
 }
 

@@ -41,6 +41,17 @@ type claimResult struct {
 	err  error
 }
 
+// goClaim runs c.Claim(ctx, s, queue, n, false) on a goroutine of its own
+// and returns the channel its result comes on.
+func goClaim(ctx context.Context, c *coordinator.Coordinator, s *coordinator.Session, queue string, n int) <-chan claimResult {
+	out := make(chan claimResult, 1)
+	go func() {
+		runs, st, err := c.Claim(ctx, s, queue, n, false)
+		out <- claimResult{runs, st, err}
+	}()
+	return out
+}
+
 // testLimitedClaimsInFlight: a daemon keeps two claims of a queue in flight
 // (ADR 0012), also on a queue with a global limit. The second claim reads
 // the free slots while the first has not committed yet: it must not try the
@@ -57,12 +68,8 @@ func testLimitedClaimsInFlight(t *testing.T, h *harness) {
 	g := newStepStore(h.store)
 	c := h.coordinator(g, coordinator.Config{})
 	s := h.session(c)
-	first := make(chan claimResult, 1)
 	g.txnArmed.Store(true)
-	go func() {
-		runs, st, err := c.Claim(h.ctx(), s, q, 2, false)
-		first <- claimResult{runs, st, err}
-	}()
+	first := goClaim(h.ctx(), c, s, q, 2)
 	<-g.txnHeld // the first claim has read and waits to commit
 	second, st, err := c.Claim(h.ctx(), s, q, 2, false)
 	close(g.txnGo)
@@ -116,21 +123,14 @@ func testSlotRefusedInFlight(t *testing.T, h *harness) {
 	sr := &slotReadStore{Store: g, read: make(chan struct{}, 1)}
 	c := h.coordinator(sr, coordinator.Config{})
 	s := h.session(c)
-	first, second := make(chan claimResult, 1), make(chan claimResult, 1)
 	g.txnArmed.Store(true)
-	go func() {
-		runs, st, err := c.Claim(h.ctx(), s, q, 2, false)
-		first <- claimResult{runs, st, err}
-	}()
+	first := goClaim(h.ctx(), c, s, q, 2)
 	<-g.txnHeld // the first claim tries both slots, with the first two jobs
 	<-sr.read
 	if _, err := h.c.Cancel(h.ctx(), jobs[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		runs, st, err := c.Claim(h.ctx(), s, q, 1, false)
-		second <- claimResult{runs, st, err}
-	}()
+	second := goClaim(h.ctx(), c, s, q, 1)
 	<-sr.read // the second claim has read the slots: none free but those tried
 	close(g.txnGo)
 	r := <-first
@@ -180,14 +180,10 @@ func testClaimResolveUnreachable(t *testing.T, h *harness) {
 	us := &unreachableStore{Store: h.store, writing: make(chan struct{}), reading: make(chan struct{})}
 	c := h.coordinator(us, coordinator.Config{})
 	s := h.session(c)
-	done := make(chan claimResult, 1)
 	ctx, cancel := context.WithCancel(h.ctx())
 	defer cancel()
 	us.armed.Store(true)
-	go func() {
-		runs, st, err := c.Claim(ctx, s, coordinator.DefaultQueue, 1, false)
-		done <- claimResult{runs, st, err}
-	}()
+	done := goClaim(ctx, c, s, coordinator.DefaultQueue, 1)
 	<-us.writing
 	cancel() // the caller gives up on the claim (a worker's Stop)
 	<-us.reading
@@ -390,11 +386,7 @@ func testLostClaimAdoptsNoOtherRun(t *testing.T, h *harness) {
 	c := h.coordinator(us, coordinator.Config{})
 	s := h.session(c)
 	us.armed.Store(true)
-	first := make(chan claimResult, 1)
-	go func() {
-		runs, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
-		first <- claimResult{runs, st, err}
-	}()
+	first := goClaim(h.ctx(), c, s, coordinator.DefaultQueue, 1)
 	<-us.held
 
 	// Another daemon claims the job and snoozes it: available again, at
@@ -462,11 +454,7 @@ func testHeldClaimEndsWithSession(t *testing.T, h *harness) {
 	c := h.coordinator(hs, coordinator.Config{})
 	old := h.session(c)
 	hs.armed.Store(true)
-	done := make(chan claimResult, 1)
-	go func() {
-		runs, st, err := c.Claim(h.ctx(), old, coordinator.DefaultQueue, 1, false)
-		done <- claimResult{runs, st, err}
-	}()
+	done := goClaim(h.ctx(), c, old, coordinator.DefaultQueue, 1)
 	<-hs.holding
 	cctx, cancel := context.WithTimeout(h.ctx(), 5*time.Second)
 	defer cancel()
@@ -519,16 +507,12 @@ func testReadBeforeCommit(t *testing.T, h *harness) {
 	rs := &answeredReadStore{Store: g, match: "/q/", read: make(chan struct{}), free: make(chan struct{})}
 	c := h.coordinator(rs, coordinator.Config{})
 	s := h.session(c)
-	claim := func(out chan<- claimResult) {
-		runs, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 2, false)
-		out <- claimResult{runs, st, err}
-	}
-	first, second := make(chan claimResult, 1), make(chan claimResult, 1)
+	claim := func() <-chan claimResult { return goClaim(h.ctx(), c, s, coordinator.DefaultQueue, 2) }
 	g.txnArmed.Store(true)
-	go claim(first)
+	first := claim()
 	<-g.txnHeld // the first claim has read and waits to commit
 	rs.armed.Store(true)
-	go claim(second)
+	second := claim()
 	<-rs.read // the second's read is answered, the first's jobs in it
 	close(g.txnGo)
 	r1 := <-first // committed, and its hold on its jobs released
@@ -565,16 +549,12 @@ func testSlotReadBeforeCommit(t *testing.T, h *harness) {
 	rs := &answeredReadStore{Store: g, match: "/qm/s/", read: make(chan struct{}), free: make(chan struct{})}
 	c := h.coordinator(rs, coordinator.Config{})
 	s := h.session(c)
-	claim := func(out chan<- claimResult) {
-		runs, st, err := c.Claim(h.ctx(), s, q, 2, false)
-		out <- claimResult{runs, st, err}
-	}
-	first, second := make(chan claimResult, 1), make(chan claimResult, 1)
+	claim := func() <-chan claimResult { return goClaim(h.ctx(), c, s, q, 2) }
 	g.txnArmed.Store(true)
-	go claim(first)
+	first := claim()
 	<-g.txnHeld // the first claim tries two slots and waits to commit
 	rs.armed.Store(true)
-	go claim(second)
+	second := claim()
 	<-rs.read // the second's read of the slots is answered: all four free
 	close(g.txnGo)
 	r1 := <-first // committed, and its hold on its slots released
@@ -605,16 +585,12 @@ func testSiblingFailsBeforeRead(t *testing.T, h *harness) {
 	c := h.coordinator(rs, coordinator.Config{})
 	h.watchWith(c) // the floor is kept
 	s := h.session(c)
-	claim := func(out chan<- claimResult) {
-		runs, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
-		out <- claimResult{runs, st, err}
-	}
-	first, second := make(chan claimResult, 1), make(chan claimResult, 1)
+	claim := func() <-chan claimResult { return goClaim(h.ctx(), c, s, coordinator.DefaultQueue, 1) }
 	us.armed.Store(true)
-	go claim(first)
+	first := claim()
 	<-us.held // the first claim tries the job and waits to commit
 	rs.armed.Store(true)
-	go claim(second)
+	second := claim()
 	<-rs.read      // the second holds the read lock, its slots read
 	close(us.open) // the first fails and gives the job back
 	if r := <-first; r.err == nil || len(r.runs) != 0 {
