@@ -127,7 +127,7 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 	if c.limits.RangeCountsAll {
 		ahead = max(window, readAhead*n)
 	}
-	busy := c.floors.pendingCount(queue)
+	busy := c.floors.pendingFrom(queue, start)
 	// One read to the queue's end, unless ranges cost every key to their
 	// end and the tail may be long (readAvailable); none when the floor
 	// knows the tail is empty.

@@ -94,13 +94,24 @@ func (f *floors) release(queue string, keys map[string]bool, slots []string, bac
 	}
 }
 
-// pendingCount returns how many keys of queue claims in flight try, or
-// tried since the caller took its start (see start).
-func (f *floors) pendingCount(queue string) int {
+// pendingFrom returns how many keys of queue at or after from claims in
+// flight try, or tried since the caller took its start (see start): those
+// a read from there may find and dropPending drop. Claims move the floor
+// past the keys they try before they commit, so a read from the floor
+// usually finds none of them.
+func (f *floors) pendingFrom(queue, from string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.of(queue)
-	return len(fl.pending) + len(fl.released)
+	n := 0
+	for _, keys := range []map[string]bool{fl.pending, fl.released} {
+		for k := range keys {
+			if k >= from {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // dropPending returns xs without the entries claims in flight try, or

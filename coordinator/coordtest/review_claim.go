@@ -32,6 +32,7 @@ var claimReviewTests = []suiteTest{
 	{"SiblingClaimFailingBeforeTheReadHidesNoJob", testSiblingFailsBeforeRead},
 	{"ClaimReadsFitTheQueuesTail", testClaimReadsFitTheTail},
 	{"ClaimsAmidEnqueuesAndFailuresMissNoJob", testClaimsAmidEnqueues},
+	{"ClaimBesideAnotherReadsWhatItTakes", testClaimBesideAnotherReads},
 }
 
 // claimResult is what one Claim call returned.
@@ -895,4 +896,76 @@ func claimAmidEnqueues(t *testing.T, h *harness, ds [2]*racingDaemon, finisher i
 	default:
 	}
 	return total
+}
+
+// entriesReadStore counts the entries that limited ranges (a claim's reads
+// of a queue) return.
+type entriesReadStore struct {
+	kv.Store
+	entries atomic.Int64
+}
+
+func (s *entriesReadStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	rr, err := s.Store.Range(ctx, r)
+	if r.Limit > 0 && r.End != "" {
+		s.entries.Add(int64(len(rr.KVs)))
+	}
+	return rr, err
+}
+
+// testClaimBesideAnotherReads: a daemon's second claim in flight reads
+// from where the first moved the floor, past the first one's candidates,
+// so it reads only the entries it takes, not those the first tries too
+// (each a job record: in a drain on etcd, a third of the records claims
+// read). Without a watch there is no floor: the second claim reads from
+// the queue's start, over the first one's candidates, and must still
+// take as many jobs as it asks for. Each way is tried as on the store
+// and as on etcd (windows, horizons).
+func testClaimBesideAnotherReads(t *testing.T, h *harness) {
+	const n = 10
+	for _, v := range []struct {
+		name            string
+		watched, asEtcd bool
+	}{{"floor", true, false}, {"floor, read as on etcd", true, true}, {"no floor", false, false}} {
+		ps := make([]coordinator.EnqueueParams, 10*n)
+		for i := range ps {
+			ps[i] = coordinator.EnqueueParams{Kind: "k"}
+		}
+		if _, err := h.c.EnqueueBatch(h.ctx(), ps); err != nil {
+			t.Fatal(err)
+		}
+		var base kv.Store = h.store
+		if v.asEtcd {
+			base = rangeCountsAllStore{base}
+		}
+		g := newStepStore(base)
+		er := &entriesReadStore{Store: g}
+		c := h.coordinator(er, coordinator.Config{})
+		if v.watched {
+			h.watchWith(c)
+		}
+		s := h.session(c)
+		g.txnArmed.Store(true)
+		first := goClaim(h.ctx(), c, s, coordinator.DefaultQueue, n)
+		<-g.txnHeld // the first claim has read and waits to commit
+		er.entries.Store(0)
+		second, st, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, n, false)
+		read := er.entries.Load()
+		close(g.txnGo)
+		r := <-first
+		if r.err != nil || len(r.runs) != n || r.st.Conflicts != 0 {
+			t.Fatalf("%s: first claim: %d jobs, %d conflicts, %v; want %d and none", v.name, len(r.runs), r.st.Conflicts, r.err, n)
+		}
+		if err != nil || len(second) != n || st.Conflicts != 0 {
+			t.Fatalf("%s: second claim, beside the first: %d jobs, %d conflicts, %v; want %d and none", v.name, len(second), st.Conflicts, err, n)
+		}
+		if v.watched && read > n {
+			t.Errorf("%s: the second claim read %d entries to take %d: it read the first claim's candidates too", v.name, read, n)
+		}
+		for _, x := range append(second, r.runs...) {
+			if err := x.Complete(h.ctx(), nil); err != nil {
+				t.Fatalf("%s: complete: %v", v.name, err)
+			}
+		}
+	}
 }
