@@ -199,7 +199,9 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 	// Each available index entry carries the job's record: the claim
 	// compares on the entry itself, which any change of the job rewrites
 	// or deletes.
-	now := c.clock.Now().UTC()
+	// No two claims of a session share a time: a claim whose reply is
+	// lost knows its records by it (resolveClaims).
+	now := sess.claimTime(c.clock.Now().UTC())
 	owner := sess.WorkerID()
 	var units []unit
 	var jobs []*Job
@@ -284,7 +286,7 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 		// waits for it, for as long as the outage). Runs of an ended
 		// session could write nothing, and its lease takes the claim back.
 		rctx, rcancel := sess.bound(context.WithoutCancel(ctx))
-		runs, rerr := c.resolveClaims(rctx, sess, jobs)
+		runs, rerr := c.resolveClaims(rctx, sess, jobs, now)
 		rcancel()
 		// The candidates not resolved may still be available: the next
 		// claim reads from the queue's start. They are held until now: a
@@ -422,24 +424,32 @@ func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, 
 	return append(out, more[:min(len(more), limit-len(out))]...), seen, rev, tail, nil
 }
 
-// resolveClaims learns which of jobs a claim whose reply was lost actually
-// took: those whose ownership key hangs on this session's lease. Only this
-// claim can have put them there: until it is resolved, no other claim of
-// this session takes its jobs, under their old index entries or new ones
-// (Session.takeJobs).
-func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*Job) ([]*Run, error) {
-	okeys := make([]string, len(jobs))
-	for i, j := range jobs {
-		okeys[i] = c.keys.owner(j.ID)
+// resolveClaims learns which of jobs, tried by a claim whose reply was lost,
+// that claim actually took: those whose ownership key hangs on this
+// session's lease and whose record holds the claim's time (at). No other
+// claim of this session takes them while this one is unresolved
+// (Session.takeJobs), but an earlier one may hold one of them already: a
+// read that lags behind (serializable, from a member not yet up to date)
+// can show the entry of a job this daemon runs, and the claim tries it
+// again. Its key is then this session's too; the record's time says that
+// it was the other claim's run (Session.claimTime).
+func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*Job, at time.Time) ([]*Run, error) {
+	keys := make([]string, 0, 2*len(jobs))
+	for _, j := range jobs {
+		keys = append(keys, c.keys.owner(j.ID), c.keys.job(j.ID))
 	}
-	kvs, err := c.getMany(ctx, okeys)
+	kvs, err := c.getMany(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
 	var runs []*Run
-	for i, o := range kvs {
-		if o == nil || o.Lease != sess.lease || string(o.Value) != sess.WorkerID() {
+	for i := range jobs {
+		o, rec := kvs[2*i], kvs[2*i+1]
+		if o == nil || o.Lease != sess.lease || string(o.Value) != sess.WorkerID() || rec == nil {
 			continue
+		}
+		if got, err := decodeKV(rec); err != nil || got.State != StateRunning || got.AttemptedAt == nil || !got.AttemptedAt.Equal(at) {
+			continue // another claim's run
 		}
 		j := jobs[i]
 		j.Token = fence.Token(o.CreateRevision)

@@ -141,12 +141,31 @@ type Session struct {
 	validUntil     atomic.Pointer[time.Time]
 	bootValidUntil atomic.Int64 // a cfg.BootClock reading
 
-	renewals atomic.Int64
-	closeMu  sync.Mutex
-	revoked  bool                     // Close revoked the lease (or found it gone); under closeMu
-	peers    atomic.Pointer[[]string] // see SetPeers
-	claimsMu sync.Mutex
-	claiming map[string]bool // ids of the jobs that claims in flight try; see takeJobs
+	renewals  atomic.Int64
+	closeMu   sync.Mutex
+	revoked   bool                     // Close revoked the lease (or found it gone); under closeMu
+	peers     atomic.Pointer[[]string] // see SetPeers
+	claimsMu  sync.Mutex
+	claiming  map[string]bool // ids of the jobs that claims in flight try; see takeJobs
+	lastClaim atomic.Int64    // Unix nanoseconds of the latest claimTime
+}
+
+// claimTime returns now, or just after the time it last returned if now
+// is not later: each claim of the session has a time of its own, written
+// into its jobs' records as their attempt's start, by which a claim whose
+// reply was lost tells its jobs from those of the session's earlier claims
+// (resolveClaims).
+func (s *Session) claimTime(now time.Time) time.Time {
+	for {
+		last := s.lastClaim.Load()
+		t := now
+		if t.UnixNano() <= last {
+			t = time.Unix(0, last+1).UTC()
+		}
+		if s.lastClaim.CompareAndSwap(last, t.UnixNano()) {
+			return t
+		}
+	}
 }
 
 // NewSession grants a lease, registers the worker under it and starts the

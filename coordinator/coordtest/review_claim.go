@@ -33,6 +33,7 @@ var claimReviewTests = []suiteTest{
 	{"ClaimReadsFitTheQueuesTail", testClaimReadsFitTheTail},
 	{"ClaimsAmidEnqueuesAndFailuresMissNoJob", testClaimsAmidEnqueues},
 	{"ClaimBesideAnotherReadsWhatItTakes", testClaimBesideAnotherReads},
+	{"LostClaimFromAStaleReadAdoptsNoRunningJob", testLostClaimStaleReadAdoptsNothing},
 }
 
 // claimResult is what one Claim call returned.
@@ -967,5 +968,67 @@ func testClaimBesideAnotherReads(t *testing.T, h *harness) {
 				t.Fatalf("%s: complete: %v", v.name, err)
 			}
 		}
+	}
+}
+
+// replayRangeStore keeps the answer to the first read of an available
+// index, and gives it again to the next such read once armed: the read of
+// a member that lags behind, from before the jobs in it were claimed.
+type replayRangeStore struct {
+	kv.Store
+	mu    sync.Mutex
+	kept  *kv.RangeResult
+	armed atomic.Bool
+}
+
+func (s *replayRangeStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if !strings.Contains(r.Start, "/q/") || r.End == "" {
+		return s.Store.Range(ctx, r)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kept != nil && s.armed.CompareAndSwap(true, false) {
+		return *s.kept, nil
+	}
+	rr, err := s.Store.Range(ctx, r)
+	if err == nil && s.kept == nil {
+		s.kept = &rr
+	}
+	return rr, err
+}
+
+// testLostClaimStaleReadAdoptsNothing: a claim's read is serializable, and
+// a member that lags behind may still show the entry of a job that this
+// daemon claimed and runs. A claim that tries it is refused for that job;
+// if its reply is lost, it learns from the ownership keys which jobs it
+// took, and the job's key is this session's, put by the earlier claim. It
+// must not take that run for its own: the job would run twice at once
+// under one token, both runs' writes passing the fence (promises 1, 3 and
+// 9). No watch: every claim reads from the queue's start.
+func testLostClaimStaleReadAdoptsNothing(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	rs := &replayRangeStore{Store: h.store}
+	fs := &flakyStore{Store: rs}
+	c := h.coordinator(fs, coordinator.Config{})
+	s := h.session(c)
+	first := h.claimOneFrom(c, s)
+	if first.Job().ID != j.ID {
+		t.Fatalf("claimed %s, want %s", first.Job().ID, j.ID)
+	}
+	h.clock.Advance(time.Millisecond)
+	rs.armed.Store(true) // the next read shows the job available, as before
+	fs.fail.Store(1)     // the next claim commits and loses its reply
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
+	if rs.armed.Load() {
+		t.Fatal("no read was answered from before the first claim: the test tested nothing")
+	}
+	for _, r := range runs {
+		t.Fatalf("a claim refused for job %s, its reply lost, returned a run of it (token %d) beside the first claim's (token %d): two runs of one job", r.Job().ID, r.Token(), first.Token())
+	}
+	if err == nil {
+		t.Fatalf("a claim whose reply was lost and that took nothing returned no error")
+	}
+	if err := first.Complete(h.ctx(), nil); err != nil {
+		t.Fatalf("complete the first claim's run: %v", err)
 	}
 }
