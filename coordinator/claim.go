@@ -449,7 +449,9 @@ func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*
 			continue
 		}
 		if got, err := decodeKV(rec); err != nil || got.State != StateRunning || got.AttemptedAt == nil || !got.AttemptedAt.Equal(at) {
-			continue // another claim's run
+			c.log.Warn("a claim whose reply was lost had tried a job that an earlier claim of this daemon holds (its read lagged behind); not taken again",
+				slog.String("job", jobs[i].ID), slog.Int64("token", o.CreateRevision))
+			continue
 		}
 		j := jobs[i]
 		j.Token = fence.Token(o.CreateRevision)
