@@ -432,7 +432,8 @@ func (c *Coordinator) readAvailable(ctx context.Context, queue, start, horizon, 
 // read that lags behind (serializable, from a member not yet up to date)
 // can show the entry of a job this daemon runs, and the claim tries it
 // again. Its key is then this session's too; the record's time says that
-// it was the other claim's run (Session.claimTime).
+// it was the other claim's run (Session.claimTime), and its token that the
+// key and the record are of one run.
 func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*Job, at time.Time) ([]*Run, error) {
 	keys := make([]string, 0, 2*len(jobs))
 	for _, j := range jobs {
@@ -448,8 +449,15 @@ func (c *Coordinator) resolveClaims(ctx context.Context, sess *Session, jobs []*
 		if o == nil || o.Lease != sess.lease || string(o.Value) != sess.WorkerID() || rec == nil {
 			continue
 		}
-		if got, err := decodeKV(rec); err != nil || got.State != StateRunning || got.AttemptedAt == nil || !got.AttemptedAt.Equal(at) {
-			c.log.Warn("a claim whose reply was lost had tried a job that an earlier claim of this daemon holds (its read lagged behind); not taken again",
+		got, err := decodeKV(rec)
+		if err != nil {
+			c.log.Error("resolving a claim whose reply was lost: the job's record does not decode; not taken", slog.String("job", jobs[i].ID), slog.Any("err", err))
+			continue
+		}
+		// The record and the key may come from two reads (getMany): the
+		// record must also be of the run that key fences.
+		if got.State != StateRunning || got.AttemptedAt == nil || !got.AttemptedAt.Equal(at) || got.Token != fence.Token(o.CreateRevision) {
+			c.log.Warn("a claim whose reply was lost had tried a job that another claim holds (its read lagged behind); not taken",
 				slog.String("job", jobs[i].ID), slog.Int64("token", o.CreateRevision))
 			continue
 		}

@@ -34,6 +34,7 @@ var claimReviewTests = []suiteTest{
 	{"ClaimsAmidEnqueuesAndFailuresMissNoJob", testClaimsAmidEnqueues},
 	{"ClaimBesideAnotherReadsWhatItTakes", testClaimBesideAnotherReads},
 	{"LostClaimFromAStaleReadAdoptsNoRunningJob", testLostClaimStaleReadAdoptsNothing},
+	{"LostClaimReadingKeyAndRecordApartAdoptsNoOtherRun", testLostClaimSplitReadAdoptsNothing},
 }
 
 // claimResult is what one Claim call returned.
@@ -920,8 +921,8 @@ func (s *entriesReadStore) Range(ctx context.Context, r kv.RangeRequest) (kv.Ran
 // (each a job record: in a drain on etcd, a third of the records claims
 // read). Without a watch there is no floor: the second claim reads from
 // the queue's start, over the first one's candidates, and must still
-// take as many jobs as it asks for. Each way is tried as on the store
-// and as on etcd (windows, horizons).
+// take as many jobs as it asks for. With a floor, the read is tried as
+// the store does it and as on etcd (windows, horizons).
 func testClaimBesideAnotherReads(t *testing.T, h *harness) {
 	const n = 10
 	for _, v := range []struct {
@@ -1015,7 +1016,8 @@ func testLostClaimStaleReadAdoptsNothing(t *testing.T, h *harness) {
 	if first.Job().ID != j.ID {
 		t.Fatalf("claimed %s, want %s", first.Job().ID, j.ID)
 	}
-	h.clock.Advance(time.Millisecond)
+	// The clock stands still: the two claims' times differ only because
+	// the session gives each claim a time of its own.
 	rs.armed.Store(true) // the next read shows the job available, as before
 	fs.fail.Store(1)     // the next claim commits and loses its reply
 	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
@@ -1030,5 +1032,82 @@ func testLostClaimStaleReadAdoptsNothing(t *testing.T, h *harness) {
 	}
 	if err := first.Complete(h.ctx(), nil); err != nil {
 		t.Fatalf("complete the first claim's run: %v", err)
+	}
+}
+
+// splitGetStore reports a limit of one operation per transaction, so
+// that a lookup of several keys reads each in a transaction of its own,
+// and once armed runs between after the read of key.
+type splitGetStore struct {
+	kv.Store
+	key     string
+	armed   atomic.Bool
+	between func()
+}
+
+func (s *splitGetStore) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.MaxOps = 1
+	return l
+}
+
+func (s *splitGetStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	res, err := s.Store.Txn(ctx, t)
+	if !kvtest.Writes(t) && len(t.Then) == 1 && t.Then[0].Key == s.key && s.armed.CompareAndSwap(true, false) {
+		s.between()
+	}
+	return res, err
+}
+
+// testLostClaimSplitReadAdoptsNothing: a claim whose reply was lost reads
+// each job's ownership key and record, which may take two reads (a store
+// that takes few operations per request). Between them, the earlier run
+// of the job that holds the key gives the job back, and another daemon
+// claims it, at the same claim time (one clock for both daemons). The key
+// read was this session's and the record holds the claim's time, but they
+// are of two runs: the lost claim must not adopt the job.
+func testLostClaimSplitReadAdoptsNothing(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	sp := &splitGetStore{Store: h.store, key: "/leasehold/" + h.ns + "/o/" + j.ID}
+	rs := &replayRangeStore{Store: sp}
+	fs := &flakyStore{Store: rs}
+	ca := h.coordinator(fs, coordinator.Config{})
+	sa := h.session(ca)
+	first := h.claimOneFrom(ca, sa)
+	if first.Job().ID != j.ID {
+		t.Fatalf("claimed %s, want %s", first.Job().ID, j.ID)
+	}
+	// Daemon B, whose claims' times follow the same steps as A's.
+	cb := h.coordinator(h.store, coordinator.Config{})
+	sb := h.session(cb)
+	h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if r := h.claimOneFrom(cb, sb); r.Job().ID == j.ID {
+		t.Fatalf("daemon B claimed %s, held by A", j.ID)
+	}
+	var other *coordinator.Run
+	sp.between = func() {
+		if err := first.Release(h.ctx()); err != nil {
+			t.Errorf("release the first run: %v", err)
+			return
+		}
+		runs, _, err := cb.Claim(h.ctx(), sb, coordinator.DefaultQueue, 1, false)
+		if err != nil || len(runs) != 1 || runs[0].Job().ID != j.ID {
+			t.Errorf("daemon B's claim of the released job: %d runs, %v", len(runs), err)
+			return
+		}
+		other = runs[0]
+	}
+	sp.armed.Store(true)
+	rs.armed.Store(true) // A's next read shows the job available, as before
+	fs.fail.Store(1)     // A's next claim commits and loses its reply
+	runs, _, _ := ca.Claim(h.ctx(), sa, coordinator.DefaultQueue, 1, false)
+	if sp.armed.Load() || rs.armed.Load() || other == nil {
+		t.Fatalf("the test tested nothing: key read split %v, old read replayed %v, daemon B's run %v", !sp.armed.Load(), !rs.armed.Load(), other != nil)
+	}
+	for _, r := range runs {
+		t.Fatalf("the lost claim adopted job %s (token %d) while daemon B runs it (token %d)", r.Job().ID, r.Token(), other.Token())
+	}
+	if err := other.Complete(h.ctx(), nil); err != nil {
+		t.Fatalf("daemon B's run: complete: %v", err)
 	}
 }
