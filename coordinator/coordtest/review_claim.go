@@ -309,7 +309,7 @@ func testStaleSlotRead(t *testing.T, h *harness) {
 	}
 	a := h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q})
 	b := h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q})
-	st := &staleSlotStore{Store: h.store}
+	st := &replayRangeStore{Store: h.store, match: slotReads}
 	c := h.coordinator(st, coordinator.Config{})
 	s := h.session(c)
 	runs, _, err := c.Claim(h.ctx(), s, q, 1, false)
@@ -330,32 +330,6 @@ func testStaleSlotRead(t *testing.T, h *harness) {
 	if st.armed.Load() {
 		t.Fatal("no read of the slots was answered stale: the test tested nothing")
 	}
-}
-
-// staleSlotStore answers the first serializable read of a queue's slots
-// after it is armed with the answer of the one before, as a member that
-// lags behind the leader would.
-type staleSlotStore struct {
-	kv.Store
-	armed atomic.Bool
-	mu    sync.Mutex
-	last  *kv.RangeResult
-}
-
-func (s *staleSlotStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
-	if !strings.Contains(r.Start, "/qm/s/") || !r.Serializable {
-		return s.Store.Range(ctx, r)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last != nil && s.armed.CompareAndSwap(true, false) {
-		return *s.last, nil
-	}
-	res, err := s.Store.Range(ctx, r)
-	if err == nil {
-		s.last = &res
-	}
-	return res, err
 }
 
 // unappliedStore holds the first claim transaction once armed, until open,
@@ -972,18 +946,21 @@ func testClaimBesideAnotherReads(t *testing.T, h *harness) {
 	}
 }
 
-// replayRangeStore keeps the answer to the first read of an available
-// index, and gives it again to the next such read once armed: the read of
-// a member that lags behind, from before the jobs in it were claimed.
+// replayRangeStore, once armed, answers the next read that match selects
+// with an earlier answer to such a read, as a member that lags behind
+// would: the answer to the read before, or with first to the first read
+// of all.
 type replayRangeStore struct {
 	kv.Store
+	match func(kv.RangeRequest) bool
+	first bool
+	armed atomic.Bool
 	mu    sync.Mutex
 	kept  *kv.RangeResult
-	armed atomic.Bool
 }
 
 func (s *replayRangeStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
-	if !strings.Contains(r.Start, "/q/") || r.End == "" {
+	if !s.match(r) {
 		return s.Store.Range(ctx, r)
 	}
 	s.mu.Lock()
@@ -992,11 +969,16 @@ func (s *replayRangeStore) Range(ctx context.Context, r kv.RangeRequest) (kv.Ran
 		return *s.kept, nil
 	}
 	rr, err := s.Store.Range(ctx, r)
-	if err == nil && s.kept == nil {
+	if err == nil && (s.kept == nil || !s.first) {
 		s.kept = &rr
 	}
 	return rr, err
 }
+
+// queueReads selects the reads of an available index; slotReads the
+// serializable reads of a queue's global-limit slots.
+func queueReads(r kv.RangeRequest) bool { return strings.Contains(r.Start, "/q/") && r.End != "" }
+func slotReads(r kv.RangeRequest) bool  { return strings.Contains(r.Start, "/qm/s/") && r.Serializable }
 
 // testLostClaimStaleReadAdoptsNothing: a claim's read is serializable, and
 // a member that lags behind may still show the entry of a job that this
@@ -1008,7 +990,7 @@ func (s *replayRangeStore) Range(ctx context.Context, r kv.RangeRequest) (kv.Ran
 // 9). No watch: every claim reads from the queue's start.
 func testLostClaimStaleReadAdoptsNothing(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
-	rs := &replayRangeStore{Store: h.store}
+	rs := &replayRangeStore{Store: h.store, match: queueReads, first: true}
 	fs := &flakyStore{Store: rs}
 	c := h.coordinator(fs, coordinator.Config{})
 	s := h.session(c)
@@ -1069,7 +1051,7 @@ func (s *splitGetStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error)
 func testLostClaimSplitReadAdoptsNothing(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	sp := &splitGetStore{Store: h.store, key: "/leasehold/" + h.ns + "/o/" + j.ID}
-	rs := &replayRangeStore{Store: sp}
+	rs := &replayRangeStore{Store: sp, match: queueReads, first: true}
 	fs := &flakyStore{Store: rs}
 	ca := h.coordinator(fs, coordinator.Config{})
 	sa := h.session(ca)
