@@ -63,15 +63,22 @@ func operator(t *testing.T, store kv.Store, ns string) clienttest.Harness {
 	}}
 }
 
-// TestOnPebble runs the suite on a coordinator over the embedded store.
-func TestOnPebble(t *testing.T) {
+// openPebble opens an embedded store in a directory of the test's own,
+// closed when the test ends.
+func openPebble(t *testing.T) *localstore.Store {
+	t.Helper()
 	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	runEcho(t, store, "")
-	clienttest.RunWith(t, func(t *testing.T, o *client.Options) *client.Client {
+	return store
+}
+
+// directClients returns a maker of clients, each on a coordinator of its
+// own over store.
+func directClients(store kv.Store) func(t *testing.T, o *client.Options) *client.Client {
+	return func(t *testing.T, o *client.Options) *client.Client {
 		coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
 		if err != nil {
 			t.Fatal(err)
@@ -79,18 +86,21 @@ func TestOnPebble(t *testing.T) {
 		c := client.New(coord, o)
 		t.Cleanup(func() { _ = c.Close() })
 		return c
-	}, operator(t, store, ""))
+	}
+}
+
+// TestOnPebble runs the suite on a coordinator over the embedded store.
+func TestOnPebble(t *testing.T) {
+	store := openPebble(t)
+	runEcho(t, store, "")
+	clienttest.RunWith(t, directClients(store), operator(t, store, ""))
 }
 
 // TestOnHTTP runs the suite on the daemon's API served in process, where
 // the harness can pause a queue (the daemon's own run of the suite, in
 // cmd/leasehold, cannot).
 func TestOnHTTP(t *testing.T) {
-	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := openPebble(t)
 	runEcho(t, store, "")
 	coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
 	if err != nil {
@@ -147,21 +157,9 @@ func TestNewHTTPBadServer(t *testing.T) {
 // run on the same daemon, as on a developer's long-lived one, must not
 // count the first run's.
 func TestSuiteRunsTwiceOnOneDaemon(t *testing.T) {
-	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := openPebble(t)
 	runEcho(t, store, "")
-	newClient := func(t *testing.T, o *client.Options) *client.Client {
-		coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c := client.New(coord, o)
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
+	newClient := directClients(store)
 	// With the harness: the first run leaves a queue it paused (then
 	// resumed) configured.
 	h := operator(t, store, "")
@@ -172,11 +170,7 @@ func TestSuiteRunsTwiceOnOneDaemon(t *testing.T) {
 // Insert of one job whose middleware passed on none returns an error
 // instead of panicking on the missing result.
 func TestInsertMiddlewareThatDropsTheJob(t *testing.T) {
-	store, err := localstore.Open(t.TempDir(), localstore.Options{Logger: quiet()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close() })
+	store := openPebble(t)
 	coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)

@@ -980,6 +980,45 @@ func (s *replayRangeStore) Range(ctx context.Context, r kv.RangeRequest) (kv.Ran
 func queueReads(r kv.RangeRequest) bool { return strings.Contains(r.Start, "/q/") && r.End != "" }
 func slotReads(r kv.RangeRequest) bool  { return strings.Contains(r.Start, "/qm/s/") && r.Serializable }
 
+// staleLostClaim is a daemon whose claims read through a
+// replayRangeStore and write through a flakyStore, and that has claimed
+// one job (first).
+type staleLostClaim struct {
+	rs    *replayRangeStore
+	fs    *flakyStore
+	c     *coordinator.Coordinator
+	s     *coordinator.Session
+	first *coordinator.Run
+}
+
+// newStaleLostClaim starts a daemon on store whose first claim must take
+// job j.
+func newStaleLostClaim(t *testing.T, h *harness, store kv.Store, j *coordinator.Job) *staleLostClaim {
+	t.Helper()
+	d := &staleLostClaim{rs: &replayRangeStore{Store: store, match: queueReads, first: true}}
+	d.fs = &flakyStore{Store: d.rs}
+	d.c = h.coordinator(d.fs, coordinator.Config{})
+	d.s = h.session(d.c)
+	if d.first = h.claimOneFrom(d.c, d.s); d.first.Job().ID != j.ID {
+		t.Fatalf("claimed %s, want %s", d.first.Job().ID, j.ID)
+	}
+	return d
+}
+
+// claimLost claims one job again: the read is answered as before the
+// first claim (the job shows available), and the claim commits and loses
+// its reply.
+func (d *staleLostClaim) claimLost(t *testing.T, h *harness) ([]*coordinator.Run, error) {
+	t.Helper()
+	d.rs.armed.Store(true)
+	d.fs.fail.Store(1)
+	runs, _, err := d.c.Claim(h.ctx(), d.s, coordinator.DefaultQueue, 1, false)
+	if d.rs.armed.Load() {
+		t.Fatal("no read was answered from before the first claim: the test tested nothing")
+	}
+	return runs, err
+}
+
 // testLostClaimStaleReadAdoptsNothing: a claim's read is serializable, and
 // a member that lags behind may still show the entry of a job that this
 // daemon claimed and runs. A claim that tries it is refused for that job;
@@ -990,22 +1029,11 @@ func slotReads(r kv.RangeRequest) bool  { return strings.Contains(r.Start, "/qm/
 // 9). No watch: every claim reads from the queue's start.
 func testLostClaimStaleReadAdoptsNothing(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
-	rs := &replayRangeStore{Store: h.store, match: queueReads, first: true}
-	fs := &flakyStore{Store: rs}
-	c := h.coordinator(fs, coordinator.Config{})
-	s := h.session(c)
-	first := h.claimOneFrom(c, s)
-	if first.Job().ID != j.ID {
-		t.Fatalf("claimed %s, want %s", first.Job().ID, j.ID)
-	}
+	d := newStaleLostClaim(t, h, h.store, j)
+	first := d.first
 	// The clock stands still: the two claims' times differ only because
 	// the session gives each claim a time of its own.
-	rs.armed.Store(true) // the next read shows the job available, as before
-	fs.fail.Store(1)     // the next claim commits and loses its reply
-	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 1, false)
-	if rs.armed.Load() {
-		t.Fatal("no read was answered from before the first claim: the test tested nothing")
-	}
+	runs, err := d.claimLost(t, h)
 	for _, r := range runs {
 		t.Fatalf("a claim refused for job %s, its reply lost, returned a run of it (token %d) beside the first claim's (token %d): two runs of one job", r.Job().ID, r.Token(), first.Token())
 	}
@@ -1051,14 +1079,8 @@ func (s *splitGetStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error)
 func testLostClaimSplitReadAdoptsNothing(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	sp := &splitGetStore{Store: h.store, key: "/leasehold/" + h.ns + "/o/" + j.ID}
-	rs := &replayRangeStore{Store: sp, match: queueReads, first: true}
-	fs := &flakyStore{Store: rs}
-	ca := h.coordinator(fs, coordinator.Config{})
-	sa := h.session(ca)
-	first := h.claimOneFrom(ca, sa)
-	if first.Job().ID != j.ID {
-		t.Fatalf("claimed %s, want %s", first.Job().ID, j.ID)
-	}
+	a := newStaleLostClaim(t, h, sp, j)
+	first := a.first
 	// Daemon B, whose claims' times follow the same steps as A's.
 	cb := h.coordinator(h.store, coordinator.Config{})
 	sb := h.session(cb)
@@ -1080,11 +1102,9 @@ func testLostClaimSplitReadAdoptsNothing(t *testing.T, h *harness) {
 		other = runs[0]
 	}
 	sp.armed.Store(true)
-	rs.armed.Store(true) // A's next read shows the job available, as before
-	fs.fail.Store(1)     // A's next claim commits and loses its reply
-	runs, _, _ := ca.Claim(h.ctx(), sa, coordinator.DefaultQueue, 1, false)
-	if sp.armed.Load() || rs.armed.Load() || other == nil {
-		t.Fatalf("the test tested nothing: key read split %v, old read replayed %v, daemon B's run %v", !sp.armed.Load(), !rs.armed.Load(), other != nil)
+	runs, _ := a.claimLost(t, h)
+	if sp.armed.Load() || other == nil {
+		t.Fatalf("the test tested nothing: key read split %v, daemon B's run %v", !sp.armed.Load(), other != nil)
 	}
 	for _, r := range runs {
 		t.Fatalf("the lost claim adopted job %s (token %d) while daemon B runs it (token %d)", r.Job().ID, r.Token(), other.Token())
