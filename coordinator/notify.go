@@ -144,33 +144,24 @@ func (r *watchRetry) next(ctx context.Context, what string, err error) time.Dura
 	return d
 }
 
-// scanAt is scan that also reports the revision of the first page. With a
-// nil visit it only reads the revision.
+// scanAt is scan (keys only) that also reports the revision of its first
+// read. With a nil visit it only reads the revision, from one key.
 func (c *Coordinator) scanAt(ctx context.Context, prefix string, visit func(kv.KeyValue), rev *int64) error {
-	start, end := prefix, kv.PrefixEnd(prefix)
-	for {
-		limit := 1000
-		if visit == nil {
-			limit = 1
-		}
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: limit, KeysOnly: true})
-		if err != nil {
-			return err
-		}
-		if *rev == 0 {
+	if visit == nil {
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: prefix})
+		if err == nil && *rev == 0 {
 			*rev = rr.Revision
 		}
-		if visit == nil {
-			return nil
-		}
-		for _, x := range rr.KVs {
-			visit(x)
-		}
-		if !rr.More || len(rr.KVs) == 0 {
-			return nil
-		}
-		start = rr.KVs[len(rr.KVs)-1].Key + "\x00"
+		return err
 	}
+	first, _, err := c.scanRevs(ctx, prefix, true, func(x kv.KeyValue) error {
+		visit(x)
+		return nil
+	})
+	if err == nil && *rev == 0 {
+		*rev = first
+	}
+	return err
 }
 
 // WatchCancelRequests calls fn with the id of every job that has a pending

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -353,10 +354,26 @@ func (c *Coordinator) scan(ctx context.Context, prefix string, keysOnly bool, vi
 }
 
 // scanRevs is scan, returning the store revisions its first and last
-// pages were read at.
+// pages were read at. Past its first page, a store that can scans the rest
+// in one pass (kv.Scanner); the last revision is then the scan's.
 func (c *Coordinator) scanRevs(ctx context.Context, prefix string, keysOnly bool, visit func(kv.KeyValue) error) (first, last int64, err error) {
 	start, end := prefix, kv.PrefixEnd(prefix)
 	for page := 0; ; page++ {
+		if sc, ok := c.store.(kv.Scanner); ok && page == 1 {
+			// More than a page: on etcd every further page would cost
+			// a walk of the index to the prefix's end (a million
+			// finished jobs took a minute to count in pages, against
+			// 1.5 s with the rest in one pass). Small prefixes stay one
+			// Range: with etcd auth, every stream clientv3 opens
+			// authenticates again.
+			rev, err := sc.Scan(ctx, kv.RangeRequest{Start: start, End: end, KeysOnly: keysOnly}, visit)
+			switch {
+			case err == nil:
+				return first, rev, nil
+			case !errors.Is(err, kv.ErrScanUnsupported):
+				return 0, 0, err
+			}
+		}
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: 1000, KeysOnly: keysOnly})
 		if err != nil {
 			return 0, 0, err

@@ -28,6 +28,8 @@ type meteredStore struct {
 	backend string
 }
 
+var _ kv.Scanner = (*meteredStore)(nil)
+
 // count counts err, unless the caller cancelled the request: a request
 // whose deadline passed is counted, as the store did not answer in time.
 func (s *meteredStore) count(ctx context.Context, op string, err error) {
@@ -47,6 +49,24 @@ func (s *meteredStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeRe
 	rr, err := s.Store.Range(ctx, r)
 	s.count(ctx, "range", err)
 	return rr, err
+}
+
+// Scan passes a scan in one pass through to a store that can (etcd since
+// 3.7, see kv.Scanner); its failures count as failed range reads.
+func (s *meteredStore) Scan(ctx context.Context, r kv.RangeRequest, visit func(kv.KeyValue) error) (int64, error) {
+	sc, ok := s.Store.(kv.Scanner)
+	if !ok {
+		return 0, kv.ErrScanUnsupported
+	}
+	var visitErr error
+	rev, err := sc.Scan(ctx, r, func(x kv.KeyValue) error {
+		visitErr = visit(x)
+		return visitErr
+	})
+	if visitErr == nil && !errors.Is(err, kv.ErrScanUnsupported) {
+		s.count(ctx, "range", err)
+	}
+	return rev, err
 }
 
 func (s *meteredStore) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {

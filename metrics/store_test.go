@@ -129,3 +129,71 @@ func TestQueueJobsLabelsBounded(t *testing.T) {
 		}
 	}
 }
+
+// scanningStore scans: it visits keys "a" and "b", or fails with err.
+type scanningStore struct {
+	kv.Store
+	err   error
+	scans int
+}
+
+func (s *scanningStore) Scan(_ context.Context, _ kv.RangeRequest, visit func(kv.KeyValue) error) (int64, error) {
+	s.scans++
+	if s.err != nil {
+		return 0, s.err
+	}
+	for _, k := range []string{"a", "b"} {
+		if err := visit(kv.KeyValue{Key: k}); err != nil {
+			return 0, err
+		}
+	}
+	return 7, nil
+}
+
+// The daemon gives the coordinator its store wrapped: scans in one pass
+// (etcd's RangeStream; without them counting a million finished jobs takes
+// a minute on etcd) go through the wrapper to a store that can, and their
+// failures count as failed range reads. A store that cannot scan says so.
+func TestWrappedStoreScans(t *testing.T) {
+	m, reg := newTest()
+	inner := &scanningStore{}
+	s, ok := m.WrapStore(inner, "etcd").(kv.Scanner)
+	if !ok {
+		t.Fatal("the wrapped store does not scan")
+	}
+	var keys []string
+	rev, err := s.Scan(context.Background(), kv.RangeRequest{}, func(x kv.KeyValue) error {
+		keys = append(keys, x.Key)
+		return nil
+	})
+	if err != nil || rev != 7 || fmt.Sprint(keys) != "[a b]" || inner.scans != 1 {
+		t.Fatalf("Scan through the wrapper: %v at %d, %v (%d scans of the store); want [a b] at 7", keys, rev, err, inner.scans)
+	}
+
+	stop := fmt.Errorf("visit stops")
+	if _, err := s.Scan(context.Background(), kv.RangeRequest{}, func(kv.KeyValue) error { return stop }); err != stop {
+		t.Fatalf("Scan whose visit fails: %v, want %v", err, stop)
+	}
+	inner.err = kv.ErrScanUnsupported
+	if _, err := s.Scan(context.Background(), kv.RangeRequest{}, nil); err != kv.ErrScanUnsupported {
+		t.Fatalf("Scan of a store that cannot: %v", err)
+	}
+	if got := gatherValues(t, reg, "leasehold_store_errors_total", "op"); got["range"] != 0 {
+		t.Fatalf("store errors of range = %v after a stopped and an unsupported scan, want 0", got["range"])
+	}
+	inner.err = fmt.Errorf("member down")
+	if _, err := s.Scan(context.Background(), kv.RangeRequest{}, nil); err != inner.err {
+		t.Fatalf("failed Scan: %v", err)
+	}
+	if got := gatherValues(t, reg, "leasehold_store_errors_total", "op"); got["range"] != 1 {
+		t.Fatalf("store errors of range = %v after a failed scan, want 1", got["range"])
+	}
+
+	plain, ok := m.WrapStore(hangingStore{}, "pebble").(kv.Scanner)
+	if !ok {
+		t.Fatal("the wrapped store does not scan")
+	}
+	if _, err := plain.Scan(context.Background(), kv.RangeRequest{}, nil); err != kv.ErrScanUnsupported {
+		t.Fatalf("Scan through the wrapper of a store that cannot scan: %v, want kv.ErrScanUnsupported", err)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -68,9 +69,16 @@ type Store struct {
 	mu     sync.Mutex
 	closed bool
 	wg     sync.WaitGroup // watch goroutines
+
+	// noStream is set once a member has answered a scan's RangeStream
+	// with Unimplemented (etcd before 3.7).
+	noStream atomic.Bool
 }
 
-var _ kv.Store = (*Store)(nil)
+var (
+	_ kv.Store   = (*Store)(nil)
+	_ kv.Scanner = (*Store)(nil)
+)
 
 // New returns a Store on cli. Close does not close cli: the caller owns it.
 func New(cli *clientv3.Client, opts Options) *Store {
@@ -164,8 +172,25 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 	if s.isClosed() {
 		return kv.RangeResult{}, kv.ErrClosed
 	}
-	var opts []clientv3.OpOption
-	key := r.Start
+	key, opts := rangeOptions(r)
+	resp, err := s.cli.Get(ctx, key, opts...)
+	if err != nil {
+		return kv.RangeResult{}, mapErr("range", err)
+	}
+	res := kv.RangeResult{
+		KVs:      make([]kv.KeyValue, len(resp.Kvs)),
+		More:     resp.More,
+		Revision: resp.Header.GetRevision(),
+	}
+	for i, e := range resp.Kvs {
+		res.KVs[i] = fromKV(e)
+	}
+	return res, nil
+}
+
+// rangeOptions is the key and client options of a Range or Scan.
+func rangeOptions(r kv.RangeRequest) (key string, opts []clientv3.OpOption) {
+	key = r.Start
 	if key == "" && r.End != "" {
 		key = "\x00" // etcd rejects an empty key; no key is empty
 	}
@@ -181,19 +206,71 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 	if r.Serializable {
 		opts = append(opts, clientv3.WithSerializable())
 	}
-	resp, err := s.cli.Get(ctx, key, opts...)
+	return key, opts
+}
+
+// Scan reads every key of r's range in one pass at one revision (etcd's
+// RangeStream, since 3.7) and calls visit for each, in key order. A Range
+// with a limit costs the member a walk of its index to the range's end,
+// to count the keys; a scan costs what it reads. A member without
+// RangeStream answers Unimplemented: Scan then returns
+// kv.ErrScanUnsupported, having visited nothing, and so does every later
+// Scan of this Store without asking. So does a client whose KV is wrapped
+// (package namespace cannot stream).
+func (s *Store) Scan(ctx context.Context, r kv.RangeRequest, visit func(kv.KeyValue) error) (int64, error) {
+	if s.isClosed() {
+		return 0, kv.ErrClosed
+	}
+	if r.Limit != 0 {
+		return 0, fmt.Errorf("etcdkv: scan: a limit of %d: scans read the whole range", r.Limit)
+	}
+	if s.kvc == nil || s.noStream.Load() {
+		return 0, kv.ErrScanUnsupported
+	}
+	key, opts := rangeOptions(r)
+	ctx, cancel := context.WithCancel(ctx)
+	ch, err := s.cli.GetStream(ctx, key, opts...)
 	if err != nil {
-		return kv.RangeResult{}, mapErr("range", err)
+		cancel()
+		return 0, s.scanErr(err, false)
 	}
-	res := kv.RangeResult{
-		KVs:      make([]kv.KeyValue, len(resp.Kvs)),
-		More:     resp.More,
-		Revision: resp.Header.GetRevision(),
+	defer func() {
+		// The client's goroutine ends once it has sent what it read
+		// and the stream has ended: cancel it, and let it send.
+		cancel()
+		for range ch {
+		}
+	}()
+	var rev int64
+	visited := false
+	for resp := range ch {
+		if err := resp.Err(); err != nil {
+			return 0, s.scanErr(err, visited)
+		}
+		for _, e := range resp.Kvs {
+			visited = true
+			if err := visit(fromKV(e)); err != nil {
+				return 0, err
+			}
+		}
+		if h := resp.Header; h != nil {
+			rev = h.Revision
+		}
 	}
-	for i, e := range resp.Kvs {
-		res.KVs[i] = fromKV(e)
+	if rev == 0 {
+		return 0, errors.New("etcdkv: scan: the stream ended without its last chunk")
 	}
-	return res, nil
+	return rev, nil
+}
+
+// scanErr maps an error of a scan's stream; a member that does not know
+// RangeStream (visited is then false) makes every later scan page.
+func (s *Store) scanErr(err error, visited bool) error {
+	if !visited && status.Code(err) == codes.Unimplemented {
+		s.noStream.Store(true)
+		return kv.ErrScanUnsupported
+	}
+	return mapErr("scan", rpctypes.Error(err)) // the stream's errors are gRPC's
 }
 
 // Watch streams the changes to keys with prefix from fromRev on (0: from

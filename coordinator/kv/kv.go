@@ -41,6 +41,9 @@ var (
 	ErrTxnTooLarge = errors.New("kv: transaction too large")
 	// ErrClosed is returned by every call on a closed store.
 	ErrClosed = errors.New("kv: store closed")
+	// ErrScanUnsupported is returned by [Scanner.Scan], having visited
+	// nothing, when the store cannot scan in one pass: read in pages.
+	ErrScanUnsupported = errors.New("kv: scan in one pass not supported")
 )
 
 // LeaseID names a lease. Zero means "no lease".
@@ -257,6 +260,18 @@ type Limits struct {
 	// when only a revoke or the store's next open does (localstore,
 	// owned by one process).
 	LeasesExpire bool
+}
+
+// Scanner is implemented by a store that reads a whole range in one pass,
+// at one revision, at a cost that grows with the keys read, where a Range
+// with a limit costs every key to the range's end ([Limits].RangeCountsAll):
+// reading a large range in pages of Range would cost the square of its
+// size. Scan calls visit for each key of r's range in key order (r.Limit
+// must be 0) and returns the revision read at; an error from visit ends the
+// scan and is returned. [ErrScanUnsupported], with nothing visited, says
+// to read in pages instead.
+type Scanner interface {
+	Scan(ctx context.Context, r RangeRequest, visit func(KeyValue) error) (rev int64, err error)
 }
 
 // Store is the seam. Implementations must be safe for concurrent use.
