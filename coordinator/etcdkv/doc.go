@@ -7,9 +7,9 @@
 // built directly, not through clientv3's builders, unless the client's KV
 // is wrapped), a range is a linearizable Get, a scan ([Store.Scan], a
 // [kv.Scanner]) is one RangeStream (etcd 3.7 and later), a watch is an etcd
-// watch on a prefix, and leases are etcd leases. Revisions are etcd's revisions, so the
-// revision of a claiming transaction is a fencing token that every member
-// agrees on.
+// watch on a prefix, and leases are etcd leases. Revisions are etcd's
+// revisions, so the revision of a claiming transaction is a fencing token
+// that every member agrees on.
 //
 // # Errors
 //
