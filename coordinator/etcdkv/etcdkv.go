@@ -216,7 +216,10 @@ func rangeOptions(r kv.RangeRequest) (key string, opts []clientv3.OpOption) {
 // RangeStream answers Unimplemented: Scan then returns
 // kv.ErrScanUnsupported, having visited nothing, and so does every later
 // Scan of this Store without asking. So does a client whose KV is wrapped
-// (package namespace cannot stream).
+// (package namespace cannot stream). A scan that fails with an unavailable
+// member before it has visited a key is tried again, as clientv3 tries
+// reads again (up to 100 times, 25 ms apart, within ctx); clientv3 does
+// not try streams again itself.
 func (s *Store) Scan(ctx context.Context, r kv.RangeRequest, visit func(kv.KeyValue) error) (int64, error) {
 	if s.isClosed() {
 		return 0, kv.ErrClosed
@@ -228,11 +231,49 @@ func (s *Store) Scan(ctx context.Context, r kv.RangeRequest, visit func(kv.KeyVa
 		return 0, kv.ErrScanUnsupported
 	}
 	key, opts := rangeOptions(r)
+	for attempt := 1; ; attempt++ {
+		rev, visited, err := s.scanOnce(ctx, key, opts, visit)
+		var ve visitError
+		switch {
+		case err == nil:
+			return rev, nil
+		case errors.As(err, &ve):
+			return 0, ve.err
+		case !visited && status.Code(err) == codes.Unimplemented:
+			s.noStream.Store(true)
+			return 0, kv.ErrScanUnsupported
+		case visited || status.Code(err) != codes.Unavailable || attempt == scanTries || ctx.Err() != nil:
+			return 0, mapErr("scan", rpctypes.Error(err)) // the stream's errors are gRPC's
+		}
+		t := time.NewTimer(scanRetryWait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, mapErr("scan", clientv3.ContextError(ctx, ctx.Err()))
+		case <-t.C:
+		}
+	}
+}
+
+// How often, and how far apart, Scan tries a stream that an unavailable
+// member ended before it read a key: as clientv3 tries reads.
+const (
+	scanTries     = 100
+	scanRetryWait = 25 * time.Millisecond
+)
+
+// visitError carries an error of Scan's visit, returned as it is.
+type visitError struct{ err error }
+
+func (e visitError) Error() string { return e.err.Error() }
+
+// scanOnce is one try of Scan; visited says whether visit was called.
+func (s *Store) scanOnce(ctx context.Context, key string, opts []clientv3.OpOption, visit func(kv.KeyValue) error) (rev int64, visited bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	ch, err := s.cli.GetStream(ctx, key, opts...)
 	if err != nil {
 		cancel()
-		return 0, s.scanErr(err, false)
+		return 0, false, err
 	}
 	defer func() {
 		// The client's goroutine ends once it has sent what it read
@@ -241,16 +282,14 @@ func (s *Store) Scan(ctx context.Context, r kv.RangeRequest, visit func(kv.KeyVa
 		for range ch {
 		}
 	}()
-	var rev int64
-	visited := false
 	for resp := range ch {
 		if err := resp.Err(); err != nil {
-			return 0, s.scanErr(err, visited)
+			return 0, visited, err
 		}
 		for _, e := range resp.Kvs {
 			visited = true
 			if err := visit(fromKV(e)); err != nil {
-				return 0, err
+				return 0, true, visitError{err}
 			}
 		}
 		if h := resp.Header; h != nil {
@@ -258,19 +297,9 @@ func (s *Store) Scan(ctx context.Context, r kv.RangeRequest, visit func(kv.KeyVa
 		}
 	}
 	if rev == 0 {
-		return 0, errors.New("etcdkv: scan: the stream ended without its last chunk")
+		return 0, visited, errors.New("the stream ended without its last chunk")
 	}
-	return rev, nil
-}
-
-// scanErr maps an error of a scan's stream; a member that does not know
-// RangeStream (visited is then false) makes every later scan page.
-func (s *Store) scanErr(err error, visited bool) error {
-	if !visited && status.Code(err) == codes.Unimplemented {
-		s.noStream.Store(true)
-		return kv.ErrScanUnsupported
-	}
-	return mapErr("scan", rpctypes.Error(err)) // the stream's errors are gRPC's
+	return rev, visited, nil
 }
 
 // Watch streams the changes to keys with prefix from fromRev on (0: from

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -111,25 +112,9 @@ func TestScanReadsOneRevisionInOnePass(t *testing.T) {
 // wrapped cannot stream either.
 func TestScanWithoutRangeStream(t *testing.T) {
 	srv := etcdtest.Start(t)
-	var streams atomic.Int64
-	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{srv.Endpoint()},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-			if method == "/etcdserverpb.KV/RangeStream" {
-				streams.Add(1)
-				return nil, status.Error(codes.Unimplemented, "unknown method RangeStream for service etcdserverpb.KV")
-			}
-			return streamer(ctx, desc, cc, method, opts...)
-		})},
+	s, streams := refusingStore(t, srv, func(int64) error {
+		return status.Error(codes.Unimplemented, "unknown method RangeStream for service etcdserverpb.KV")
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	s := etcdkv.New(cli, etcdkv.Options{})
-	t.Cleanup(func() { _ = s.Close() })
 	putMany(t, s, "s/", 10)
 
 	for range 2 {
@@ -139,7 +124,7 @@ func TestScanWithoutRangeStream(t *testing.T) {
 			t.Fatalf("Scan on a member without RangeStream: %v after %d keys, want kv.ErrScanUnsupported after none", err, visited)
 		}
 	}
-	if n := streams.Load(); n != 1 {
+	if n := streams(); n != 1 {
 		t.Fatalf("%d RangeStream calls for two scans, want 1 (the answer is remembered)", n)
 	}
 	if res, err := s.Range(ctxT(t, 10*time.Second), kv.Prefix("s/", 0)); err != nil || len(res.KVs) != 10 {
@@ -152,5 +137,64 @@ func TestScanWithoutRangeStream(t *testing.T) {
 	t.Cleanup(func() { _ = ns.Close() })
 	if _, err := ns.Scan(ctxT(t, 10*time.Second), kv.Prefix("s/", 0), func(kv.KeyValue) error { return nil }); !errors.Is(err, kv.ErrScanUnsupported) {
 		t.Fatalf("Scan through a namespaced client: %v, want kv.ErrScanUnsupported", err)
+	}
+}
+
+// refusingStore returns a store on srv whose client's RangeStream calls
+// fail with refuse(n) for the nth call (nil: the call goes through), and
+// a count of those calls.
+func refusingStore(t *testing.T, srv *etcdtest.Server, refuse func(n int64) error) (*etcdkv.Store, func() int64) {
+	t.Helper()
+	var streams atomic.Int64
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{srv.Endpoint()},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if method == "/etcdserverpb.KV/RangeStream" {
+				if err := refuse(streams.Add(1)); err != nil {
+					return nil, err
+				}
+			}
+			return streamer(ctx, desc, cc, method, opts...)
+		})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	s := etcdkv.New(cli, etcdkv.Options{})
+	t.Cleanup(func() { _ = s.Close() })
+	return s, streams.Load
+}
+
+// TestScanTriesAnUnavailableMemberAgain: clientv3 tries reads again when a
+// member is unavailable, but not streams. A scan that an unavailable
+// member ended before it read a key is tried again; one refused otherwise
+// is not.
+func TestScanTriesAnUnavailableMemberAgain(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s, streams := refusingStore(t, srv, func(n int64) error {
+		switch {
+		case n <= 2:
+			return status.Error(codes.Unavailable, "connection refused")
+		case n == 4:
+			return status.Error(codes.PermissionDenied, "etcdserver: permission denied")
+		}
+		return nil
+	})
+	putMany(t, s, "s/", 10)
+	keys := 0
+	if _, err := s.Scan(ctxT(t, 10*time.Second), kv.Prefix("s/", 0), func(kv.KeyValue) error { keys++; return nil }); err != nil || keys != 10 {
+		t.Fatalf("Scan after two unavailable tries: %d keys, %v; want 10", keys, err)
+	}
+	if n := streams(); n != 3 {
+		t.Fatalf("%d RangeStream calls, want 3", n)
+	}
+	if _, err := s.Scan(ctxT(t, 10*time.Second), kv.Prefix("s/", 0), func(kv.KeyValue) error { return nil }); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("Scan refused for permission: %v", err)
+	}
+	if n := streams(); n != 4 {
+		t.Fatalf("%d RangeStream calls after a refused scan, want 4 (not tried again)", n)
 	}
 }
