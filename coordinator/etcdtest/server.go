@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 )
 
 // Option configures a server or cluster.
@@ -124,6 +125,8 @@ type Member struct {
 	peer *Proxy // peer-facing proxy
 	mu   sync.Mutex
 	etcd *embed.Etcd
+	// streams counts the running etcd's RangeStream handlers.
+	streams *sync.WaitGroup
 }
 
 // Start starts a single-member etcd server for the test and stops it when
@@ -272,6 +275,20 @@ func (m *Member) start() error {
 	cfg.ElectionMs = uint(m.c.cfg.election / time.Millisecond)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(m.c.logger(m.name))
 	cfg.LogLevel = m.c.cfg.logLevel.String()
+	// A RangeStream (a scan past its first page) reads on in its handler
+	// after its client has gone, until its next chunk cannot be sent. One
+	// that reads while the backend closes panics the process: stop waits
+	// for them (see streams) before it stops the server.
+	streams := &sync.WaitGroup{}
+	cfg.GRPCAdditionalServerOptions = append(cfg.GRPCAdditionalServerOptions,
+		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if info.FullMethod != "/etcdserverpb.KV/RangeStream" {
+				return handler(srv, ss)
+			}
+			streams.Add(1)
+			defer streams.Done()
+			return handler(srv, ss)
+		}))
 	for _, f := range m.c.cfg.configure {
 		f(cfg)
 	}
@@ -280,7 +297,7 @@ func (m *Member) start() error {
 		return fmt.Errorf("member %s: %w", m.name, err)
 	}
 	m.mu.Lock()
-	m.etcd = e
+	m.etcd, m.streams = e, streams
 	m.mu.Unlock()
 	m.cli.setTarget(e.Clients[0].Addr().String())
 	m.peer.setTarget(e.Peers[0].Addr().String())
@@ -313,7 +330,7 @@ func (m *Member) waitReady(timeout time.Duration) error {
 // (about 7 s).
 func (m *Member) stop(crash bool) {
 	m.mu.Lock()
-	e := m.etcd
+	e, streams := m.etcd, m.streams
 	m.etcd = nil
 	m.mu.Unlock()
 	if e == nil {
@@ -321,6 +338,9 @@ func (m *Member) stop(crash bool) {
 	}
 	m.cli.setTarget("")
 	m.cli.DropConnections()
+	// With its client gone, a RangeStream's handler ends at its next
+	// chunk; etcd closes its backend under a handler still reading.
+	streams.Wait()
 	if crash {
 		m.peer.setTarget("")
 		m.peer.DropConnections()

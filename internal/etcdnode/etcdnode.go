@@ -424,6 +424,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	ec.TickMs = uint(cfg.HeartbeatInterval / time.Millisecond)
 	ec.ElectionMs = uint(cfg.ElectionTimeout / time.Millisecond)
 	ec.LogLevel = cfg.LogLevel
+	// Stop with no handler left running: etcd 3.7 closes its backend once
+	// gRPC has stopped, and gRPC stops without waiting for handlers whose
+	// connection is gone, so a RangeStream still reading (a daemon's scan)
+	// panics on the closed backend.
+	ec.GRPCAdditionalServerOptions = append(ec.GRPCAdditionalServerOptions, grpc.WaitForHandlers(true))
 	stopping, hold := new(atomic.Bool), newStartHold()
 	lg, err := newLogger(cfg.LogLevel, stopping, hold)
 	if err != nil {
