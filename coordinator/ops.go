@@ -149,7 +149,7 @@ type CancelManyResult struct {
 
 // CancelMany cancels every unfinished job that matches f, as Cancel does
 // each (running jobs get a cancel request). It reads the state indexes
-// once, in pages, and cancels each page in as few transactions as the
+// once, and cancels every 500 entries read in as few transactions as the
 // store allows; a job that changed meanwhile is cancelled on its own.
 // Jobs enqueued while it runs may or may not be cancelled.
 func (c *Coordinator) CancelMany(ctx context.Context, f CancelFilter) (CancelManyResult, error) {
@@ -186,22 +186,32 @@ func (c *Coordinator) CancelMany(ctx context.Context, f CancelFilter) (CancelMan
 		prefixes = []string{c.keys.runningAll()}
 	}
 	for _, prefix := range prefixes {
-		start, end := prefix, kv.PrefixEnd(prefix)
-		for {
-			rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: 500, KeysOnly: true})
-			if err != nil {
-				return out, fmt.Errorf("coordinator: cancel jobs: list: %w", err)
+		// Read as scans are (on etcd, past the first page, in one pass:
+		// pages of a large backlog would each walk the member's index to
+		// the prefix's end), and cancel every 500 entries read.
+		var page []kv.KeyValue
+		var cerr error
+		flush := func() error {
+			if len(page) > 0 {
+				cerr = c.cancelPage(ctx, page, f, &out)
+				page = page[:0]
 			}
-			if len(rr.KVs) == 0 {
-				break
+			return cerr
+		}
+		err := c.scan(ctx, prefix, true, func(x kv.KeyValue) error {
+			if page = append(page, x); len(page) == 500 {
+				return flush()
 			}
-			if err := c.cancelPage(ctx, rr.KVs, f, &out); err != nil {
-				return out, err
-			}
-			if !rr.More {
-				break
-			}
-			start = rr.KVs[len(rr.KVs)-1].Key + "\x00"
+			return nil
+		})
+		if cerr != nil {
+			return out, cerr
+		}
+		if err != nil {
+			return out, fmt.Errorf("coordinator: cancel jobs: list: %w", err)
+		}
+		if err := flush(); err != nil {
+			return out, err
 		}
 	}
 	return out, nil

@@ -36,6 +36,7 @@ var featureTests = []suiteTest{
 	{"OrphanedClaimFreesItsSlot", testOrphanFreesSlot},
 	{"RetryAndDeleteByState", testRetryDelete},
 	{"CancelManyByFilter", testCancelMany},
+	{"CancelManyPastOnePage", testCancelManyPastOnePage},
 	{"EnqueueHooksAndMetadata", testEnqueueHooks},
 	{"FailMaxAttemptsOverride", testFailMaxAttempts},
 }
@@ -823,6 +824,32 @@ func testCancelMany(t *testing.T, h *harness) {
 	}
 	if _, err := h.c.CancelMany(h.ctx(), coordinator.CancelFilter{State: coordinator.StateCompleted}); !errors.Is(err, coordinator.ErrInvalid) {
 		t.Fatalf("CancelMany completed: %v", err)
+	}
+}
+
+// testCancelManyPastOnePage: a bulk cancel of more jobs than one read
+// returns (on etcd the rest is read in one stream while the cancels are
+// written) cancels each matching job once, and no other.
+func testCancelManyPastOnePage(t *testing.T, h *harness) {
+	const n = 2300
+	ps := make([]coordinator.EnqueueParams, n)
+	for i := range ps {
+		ps[i] = coordinator.EnqueueParams{Kind: "bulk"}
+		if i%10 == 0 {
+			ps[i].Kind = "keep"
+		}
+	}
+	for lo := 0; lo < n; lo += 500 {
+		if _, err := h.c.EnqueueBatch(h.ctx(), ps[lo:min(lo+500, n)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := h.c.CancelMany(h.ctx(), coordinator.CancelFilter{Kind: "bulk"})
+	if want := n - n/10; err != nil || res.Cancelled != want || res.CancelRequested != 0 {
+		t.Fatalf("CancelMany of %d jobs of kind bulk = %+v, %v", want, res, err)
+	}
+	if c := h.counts(); c[coordinator.StateCancelled] != n-n/10 || c[coordinator.StateAvailable] != n/10 {
+		t.Fatalf("counts after the bulk cancel: %v; want %d cancelled, %d available", c, n-n/10, n/10)
 	}
 }
 
