@@ -19,6 +19,8 @@ import (
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Option configures a server or cluster.
@@ -126,7 +128,7 @@ type Member struct {
 	mu   sync.Mutex
 	etcd *embed.Etcd
 	// streams counts the running etcd's RangeStream handlers.
-	streams *sync.WaitGroup
+	streams *handlerCount
 }
 
 // Start starts a single-member etcd server for the test and stops it when
@@ -279,14 +281,16 @@ func (m *Member) start() error {
 	// after its client has gone, until its next chunk cannot be sent. One
 	// that reads while the backend closes panics the process: stop waits
 	// for them (see streams) before it stops the server.
-	streams := &sync.WaitGroup{}
+	streams := newHandlerCount()
 	cfg.GRPCAdditionalServerOptions = append(cfg.GRPCAdditionalServerOptions,
 		grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 			if info.FullMethod != "/etcdserverpb.KV/RangeStream" {
 				return handler(srv, ss)
 			}
-			streams.Add(1)
-			defer streams.Done()
+			if !streams.enter() {
+				return status.Error(codes.Unavailable, "etcdtest: the member is stopping")
+			}
+			defer streams.leave()
 			return handler(srv, ss)
 		}))
 	for _, f := range m.c.cfg.configure {
@@ -302,6 +306,50 @@ func (m *Member) start() error {
 	m.cli.setTarget(e.Clients[0].Addr().String())
 	m.peer.setTarget(e.Peers[0].Addr().String())
 	return nil
+}
+
+// handlerCount counts running handlers until it is closed; then it admits
+// none.
+type handlerCount struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	idle   *sync.Cond // signalled when n falls to 0
+}
+
+func newHandlerCount() *handlerCount {
+	h := &handlerCount{}
+	h.idle = sync.NewCond(&h.mu)
+	return h
+}
+
+// enter admits a handler, unless h is closed.
+func (h *handlerCount) enter() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	h.n++
+	return true
+}
+
+func (h *handlerCount) leave() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n--; h.n == 0 {
+		h.idle.Broadcast()
+	}
+}
+
+// closeAndWait admits no more handlers and waits for those running.
+func (h *handlerCount) closeAndWait() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for h.n > 0 {
+		h.idle.Wait()
+	}
 }
 
 // waitReady waits until the member has joined the cluster and serves.
@@ -340,7 +388,7 @@ func (m *Member) stop(crash bool) {
 	m.cli.DropConnections()
 	// With its client gone, a RangeStream's handler ends at its next
 	// chunk; etcd closes its backend under a handler still reading.
-	streams.Wait()
+	streams.closeAndWait()
 	if crash {
 		m.peer.setTarget("")
 		m.peer.DropConnections()
