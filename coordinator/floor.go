@@ -12,10 +12,12 @@ import (
 // nothing but deleted entries, so that a claim can seek past them instead
 // of scanning the tombstones every claimed job leaves behind (in Pebble
 // until compaction, in etcd's index until compaction). A floor is used only
-// while a WatchAvailable of that queue runs in this process: the watch
-// lowers it whenever a job becomes available before it (a higher priority,
-// an older time), and resets it when the watch restarts; a claim lowers it
-// to the candidates it did not get. Each queue's record also serialises
+// while the watch of a WatchAvailable of that queue is up in this process:
+// the watch lowers it whenever a job becomes available before it (a higher
+// priority, an older time), and resets it when the watch restarts; a claim
+// lowers it to the candidates it did not get. While no such watch is up (it
+// ended, and its loop reads again or pauses before watching again), nothing
+// lowers the floor, and claims read from the queue's start. Each queue's record also serialises
 // the reads of its claims and holds the keys (and global-limit slots) that
 // claims in flight try, watched or not.
 type floors struct {
@@ -226,8 +228,9 @@ type floor struct {
 	// become available. A claim's read older than that may miss the job
 	// although the floor was lowered to it before the claim began (etcd
 	// tells watchers of a write just before reads can see it).
-	lowRev   int64
-	watchers int
+	lowRev int64
+	// live is how many watches of the queue are up (see restart, ended).
+	live int
 	// tail is how many entries the last claim that moved the floor found
 	// from the key it moved it to (its next candidate) to the queue's end
 	// (-1: unknown, or its read stopped before the end); tailEpoch is the
@@ -309,7 +312,7 @@ func (f *floors) start(queue string) (st floorStart, tracked bool) {
 	defer f.mu.Unlock()
 	fl := f.of(queue)
 	fl.readingKeys = true
-	if fl.watchers == 0 {
+	if fl.live == 0 {
 		return floorStart{tail: -1}, false
 	}
 	st = floorStart{key: fl.key, horizon: fl.horizon, epoch: fl.epoch, lowRev: fl.lowRev, tail: -1}
@@ -328,7 +331,7 @@ func (f *floors) advance(queue, key, horizon string, epoch uint64, tail int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.m[queue]
-	if fl == nil || fl.watchers == 0 {
+	if fl == nil || fl.live == 0 {
 		return
 	}
 	lowest, found, ok := fl.lowestSince(epoch)
@@ -365,16 +368,26 @@ func (fl *floor) lower(key string, rev int64) {
 	fl.lowRev = max(fl.lowRev, rev)
 }
 
-// restart puts the floor back to the queue's start when its watch
-// (re)starts after a read at revision rev: jobs may have become available
-// up to rev without a watch event, so only a read at rev or later moves
-// the floor.
+// restart puts the floor back to the queue's start when a watch of the
+// queue is up again after a read at revision rev: jobs may have become
+// available up to rev without a watch event, so only a read at rev or
+// later moves the floor. Each restart is followed by one ended, when that
+// watch ends.
 func (f *floors) restart(queue string, rev int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	fl := f.of(queue)
+	fl.live++
+	fl.reset()
+	fl.lowRev = max(fl.lowRev, rev)
+}
+
+// ended records that a watch of queue that restart reported is down.
+func (f *floors) ended(queue string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if fl := f.m[queue]; fl != nil {
-		fl.reset()
-		fl.lowRev = max(fl.lowRev, rev)
+		fl.live--
 	}
 }
 
@@ -392,21 +405,12 @@ func (fl *floor) reset() {
 	fl.lowered("")
 }
 
+// watch is called as a WatchAvailable of queue begins, before its first
+// read: the next claim reads from the start anyway.
 func (f *floors) watch(queue string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	fl := f.of(queue)
-	fl.watchers++
-	fl.reset()
-	fl.lastFull = time.Now() // the next claim reads from the start anyway
-}
-
-func (f *floors) unwatch(queue string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if fl := f.m[queue]; fl != nil {
-		fl.watchers--
-	}
+	f.of(queue).lastFull = time.Now()
 }
 
 // fullReadEvery bounds how often a claim that found nothing past the floor

@@ -12,8 +12,10 @@ import (
 // from the read's revision on, calls onRestart with that revision, and calls
 // onEvent for every change, until ctx ends. A watch that ends (compaction,
 // reconnect) is resumed by reading again, so nothing is missed; callers must
-// tolerate seeing a key twice.
-func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(rev int64), onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
+// tolerate seeing a key twice. onEnd, if not nil, is called once for each
+// call of onRestart, when that watch has ended: until the next onRestart,
+// no change is reported.
+func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(rev int64), onEnd func(), onKey func(kv.KeyValue), onEvent func(kv.Event)) error {
 	retry := newWatchRetry(c)
 	for {
 		rev := int64(0)
@@ -53,6 +55,9 @@ func (c *Coordinator) follow(ctx context.Context, prefix string, onRestart func(
 			}
 		}
 		cancel()
+		if onEnd != nil {
+			onEnd()
+		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -171,7 +176,7 @@ func (c *Coordinator) scanAt(ctx context.Context, prefix string, visit func(kv.K
 // removed when that run ends). It blocks until ctx ends and returns ctx's
 // error.
 func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string, rev int64)) error {
-	return c.follow(ctx, c.keys.cancels(), nil,
+	return c.follow(ctx, c.keys.cancels(), nil, nil,
 		func(x kv.KeyValue) { fn(idFromIndex(x.Key), x.ModRevision) },
 		func(ev kv.Event) {
 			if ev.Type == kv.EventPut {
@@ -183,14 +188,15 @@ func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string
 // WatchAvailable calls fn whenever a job becomes available in queue, and
 // each time its watch is established (first once it is set up: a caller
 // that waits for that call misses no job). fn must not block. It blocks
-// until ctx ends. While it runs, claims of queue through this coordinator
-// skip the deleted index entries of jobs already claimed (see floors).
+// until ctx ends. While its watch runs, claims of queue through this
+// coordinator skip the deleted index entries of jobs already claimed (see
+// floors); while the watch is down (it ended, and the loop reads again or
+// pauses before watching again), they read from the queue's start.
 func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func()) error {
 	if err := ValidateQueue(queue); err != nil {
 		return err
 	}
 	c.floors.watch(queue)
-	defer c.floors.unwatch(queue)
 	return c.follow(ctx, c.keys.queue(queue), func(rev int64) {
 		// The watch is (re)established: the floor starts over, and
 		// whatever became available while nobody watched, up to rev, is
@@ -198,6 +204,10 @@ func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func(
 		// than rev must not move the floor (see floor.lowRev).
 		c.floors.restart(queue, rev)
 		fn()
+	}, func() {
+		// Until the watch is back, no put lowers the floor: claims must
+		// not trust it.
+		c.floors.ended(queue)
 	}, nil, func(ev kv.Event) {
 		if ev.Type == kv.EventPut {
 			c.floors.lower(queue, ev.KV.Key, ev.KV.ModRevision)

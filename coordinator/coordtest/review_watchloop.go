@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ var watchLoopReviewTests = []suiteTest{
 	{"WatchLoopsResumeAtOnceAfterNormalEnd", testWatchLoopsResumeAtOnce},
 	{"MaintenancePromotesDuringWatchPause", testMaintenancePromotesDuringWatchPause},
 	{"ElectionCandidatePausesStartOverAfterLeading", testCandidatePausesStartOver},
+	{"ClaimsFindJobsWhileAvailableWatchIsDown", testClaimsWhileWatchDown},
 }
 
 // watchLoop is one loop that reads, watches from the read's revision, and
@@ -526,5 +528,88 @@ func testCandidatePausesStartOver(t *testing.T, h *harness) {
 	clock.Advance(100 * time.Millisecond)
 	if _, w, p := clock.log.untilPause(t, loop.ignore); w != 2 || p != 100*time.Millisecond {
 		t.Fatalf("after losing the key: %d watches, then a pause of %s; want 2 (the first retry at once), then 100ms", w, p)
+	}
+}
+
+// downStore is a store whose watches can be taken down: after down, the
+// watches up end, and every later one ends at once, refused (as etcd
+// refuses watches with "no leader").
+type downStore struct {
+	kv.Store
+	mu       sync.Mutex
+	isDown   bool
+	cancels  []context.CancelFunc
+	refusals chan struct{} // one value per refused watch
+}
+
+func (s *downStore) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.isDown {
+		s.refusals <- struct{}{}
+		ch := make(chan kv.WatchResponse, 1)
+		ch <- kv.WatchResponse{Err: errWatchRefused}
+		close(ch)
+		return ch
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	s.cancels = append(s.cancels, cancel)
+	return s.Store.Watch(wctx, prefix, fromRev)
+}
+
+func (s *downStore) down() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.isDown = true
+	for _, cancel := range s.cancels {
+		cancel()
+	}
+}
+
+// testClaimsWhileWatchDown: while the watch of a queue's available jobs is
+// down (it ended, and its loop pauses before watching again), no put
+// lowers the queue's floor, so claims must not trust it: a job enqueued
+// then, after a claim found the queue empty, is claimed at once, not once
+// the watch is back.
+func testClaimsWhileWatchDown(t *testing.T, h *harness) {
+	store := &downStore{Store: h.store, refusals: make(chan struct{}, 16)}
+	c := h.coordinator(store, coordinator.Config{})
+	s := h.session(c)
+	claim := func() []*coordinator.Run {
+		t.Helper()
+		runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 8, false)
+		if err != nil {
+			t.Fatalf("Claim: %v", err)
+		}
+		return runs
+	}
+	h.watchWith(c)
+	h.enqueue(coordinator.EnqueueParams{Kind: "k", Priority: 4})
+	if got := len(claim()); got != 1 {
+		t.Fatalf("claimed %d jobs, want 1", got)
+	}
+	store.down()
+	// The first watch after one that ended is set up at once, the second
+	// after 100 ms of h's clock, which stands still: once both were
+	// refused, the loop pauses, and the pause does not end in this test.
+	for range 2 {
+		select {
+		case <-store.refusals:
+		case <-time.After(failBound):
+			t.Fatal("the available jobs' watch was not set up again after it ended")
+		}
+	}
+	// A claim from the floor that finds nothing moves it to the queue's
+	// end (known empty); only a watch event would move it back.
+	if got := len(claim()); got != 0 {
+		t.Fatalf("claimed %d jobs of an empty queue", got)
+	}
+	// One after the jobs claimed, one before them (a higher priority).
+	for _, p := range []coordinator.EnqueueParams{{Kind: "k", Priority: 4}, {Kind: "k", Priority: 1}} {
+		j := h.enqueue(p)
+		runs := claim()
+		if len(runs) != 1 || runs[0].Job().ID != j.ID {
+			t.Fatalf("enqueued %s (priority %d) while the watch was down; a claim got %d runs, want that job: claims trusted a floor that nothing lowers", j.ID, p.Priority, len(runs))
+		}
 	}
 }
