@@ -89,6 +89,10 @@ type Coordinator struct {
 	floors floors
 	group  groupCommit
 	qconf  queueCache
+
+	// testMaxVersion, if not 0, stands for ClusterVersion (tests of
+	// upgrades: a newer build).
+	testMaxVersion int
 }
 
 // New returns a coordinator on store. It validates cfg.

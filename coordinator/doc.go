@@ -37,7 +37,9 @@
 // on its daemon's lease (docs/adr/0005). p/NAME is a periodic schedule's
 // state, advanced by compare-and-set with each tick's job (docs/adr/0007).
 // e/NAME is an election's leader key, and w/ID a daemon's registration;
-// both hang on their daemon's session lease.
+// both hang on their daemon's session lease. cv/N says that the namespace
+// runs at cluster version N (the highest such key; 1 with none), and
+// cv-registered changes with every registration (docs/adr/0028).
 //
 // # Fencing
 //

@@ -38,6 +38,13 @@ func (k keys) finished() string         { return k.root + "f/" }
 func (k keys) available() string        { return k.root + "q/" }
 func (k keys) queue(q string) string    { return k.root + "q/" + q + "/" }
 
+// clusterVersion is the key whose presence says that the namespace runs at
+// cluster version v; registrations is written by every registration
+// (docs/adr/0028).
+func (k keys) clusterVersion(v int) string { return k.root + "cv/" + strconv.Itoa(v) }
+func (k keys) clusterVersions() string     { return k.root + "cv/" }
+func (k keys) registrations() string       { return k.root + "cv-registered" }
+
 // Queue management (pause, global limits) lives under one prefix so that
 // one watch covers it: qm/c/QUEUE is a queue's configuration, and
 // qm/s/QUEUE/N is slot N of its global concurrency limit, held by a run

@@ -31,6 +31,14 @@ func TestKeyLayout(t *testing.T) {
 	if got, want := k.job(j.ID), "/leasehold/ns/j/01JEXAMPXE0000000000000000"; got != want {
 		t.Errorf("record key %q, want %q", got, want)
 	}
+	// Builds read the cluster version's keys before they know anything
+	// else of a namespace (ADR 0028): these never change.
+	if got, want := k.clusterVersion(2), "/leasehold/ns/cv/2"; got != want {
+		t.Errorf("cluster version key %q, want %q", got, want)
+	}
+	if got, want := k.registrations(), "/leasehold/ns/cv-registered"; got != want {
+		t.Errorf("registrations key %q, want %q", got, want)
+	}
 	from := k.availableAt("default", 3, at.UnixNano())
 	if prio, ts, ok := k.parseAvailable("default", from); !ok || prio != 3 || ts != at.UnixNano() {
 		t.Errorf("parseAvailable(%q) = %d, %d, %v", from, prio, ts, ok)

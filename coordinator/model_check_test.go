@@ -124,6 +124,7 @@ func (h *modelHarness) check(noWrite bool) {
 			uniques[strings.TrimPrefix(rest, "u/")] = x
 		case parts[0] == "w" && len(parts) == 2:
 			workers[parts[1]] = x
+		case rest == "cv-registered": // written by every registration
 		case parts[0] == "qm" && len(parts) == 3 && parts[1] == "c":
 		case parts[0] == "qm" && len(parts) == 4 && parts[1] == "s":
 			slots[string(x.Value)] = append(slots[string(x.Value)], x)

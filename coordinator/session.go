@@ -108,6 +108,10 @@ type WorkerInfo struct {
 	// JavaScript among them, round ids above 2^53). Empty in
 	// registrations of versions before it.
 	LeaseID string `json:"lease_id,omitempty"`
+	// ClusterVersion is the newest cluster version the daemon's build
+	// can run at (ClusterVersion; 0 in registrations of builds before
+	// it, which run at 1).
+	ClusterVersion int `json:"cluster_version,omitempty"`
 }
 
 // Session is one lease of a daemon, renewed every third of its TTL. Every
@@ -205,8 +209,13 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	info.Lease = int64(lease)
 	info.LeaseID = strconv.FormatInt(int64(lease), 16)
 	info.LeaseTTLMS = cfg.TTL.Milliseconds()
+	info.ClusterVersion = c.maxVersion()
 	b, _ := json.Marshal(info)
-	_, err = c.store.Txn(sctx, kv.Txn{Then: []kv.Op{kv.Put(c.keys.worker(info.ID), b, lease)}})
+	gate, gateOps := c.registrationGate()
+	res, err := c.store.Txn(sctx, kv.Txn{If: gate, Then: append([]kv.Op{kv.Put(c.keys.worker(info.ID), b, lease)}, gateOps...)})
+	if err == nil && !res.Succeeded {
+		err = c.versionRefused(sctx)
+	}
 	if err == nil && !cfg.Clock.Now().Before(s.ValidUntil()) {
 		err = fmt.Errorf("registered after the session's validity deadline (%s after the grant was sent): %w", cfg.Clock.Now().Sub(sent), ErrSessionExpired)
 	}

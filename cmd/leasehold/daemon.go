@@ -286,6 +286,13 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		}
 		return err
 	}
+	if err := coord.CheckClusterVersion(ctx); err != nil {
+		if ctx.Err() != nil {
+			log.Info("stopped: signal received while reading the cluster version")
+			return nil
+		}
+		return failf("%v", apiserver.CleanCoordError(err))
+	}
 	if !shared {
 		// The directory lock proves that whoever ran the jobs left
 		// running is gone: re-queue them all now, in one batch.
