@@ -1,6 +1,7 @@
 package etcdkv
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,7 +43,29 @@ type Options struct {
 	// DefaultMaxRequestBytes. A client built by [Dial] cannot send requests
 	// over 2 MiB unless Config.MaxCallSendMsgSize says so.
 	MaxRequestBytes int
+	// ReadHedge is how long a Range waits for its answer before it sends
+	// the same read again beside it (up to three at once; the first
+	// answer wins); 0 means DefaultReadHedge. WriteTimeout is how long a
+	// Txn or Grant waits for its answer before it fails (the write may
+	// still be applied); 0 means DefaultWriteTimeout. Both are for a
+	// member that hangs (SIGSTOP, a disk that does not return, packets
+	// dropped): its connection looks healthy until gRPC's keepalive
+	// closes it, 15 s later, and the client's balancer keeps sending it
+	// every third request. The read sent again, and the write tried again
+	// by its caller, go to the next member.
+	ReadHedge, WriteTimeout time.Duration
 }
+
+// Defaults of Options.ReadHedge and Options.WriteTimeout. The write
+// timeout is far above a healthy cluster's commit (milliseconds; a slow
+// disk's fsync, a fraction of a second) and below etcd's own request
+// timeout (7 s with its default election timeout). A write that waits out
+// a leader election may meet it, and is then tried again by its caller,
+// as after any lost reply.
+const (
+	DefaultReadHedge    = 500 * time.Millisecond
+	DefaultWriteTimeout = 3 * time.Second
+)
 
 // Store is the kv seam on an etcd client. It is safe for concurrent use.
 type Store struct {
@@ -73,6 +96,8 @@ type Store struct {
 	// noStream is set once a member has answered a scan's RangeStream
 	// with Unimplemented (etcd before 3.7).
 	noStream atomic.Bool
+
+	readHedge, writeTimeout time.Duration
 }
 
 var (
@@ -96,10 +121,12 @@ func New(cli *clientv3.Client, opts Options) *Store {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
-		cli:    cli,
-		limits: kv.Limits{MaxOps: maxOps, MaxBytes: maxBytes, RangeCountsAll: true, LeasesExpire: true},
-		ctx:    ctx,
-		cancel: cancel,
+		cli:          cli,
+		limits:       kv.Limits{MaxOps: maxOps, MaxBytes: maxBytes, RangeCountsAll: true, LeasesExpire: true},
+		ctx:          ctx,
+		cancel:       cancel,
+		readHedge:    cmp.Or(opts.ReadHedge, DefaultReadHedge),
+		writeTimeout: cmp.Or(opts.WriteTimeout, DefaultWriteTimeout),
 	}
 	if cli != nil {
 		s.callOpts = callOptions(cli)
@@ -153,18 +180,52 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if err != nil {
 		return kv.TxnResult{}, fmt.Errorf("etcdkv: txn: %w", err)
 	}
+	send := func(ctx context.Context) (*etcdserverpb.TxnResponse, error) {
+		if s.kvc != nil {
+			return s.kvc.Txn(ctx, req, s.callOpts...)
+		}
+		or, err := s.cli.Do(ctx, clientTxn(req))
+		return (*etcdserverpb.TxnResponse)(or.Txn()), err
+	}
 	var resp *etcdserverpb.TxnResponse
-	if s.kvc != nil {
-		resp, err = s.kvc.Txn(ctx, req, s.callOpts...)
+	if readOnly(&t) {
+		resp, err = hedged(ctx, s.readHedge, send)
+		err = clientv3.ContextError(ctx, err)
 	} else {
-		var or clientv3.OpResponse
-		or, err = s.cli.Do(ctx, clientTxn(req))
-		resp = (*etcdserverpb.TxnResponse)(or.Txn())
+		wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+		defer cancel()
+		resp, err = send(wctx)
+		err = s.writeErr("txn", ctx, clientv3.ContextError(wctx, err))
+	}
+	if errors.Is(err, ErrNoAnswer) {
+		return kv.TxnResult{}, err
 	}
 	if err != nil {
-		return kv.TxnResult{}, mapErr("txn", clientv3.ContextError(ctx, err))
+		return kv.TxnResult{}, mapErr("txn", err)
 	}
 	return fromTxnResponse(resp.Header.GetRevision(), resp.Succeeded, resp.Responses), nil
+}
+
+// readOnly reports whether t writes nothing in any branch: such a
+// transaction is a read, and is hedged as Range is.
+func readOnly(t *kv.Txn) bool {
+	for _, ops := range [][]kv.Op{t.Then, t.Else} {
+		for _, o := range ops {
+			if o.Type == kv.OpPut || o.Type == kv.OpDelete || o.Type == kv.OpTxn && !readOnly(o.Txn) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// writeErr returns err of a write made with a context of s.writeTimeout
+// from ctx, or if that timeout ended it, an error that says so.
+func (s *Store) writeErr(what string, ctx context.Context, err error) error {
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w to a %s within %v (a member may hang; the write may still be applied)", ErrNoAnswer, what, s.writeTimeout)
+	}
+	return err
 }
 
 // Range reads keys with a linearizable read.
@@ -173,7 +234,9 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 		return kv.RangeResult{}, kv.ErrClosed
 	}
 	key, opts := rangeOptions(r)
-	resp, err := s.cli.Get(ctx, key, opts...)
+	resp, err := hedged(ctx, s.readHedge, func(ctx context.Context) (*clientv3.GetResponse, error) {
+		return s.cli.Get(ctx, key, opts...)
+	})
 	if err != nil {
 		return kv.RangeResult{}, mapErr("range", err)
 	}
@@ -424,7 +487,12 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error
 	if s.isClosed() {
 		return 0, kv.ErrClosed
 	}
-	resp, err := s.cli.Grant(ctx, ttlSeconds(ttl))
+	wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+	defer cancel()
+	resp, err := s.cli.Grant(wctx, ttlSeconds(ttl))
+	if err = s.writeErr("grant", ctx, err); errors.Is(err, ErrNoAnswer) {
+		return 0, err
+	}
 	if err != nil {
 		return 0, mapErr("grant", err)
 	}

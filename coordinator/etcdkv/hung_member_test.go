@@ -1,0 +1,80 @@
+package etcdkv_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
+	"github.com/leasehold/leasehold/coordinator/etcdtest"
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// TestRequestsLeaveAHungMember: one of the client's endpoints hangs (its
+// proxy drops every packet, as a SIGSTOPped member or a disk that does not
+// return would leave it): gRPC's keepalive closes its connection only
+// 15 s later, and until then the balancer sends it every other request.
+// Reads (and transactions that write nothing) are sent again to the next
+// endpoint after the hedge delay and answer; a write fails after the write timeout, saying that it had no
+// answer, and the next one reaches the endpoint that answers. None waits
+// for the keepalive.
+func TestRequestsLeaveAHungMember(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ps := []*etcdtest.Proxy{etcdtest.NewProxy(t, srv.Endpoint()), etcdtest.NewProxy(t, srv.Endpoint())}
+	cli, err := etcdkv.Dial(ctxT(t, 10*time.Second), etcdkv.Config{Endpoints: []string{ps[0].URL(), ps[1].URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cli.Close() })
+	const hedge, timeout = 100 * time.Millisecond, time.Second
+	s := etcdkv.New(cli, etcdkv.Options{ReadHedge: hedge, WriteTimeout: timeout})
+	t.Cleanup(func() { _ = s.Close() })
+	put := func(ctx context.Context, v string) error {
+		_, err := s.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Put("k", []byte(v), 0)}})
+		return err
+	}
+	if err := put(ctxT(t, 10*time.Second), "0"); err != nil {
+		t.Fatal(err)
+	}
+	ps[0].Blackhole()
+
+	// Each call gets ten times what it needs, and less than half the
+	// keepalive's 15 s.
+	const bound = 6 * time.Second
+	for i := range 10 {
+		for _, serializable := range []bool{false, true} {
+			rr, err := s.Range(ctxT(t, bound), kv.RangeRequest{Start: "k", Serializable: serializable})
+			if err != nil {
+				t.Fatalf("read %d (serializable %v) with one endpoint hung: %v", i, serializable, err)
+			}
+			if len(rr.KVs) != 1 {
+				t.Fatalf("read %d: %d keys", i, len(rr.KVs))
+			}
+		}
+		// A transaction that writes nothing is a read.
+		res, err := s.Txn(ctxT(t, bound), kv.Txn{If: []kv.Cmp{kv.Exists("k")}, Then: []kv.Op{kv.Get("k")}})
+		if err != nil || !res.Succeeded || res.Results[0].KV == nil {
+			t.Fatalf("read-only transaction %d with one endpoint hung: %+v, %v", i, res, err)
+		}
+	}
+	answered, timedOut := 0, 0
+	for i := range 10 {
+		switch err := put(ctxT(t, bound), "v"); {
+		case err == nil:
+			answered++
+		case errors.Is(err, etcdkv.ErrNoAnswer):
+			timedOut++
+			t.Logf("write %d: %v", i, err)
+		default:
+			t.Fatalf("write %d with one endpoint hung: %v", i, err)
+		}
+	}
+	if answered == 0 {
+		t.Fatalf("no write of 10 answered with one endpoint of two hung")
+	}
+	t.Logf("%d writes answered, %d timed out", answered, timedOut)
+	if _, err := s.Grant(ctxT(t, bound), 30*time.Second); err != nil && !errors.Is(err, etcdkv.ErrNoAnswer) {
+		t.Fatalf("grant with one endpoint hung: %v", err)
+	}
+}
