@@ -84,7 +84,7 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 	case errors.Is(err, apicall.ErrAnswerTooLarge):
 		return failf("%s", strings.TrimPrefix(err.Error(), "apicall: "))
 	case err != nil:
-		return c.transportError(ctx, err)
+		return c.transportError(ctx, method, path, err)
 	}
 	if resp.StatusCode >= 300 {
 		return c.statusError(resp, b)
@@ -98,13 +98,17 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 	return nil
 }
 
-func (c *client) transportError(ctx context.Context, err error) error {
+func (c *client) transportError(ctx context.Context, method, path string, err error) error {
 	var oe *net.OpError
 	var cve *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &oe) && oe.Op == "dial":
 		return failf("cannot reach the daemon at %s: is 'leasehold daemon' running? (set --server)", c.server)
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		if u := apiserver.UnknownOutcome(method, path); u != "" {
+			// A change sent and not answered may have been made.
+			return failf("the daemon at %s did not answer in time (check that it is healthy: its log, %s/healthz): %s", c.server, strings.TrimSuffix(c.server, "/"), u)
+		}
 		return failf("the daemon at %s did not answer in time: check that it is healthy (its log, %s/healthz) and retry", c.server, strings.TrimSuffix(c.server, "/"))
 	case ctx.Err() != nil:
 		return failf("interrupted")

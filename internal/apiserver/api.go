@@ -398,13 +398,23 @@ func (a *Handler) timeoutMessage(r *http.Request) string {
 		why = "etcd unreachable or without quorum, or the data directory's disk stalled?"
 	}
 	msg := fmt.Sprintf("the store did not answer within %s (%s)", a.cfg.StoreTimeout, why)
-	switch {
-	case safeMethod(r.Method):
-		return msg + ": retry later"
-	case r.URL.Path == "/v1/jobs" || r.URL.Path == "/v1/jobs/batch":
-		return msg + ": the outcome is unknown, the job may or may not have been enqueued; retry later with the same unique_key (without one, a retry may enqueue it twice), or list the jobs first"
+	if u := UnknownOutcome(r.Method, r.URL.Path); u != "" {
+		return msg + ": " + u
 	}
-	return msg + ": the outcome is unknown, the change may or may not have been made; check, then retry later"
+	return msg + ": retry later"
+}
+
+// UnknownOutcome says what to do about a change (method and path) that
+// got no answer: it may or may not have been made. It is "" for a read,
+// which can simply be sent again.
+func UnknownOutcome(method, path string) string {
+	switch {
+	case safeMethod(method):
+		return ""
+	case path == "/v1/jobs" || path == "/v1/jobs/batch":
+		return "the outcome is unknown, the job may or may not have been enqueued: retry later with the same unique_key (without one, a retry may enqueue it twice), or list the jobs first"
+	}
+	return "the outcome is unknown, the change may or may not have been made: check, then retry later"
 }
 
 // statusWriter records the status code of a response.
@@ -492,7 +502,11 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, coordinator.ErrWrongState), errors.Is(err, coordinator.ErrConflict):
 		WriteError(w, http.StatusConflict, CleanCoordError(err))
 	case a.cfg.CLI && errors.Is(r.Context().Err(), context.DeadlineExceeded):
-		WriteError(w, http.StatusServiceUnavailable, "etcd did not answer in time: "+checkEtcd)
+		msg := "etcd did not answer in time: " + checkEtcd
+		if u := UnknownOutcome(r.Method, r.URL.Path); u != "" {
+			msg = "etcd did not answer in time (check the etcd endpoints, --etcd, and that the cluster is healthy): " + u
+		}
+		WriteError(w, http.StatusServiceUnavailable, msg)
 	case a.cfg.CLI && r.Context().Err() != nil:
 		WriteError(w, http.StatusServiceUnavailable, "interrupted")
 	case storeTimedOut(r):

@@ -1,9 +1,12 @@
 package apiserver
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/testutil"
@@ -55,6 +58,33 @@ func TestAPISharedBatchStoreErrorIsNotBadInput(t *testing.T) {
 		code, body := testutil.APICall(t, h, "POST", c.path, c.body)
 		if code < 500 {
 			t.Errorf("POST %s with the store unreadable: %d %s, want 5xx", c.path, code, body)
+		}
+	}
+}
+
+// A CLI command on etcd whose request ran out of time: a read is simply
+// retried, but a change may have been made, and an enqueue retried
+// without a unique key could be enqueued twice: the answer says so.
+func TestAPICLIDeadlineSaysWhetherAChangeMayHaveBeenMade(t *testing.T) {
+	log := testutil.QuietLogger(t)
+	coord, err := coordinator.New(testutil.TempLocal(t, log), coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Coord: coord, Shared: true, CLI: true, Logger: log})
+	for _, c := range []struct{ method, path, body, want string }{
+		{"GET", "/v1/jobs", "", "then retry"},
+		{"POST", "/v1/jobs", `{"kind":"resize"}`, "the job may or may not have been enqueued"},
+		{"POST", "/v1/jobs/01JEXAMPXE0000000000000000/cancel", "", "the change may or may not have been made"},
+	} {
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		req := httptest.NewRequestWithContext(ctx, c.method, c.path, strings.NewReader(c.body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		cancel()
+		if body := rec.Body.String(); rec.Code != http.StatusServiceUnavailable || !strings.Contains(body, c.want) {
+			t.Errorf("%s %s past its deadline: %d %s, want 503 saying %q", c.method, c.path, rec.Code, body, c.want)
 		}
 	}
 }
