@@ -957,6 +957,20 @@ func (a *Handler) createBatch(w http.ResponseWriter, r *http.Request) {
 // checkQuery refuses query parameters other than allowed, so that a typo
 // is not silently ignored, and a parameter given twice, of which only
 // one would count.
+// checkNoBody refuses a request to an endpoint that takes no body but was
+// sent one: whatever it asked for in it would otherwise be ignored while
+// the change went ahead.
+func checkNoBody(r *http.Request) error {
+	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+		return nil
+	}
+	var b [1]byte
+	if n, _ := io.ReadFull(r.Body, b[:]); n == 0 {
+		return nil
+	}
+	return badRequest("%s %s takes no body: send none (its parameters go in the path and the query string)", r.Method, r.URL.Path)
+}
+
 func checkQuery(r *http.Request, allowed ...string) error {
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
@@ -1069,7 +1083,7 @@ func (a *Handler) getJob(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Handler) cancelJob(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
+	if err := cmp.Or(checkQuery(r), checkNoBody(r)); err != nil {
 		a.fail(w, r, err)
 		return
 	}

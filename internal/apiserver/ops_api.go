@@ -19,6 +19,7 @@ package apiserver
 // message saying why and what to do; an unknown queue is 400.
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -135,7 +136,7 @@ func (a *Handler) failOp(w http.ResponseWriter, r *http.Request, err error) {
 // it answers with the job as the operation left it.
 func (a *Handler) jobOp(op func(context.Context, string) (*coordinator.Job, error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := checkQuery(r); err != nil {
+		if err := cmp.Or(checkQuery(r), checkNoBody(r)); err != nil {
 			a.fail(w, r, err)
 			return
 		}
@@ -265,6 +266,9 @@ const forceHint = ", or pass force=true to configure a queue before any daemon s
 
 func (a *Handler) changeQueue(w http.ResponseWriter, r *http.Request, hint string, change func(q string) (coordinator.QueueConfig, bool, error)) {
 	force, err := forceParam(r)
+	if err == nil {
+		err = checkNoBody(r)
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return

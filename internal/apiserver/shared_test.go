@@ -88,3 +88,40 @@ func TestAPICLIDeadlineSaysWhetherAChangeMayHaveBeenMade(t *testing.T) {
 		}
 	}
 }
+
+// An endpoint that takes no body refuses one: whatever the caller asked
+// for in it (a force flag, say) would otherwise be ignored while the change
+// went ahead. Nothing is changed.
+func TestAPIBodilessEndpointsRefuseABody(t *testing.T) {
+	log := testutil.QuietLogger(t)
+	coord, err := coordinator.New(testutil.TempLocal(t, log), coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Coord: coord, Logger: log})
+	r, err := coord.Enqueue(context.Background(), coordinator.EnqueueParams{Kind: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.Job.ID
+	for _, c := range []struct{ method, path string }{
+		{"POST", "/v1/queues/default/pause?force=true"},
+		{"POST", "/v1/queues/default/resume?force=true"},
+		{"POST", "/v1/jobs/" + id + "/cancel"},
+		{"POST", "/v1/jobs/" + id + "/retry"},
+		{"DELETE", "/v1/jobs/" + id},
+	} {
+		for _, body := range []string{`{not json`, `{"force":true}`} {
+			code, got := testutil.APICall(t, h, c.method, c.path, body)
+			if code != http.StatusBadRequest || !strings.Contains(string(got), "takes no body") {
+				t.Errorf("%s %s with body %s: %d %s, want 400 saying it takes no body", c.method, c.path, body, code, got)
+			}
+		}
+	}
+	if code, got := testutil.APICall(t, h, "GET", "/v1/jobs/"+id, ""); code != http.StatusOK || !strings.Contains(string(got), `"state":"available"`) {
+		t.Errorf("the job after refused changes: %d %s, want it still available", code, got)
+	}
+	if q, err := coord.Queues(context.Background()); err != nil || len(q) != 1 || q[0].Paused {
+		t.Errorf("queues after a refused pause: %+v, %v", q, err)
+	}
+}
