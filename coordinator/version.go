@@ -72,9 +72,11 @@ func (c *Coordinator) CheckClusterVersion(ctx context.Context) error {
 }
 
 // ClusterVersionOf returns the cluster version the namespace runs at: the
-// highest one raised in it, 1 if none was.
+// highest one raised in it, 1 if none was. The read is serializable (an
+// etcd member answers it without a quorum, and may lag behind): every
+// decision it informs is checked again by a conditional write.
 func (c *Coordinator) ClusterVersionOf(ctx context.Context) (int, error) {
-	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.clusterVersions(), End: kv.PrefixEnd(c.keys.clusterVersions()), KeysOnly: true})
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.clusterVersions(), End: kv.PrefixEnd(c.keys.clusterVersions()), KeysOnly: true, Serializable: true})
 	if err != nil {
 		return 0, fmt.Errorf("coordinator: read the cluster version: %w", err)
 	}

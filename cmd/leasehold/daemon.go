@@ -16,11 +16,14 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Defaults of the daemon's flags.
@@ -240,6 +243,15 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	defer cancel()
 	defer onSignals(ctx, cancel, log)()
 
+	// The address first: a port in use fails before the store is opened
+	// (an embedded store would be created, and its jobs left running
+	// re-queued, by a daemon that cannot serve).
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return failf("cannot listen on %s: %s: stop what uses it or pass another --listen", o.listen, apiserver.OneLine(err.Error()))
+	}
+	defer func() { _ = ln.Close() }() // the HTTP server closes it too, once it serves
+
 	shared := o.etcd.shared()
 	ccfg := o.coordConfig()
 	ccfg.Logger = log
@@ -334,10 +346,6 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		w.Handle(kind, spec.handler)
 	}
 
-	ln, err := net.Listen("tcp", o.listen)
-	if err != nil {
-		return failf("cannot listen on %s: %s: stop what uses it or pass another --listen", o.listen, apiserver.OneLine(err.Error()))
-	}
 	srv, stopHTTP := newHTTPServer(apiserver.New(apiserver.Config{
 		Coord: coord, Kinds: payloadChecks(kinds), KnownChecks: payloadChecks(builtinKinds()), Shared: shared,
 		MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(), Worker: w, Metrics: m,
@@ -347,12 +355,26 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	// The session the worker opens in Start derives from Start's context:
 	// give it one that outlives the signal, so that a signal leads to the
 	// graceful Stop below rather than to a lost session.
-	if err := w.Start(context.WithoutCancel(ctx)); err != nil {
-		_ = ln.Close()
+	// A store that does not answer (etcd without quorum) is waited out,
+	// as a running daemon waits it out: a daemon restarted during an
+	// outage comes up once it ends.
+	for delay := time.Second; ; delay = min(2*delay, 10*time.Second) {
+		err := w.Start(context.WithoutCancel(ctx))
+		if err == nil {
+			break
+		}
 		if ctx.Err() != nil {
 			return nil
 		}
-		return failf("starting the worker: %s", apiserver.CleanCoordError(err))
+		if !shared || !storeUnanswered(err) {
+			return failf("starting the worker: %s", apiserver.CleanCoordError(err))
+		}
+		log.Warn("cannot start a session: etcd does not answer (no quorum?); retrying", slog.Any("err", err), slog.Duration("in", delay))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
 	}
 	serveErr := make(chan error, 1)
 	m.RegisterWorker(w)
@@ -545,3 +567,13 @@ func (s *sizeValue) Set(v string) error {
 }
 
 func (s *sizeValue) Type() string { return "size" }
+
+// storeUnanswered reports whether err is etcd not answering in time (a
+// cluster without quorum, a member that hangs), which ends.
+func storeUnanswered(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, etcdkv.ErrNoAnswer) || errors.Is(err, coordinator.ErrSessionExpired)
+}

@@ -79,3 +79,20 @@ func TestDaemonSignalDuringDialStopsCleanly(t *testing.T) {
 		t.Errorf("exit %d (%v) after SIGTERM during the dial, want 0 without an error\n%s", code, err, errb.String())
 	}
 }
+
+// A --listen address in use fails in one line before the store is opened:
+// the data directory is not created (nor, for an existing one, are its
+// jobs left running re-queued) by a daemon that cannot serve.
+func TestDaemonPortInUseWritesNothing(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	dir := filepath.Join(t.TempDir(), "data")
+	r := runCLI(t, nil, "", "daemon", "--data", dir, "--listen", ln.Addr().String(), "--log-level", "error")
+	checkOneLineError(t, "daemon on a port in use", r, 1, "cannot listen on "+ln.Addr().String())
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("data directory %s was created by a daemon that could not listen (stat: %v)", dir, err)
+	}
+}
