@@ -49,7 +49,7 @@ func (c *Coordinator) Retry(ctx context.Context, id string) (*Job, error) {
 		case StateAvailable:
 			return j, fmt.Errorf("%w: job %s is already available: it runs when a daemon serving queue %s is free", ErrWrongState, id, j.Queue)
 		case StateCompleted:
-			return j, fmt.Errorf("%w: job %s completed: only discarded or cancelled jobs are retried; enqueue a new job to run it again", ErrWrongState, id)
+			return j, fmt.Errorf("%w: job %s completed: only discarded, cancelled, scheduled and retryable jobs are retried; enqueue a new job to run it again", ErrWrongState, id)
 		}
 		old := c.keys.index(j)
 		held := j.holdsUnique(j.State)

@@ -135,11 +135,24 @@ func runJobsList(cmd *cobra.Command, o *listOpts) error {
 	}
 	switch {
 	case page.Next != "" && len(page.Jobs) < o.limit && size < maxListBytes:
-		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: stopped after %d pages (a filtered page looks through at most %d jobs); more may match: run again with --after %s\n", pages, coordinator.ListScanMax, page.Next)
+		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: stopped after %d pages (a filtered page looks through at most %d jobs); more may match: run again with %s\n", pages, coordinator.ListScanMax, o.nextPage(page.Next))
 	case page.Next != "":
-		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: more jobs: run again with --after %s\n", page.Next)
+		fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: jobs list: more jobs: run again with %s\n", o.nextPage(page.Next))
 	}
 	return nil
+}
+
+// nextPage is the flags that list the page after cursor next: the cursor
+// is only good with the filters it was made under.
+func (o *listOpts) nextPage(next string) string {
+	var b strings.Builder
+	for _, f := range []struct{ flag, v string }{{"--state", o.state}, {"--kind", o.kind}, {"--queue", o.queue}} {
+		if f.v != "" {
+			fmt.Fprintf(&b, "%s %s ", f.flag, f.v)
+		}
+	}
+	fmt.Fprintf(&b, "--after %s", next)
+	return b.String()
 }
 
 func stateLabel(j *coordinator.Job) string {
