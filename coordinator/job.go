@@ -168,7 +168,7 @@ var nameRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]+$`)
 
 func validName(what, s string) error {
 	if s == "" {
-		return fmt.Errorf("%w: %s is empty", ErrInvalid, what)
+		return fmt.Errorf("%w: %s is empty: give it 1-%d characters of letters, digits and _ . : -", ErrInvalid, what, maxNameLen)
 	}
 	if len(s) > maxNameLen || !nameRE.MatchString(s) {
 		return fmt.Errorf("%w: %s %q must be 1-%d characters of letters, digits and _ . : -", ErrInvalid, what, truncate(s, 40), maxNameLen)
@@ -182,7 +182,7 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: bad job id %q: want a 26-character ULID", ErrInvalid, truncate(id, 40))
 	}
 	if _, err := ulid.ParseStrict(id); err != nil {
-		return fmt.Errorf("%w: bad job id %q: want a 26-character ULID", ErrInvalid, truncate(id, 40))
+		return fmt.Errorf("%w: bad job id %q: a ULID is 26 characters of 0-9 and A-Z without I, L, O and U", ErrInvalid, truncate(id, 40))
 	}
 	if up := strings.ToUpper(id); up != id {
 		// ParseStrict reads either case; ids are stored upper-case.

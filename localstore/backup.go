@@ -155,7 +155,7 @@ func ReadBackup(dir string) (BackupInfo, error) {
 		if exists(filepath.Join(dir, unfinishedBackup)) {
 			return BackupInfo{}, fmt.Errorf("%w: %s is a backup that was cut short: remove it and take another", ErrBackup, dir)
 		}
-		return BackupInfo{}, fmt.Errorf("%w: %s is not a backup (no %s in it)", ErrBackup, dir, backupMarker)
+		return BackupInfo{}, fmt.Errorf("%w: %s is not a backup (no %s in it): name the directory a backup was written to", ErrBackup, dir, backupMarker)
 	}
 	if err != nil {
 		return BackupInfo{}, fmt.Errorf("localstore: read backup %s: %w", dir, err)

@@ -636,6 +636,14 @@ func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) er
 		// one, and a payload kept raw would be refused by strict readers.
 		return badRequest("%s", jsontext.LoneSurrogateError("request body", at))
 	}
+	// The field names first (of a body that parses): an unknown field in
+	// a nested object is then named with that object's fields.
+	var nested *nestedFieldError
+	if err := exactFields(body, reflect.TypeOf(v), ""); errors.As(err, &nested) {
+		return badRequest("%s", err)
+	} else if err != nil {
+		return badRequest("%s: %s", err, spec.fields)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -644,11 +652,14 @@ func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) er
 	if _, err := dec.Token(); err != io.EOF {
 		return badRequest("request body has more after its JSON object: send exactly one object")
 	}
-	if err := exactFields(body, reflect.TypeOf(v), ""); err != nil {
-		return badRequest("%s: %s", err, spec.fields)
-	}
 	return nil
 }
+
+// nestedFieldError is an unknown field of a nested object; it names that
+// object's fields.
+type nestedFieldError struct{ msg string }
+
+func (e *nestedFieldError) Error() string { return e.msg }
 
 // exactFields refuses a key of the JSON object data that is not exactly
 // the name of a field of t (nor of its nested objects): encoding/json
@@ -676,6 +687,10 @@ func exactFields(data []byte, t reflect.Type, where string) error {
 					if strings.EqualFold(name, k) {
 						return fmt.Errorf("unknown field %q (names are case-sensitive: %s)", where+k, where+name)
 					}
+				}
+				if where != "" {
+					names := SortedKeys(fields)
+					return &nestedFieldError{fmt.Sprintf("unknown field %q: the fields of %s are %s", where+k, strings.TrimSuffix(where, "."), strings.Join(names, ", "))}
 				}
 				return fmt.Errorf("unknown field %q", where+k)
 			}

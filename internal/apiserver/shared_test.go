@@ -125,3 +125,24 @@ func TestAPIBodilessEndpointsRefuseABody(t *testing.T) {
 		t.Errorf("queues after a refused pause: %+v, %v", q, err)
 	}
 }
+
+// An unknown field in a nested object is named with that object's fields,
+// not the top level's.
+func TestAPIUnknownNestedFieldNamesItsObjectsFields(t *testing.T) {
+	log := testutil.QuietLogger(t)
+	coord, err := coordinator.New(testutil.TempLocal(t, log), coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Coord: coord, Logger: log})
+	for _, c := range []struct{ path, body, want string }{
+		{"/v1/jobs", `{"kind":"k","unique":{"by_args":true,"bogus":1}}`, `unknown field \"unique.bogus\": the fields of unique are by_args, by_period, by_queue, by_state`},
+		{"/v1/jobs/batch", `{"jobs":[{"kind":"k","unique":{"bogus":1}}]}`, `unknown field \"jobs[0].unique.bogus\": the fields of jobs[0].unique are`},
+		{"/v1/jobs", `{"kind":"k","bogus":1}`, `unknown field \"bogus\": the fields are kind, payload`},
+	} {
+		code, got := testutil.APICall(t, h, "POST", c.path, c.body)
+		if code != http.StatusBadRequest || !strings.Contains(string(got), c.want) {
+			t.Errorf("POST %s %s: %d %s, want 400 saying %s", c.path, c.body, code, got, c.want)
+		}
+	}
+}
