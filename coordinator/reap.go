@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
@@ -267,11 +268,16 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 			if len(resp.Events) > 0 {
 				retry.delivered()
 			}
+			// A registration that went took its daemon's ownership keys
+			// in the same revision: one reap for every daemon gone in
+			// this response (their leases may have ended together).
+			var gone []string
 			for _, ev := range resp.Events {
-				if ev.Type != kv.EventDelete {
-					continue
+				if ev.Type == kv.EventDelete {
+					gone = append(gone, idFromIndex(ev.KV.Key))
 				}
-				// The daemon's ownership keys went in the same revision.
+			}
+			if len(gone) > 0 {
 				n, err := c.Reap(ctx, nil, mine)
 				if err != nil && ctx.Err() == nil {
 					c.log.Warn("reap after daemon loss failed", slog.Any("err", err))
@@ -283,8 +289,7 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 				if n == 0 {
 					level = slog.LevelDebug
 				}
-				c.log.Log(ctx, level, "daemon session ended; reaped its jobs", slog.String("daemon", idFromIndex(ev.KV.Key)), slog.Int("reaped", n))
-				break
+				c.log.Log(ctx, level, "daemon session ended; reaped its jobs", slog.String("daemon", strings.Join(gone, ",")), slog.Int("reaped", n))
 			}
 		}
 	}

@@ -146,6 +146,7 @@ type Session struct {
 	bootValidUntil atomic.Int64 // a cfg.BootClock reading
 
 	renewals  atomic.Int64
+	fenced    atomic.Bool // see fence
 	closeMu   sync.Mutex
 	revoked   bool                     // Close revoked the lease (or found it gone); under closeMu
 	peers     atomic.Pointer[[]string] // see SetPeers
@@ -311,6 +312,16 @@ func (s *Session) end(cause error) {
 	s.cancel(cause)
 }
 
+// fence ends the session because its lease cannot be counted on, logging
+// why at warning level, once: the heartbeat and the boot-clock check may
+// both find the deadline passed as the process resumes from a pause.
+func (s *Session) fence(log *slog.Logger, msg string, attrs ...any) {
+	if s.fenced.CompareAndSwap(false, true) {
+		log.Warn(msg, attrs...)
+	}
+	s.end(ErrSessionExpired)
+}
+
 // heartbeat renews the lease every RenewInterval (see renew); the send
 // time of the renewal acknowledged becomes the new base of the validity
 // deadline. Failures are retried quickly until the deadline, at which
@@ -338,8 +349,7 @@ func (s *Session) heartbeat() {
 		case <-s.kick:
 		}
 		if s.expired() {
-			log.Warn("session lease not renewed before its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
-			s.end(ErrSessionExpired)
+			s.fence(log, "session lease not renewed before its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
 			return
 		}
 		r := s.renew()
@@ -350,8 +360,7 @@ func (s *Session) heartbeat() {
 			// and their runs abandoned while their handlers ran on. The
 			// deadline passed without an acknowledged renewal: the session
 			// ends, as it would have had the reply come a moment later.
-			log.Warn("session lease renewal acknowledged after its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
-			s.end(ErrSessionExpired)
+			s.fence(log, "session lease renewal acknowledged after its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
 			return
 		case err == nil:
 			ttl := r.ttl
@@ -367,8 +376,7 @@ func (s *Session) heartbeat() {
 			s.renewals.Add(1)
 			next = s.cfg.RenewInterval()
 		case errors.Is(err, kv.ErrLeaseNotFound):
-			log.Warn("session lease is gone: fencing self")
-			s.end(ErrSessionExpired)
+			s.fence(log, "session lease is gone: fencing self")
 			return
 		case s.ctx.Err() != nil:
 			return
@@ -463,9 +471,8 @@ func (s *Session) watchSuspend() {
 		if s.bootExpired() {
 			// Same line as the heartbeat's: the boot clock counts time
 			// suspended, which is why the heartbeat has not noticed.
-			s.c.log.Warn("session lease not renewed before its validity deadline: fencing self",
+			s.fence(s.c.log, "session lease not renewed before its validity deadline: fencing self",
 				slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)), slog.String("clock", "boottime"))
-			s.end(ErrSessionExpired)
 			return
 		}
 	}
