@@ -82,6 +82,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/jsontext"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -501,6 +502,15 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		WriteError(w, http.StatusNotFound, CleanCoordError(err))
 	case errors.Is(err, coordinator.ErrWrongState), errors.Is(err, coordinator.ErrConflict):
 		WriteError(w, http.StatusConflict, CleanCoordError(err))
+	case errors.Is(err, kv.ErrTxnTooLarge):
+		// The limits checked before sending said it fits: the store's
+		// own is lower than this process was told. Nothing was written.
+		hint := "the store's limit is lower than this daemon's: see its log"
+		if a.cfg.Shared {
+			hint = "the etcd servers' --max-request-bytes is below the --etcd-max-request-bytes given here: pass their value (and a --max-payload that fits it), or send less"
+		}
+		WriteError(w, http.StatusRequestEntityTooLarge, "the store refused the request as too large: "+hint)
+		a.log.Warn("the store refused a request as too large", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
 	case a.cfg.CLI && errors.Is(r.Context().Err(), context.DeadlineExceeded):
 		msg := "etcd did not answer in time: " + checkEtcd
 		if u := UnknownOutcome(r.Method, r.URL.Path); u != "" {

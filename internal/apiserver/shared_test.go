@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/testutil"
 )
 
@@ -144,5 +146,29 @@ func TestAPIUnknownNestedFieldNamesItsObjectsFields(t *testing.T) {
 		if code != http.StatusBadRequest || !strings.Contains(string(got), c.want) {
 			t.Errorf("POST %s %s: %d %s, want 400 saying %s", c.path, c.body, code, got, c.want)
 		}
+	}
+}
+
+// tooLargeStore refuses every transaction as too large, as etcd servers
+// with a lower --max-request-bytes than the daemon was told do.
+type tooLargeStore struct{ kv.Store }
+
+func (tooLargeStore) Txn(context.Context, kv.Txn) (kv.TxnResult, error) {
+	return kv.TxnResult{}, fmt.Errorf("etcdkv: txn: %w (rpc error: request is too large)", kv.ErrTxnTooLarge)
+}
+
+// A write that the store refuses as too large, although it fit the limits
+// the daemon was given, is 413 saying which limit to fix, not a 500 that
+// says to retry (a retry cannot help).
+func TestAPIStoreRefusingTooLargeSaysWhichLimit(t *testing.T) {
+	log := testutil.QuietLogger(t)
+	coord, err := coordinator.New(tooLargeStore{testutil.TempLocal(t, log)}, coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Coord: coord, Shared: true, Logger: log})
+	code, got := testutil.APICall(t, h, "POST", "/v1/jobs", `{"kind":"resize"}`)
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(got), "--max-request-bytes") {
+		t.Errorf("enqueue refused by the store as too large: %d %s, want 413 naming --max-request-bytes", code, got)
 	}
 }
