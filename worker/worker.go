@@ -1131,11 +1131,20 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		}
 	}()
 	if lost := r.Lost(); lost != nil || errors.Is(cause, coordinator.ErrSessionExpired) || !sess.Valid() {
+		// Why, when the handler returned on its own meanwhile (cause
+		// nil): its session's end, or its deadline passing.
+		why := cause
+		if why == nil {
+			why = context.Cause(sess.Ctx())
+		}
+		if why == nil {
+			why = fmt.Errorf("%w: its validity deadline passed without a renewal", coordinator.ErrSessionExpired)
+		}
 		out.Op, out.Err = "abandon", lost
 		if lost == nil {
-			out.Err = fmt.Errorf("%w: session ended (%v)", fence.ErrLeaseLost, cause)
+			out.Err = fmt.Errorf("%w: session ended (%v)", fence.ErrLeaseLost, why)
 		}
-		w.runLog(r).Warn("run abandoned: the session's lease was lost; recording nothing", slog.Any("cause", cause))
+		w.runLog(r).Warn("run abandoned: the session's lease was lost; recording nothing", slog.Any("cause", why))
 		return
 	}
 	// Outcome writes are bounded by the session's validity deadline:
