@@ -28,6 +28,23 @@ func newSharedAPI(t *testing.T) (*testutil.RangeCountingStore, http.Handler) {
 	return store, New(Config{Coord: coord, Shared: true, Logger: log})
 }
 
+// newAPIOn serves the API with cfg over a coordinator on a temporary
+// local store, wrapped by wrap if it is not nil.
+func newAPIOn(t *testing.T, wrap func(kv.Store) kv.Store, cfg Config) (*coordinator.Coordinator, http.Handler) {
+	t.Helper()
+	log := testutil.QuietLogger(t)
+	var store kv.Store = testutil.TempLocal(t, log)
+	if wrap != nil {
+		store = wrap(store)
+	}
+	coord, err := coordinator.New(store, coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Coord, cfg.Logger = coord, log
+	return coord, New(cfg)
+}
+
 // A shared-mode batch reads the live daemons' kinds once, not once per
 // job (each read scans every worker and ownership key).
 func TestAPISharedBatchReadsLiveKindsOnce(t *testing.T) {
@@ -68,12 +85,7 @@ func TestAPISharedBatchStoreErrorIsNotBadInput(t *testing.T) {
 // retried, but a change may have been made, and an enqueue retried
 // without a unique key could be enqueued twice: the answer says so.
 func TestAPICLIDeadlineSaysWhetherAChangeMayHaveBeenMade(t *testing.T) {
-	log := testutil.QuietLogger(t)
-	coord, err := coordinator.New(testutil.TempLocal(t, log), coordinator.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := New(Config{Coord: coord, Shared: true, CLI: true, Logger: log})
+	_, h := newAPIOn(t, nil, Config{Shared: true, CLI: true})
 	for _, c := range []struct{ method, path, body, want string }{
 		{"GET", "/v1/jobs", "", "then retry"},
 		{"POST", "/v1/jobs", `{"kind":"resize"}`, "the job may or may not have been enqueued"},
@@ -95,12 +107,7 @@ func TestAPICLIDeadlineSaysWhetherAChangeMayHaveBeenMade(t *testing.T) {
 // for in it (a force flag, say) would otherwise be ignored while the change
 // went ahead. Nothing is changed.
 func TestAPIBodilessEndpointsRefuseABody(t *testing.T) {
-	log := testutil.QuietLogger(t)
-	coord, err := coordinator.New(testutil.TempLocal(t, log), coordinator.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := New(Config{Coord: coord, Logger: log})
+	coord, h := newAPIOn(t, nil, Config{})
 	r, err := coord.Enqueue(context.Background(), coordinator.EnqueueParams{Kind: "k"})
 	if err != nil {
 		t.Fatal(err)
@@ -131,12 +138,7 @@ func TestAPIBodilessEndpointsRefuseABody(t *testing.T) {
 // An unknown field in a nested object is named with that object's fields,
 // not the top level's.
 func TestAPIUnknownNestedFieldNamesItsObjectsFields(t *testing.T) {
-	log := testutil.QuietLogger(t)
-	coord, err := coordinator.New(testutil.TempLocal(t, log), coordinator.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := New(Config{Coord: coord, Logger: log})
+	_, h := newAPIOn(t, nil, Config{})
 	for _, c := range []struct{ path, body, want string }{
 		{"/v1/jobs", `{"kind":"k","unique":{"by_args":true,"bogus":1}}`, `unknown field \"unique.bogus\": the fields of unique are by_args, by_period, by_queue, by_state`},
 		{"/v1/jobs/batch", `{"jobs":[{"kind":"k","unique":{"bogus":1}}]}`, `unknown field \"jobs[0].unique.bogus\": the fields of jobs[0].unique are`},
@@ -161,12 +163,7 @@ func (tooLargeStore) Txn(context.Context, kv.Txn) (kv.TxnResult, error) {
 // the daemon was given, is 413 saying which limit to fix, not a 500 that
 // says to retry (a retry cannot help).
 func TestAPIStoreRefusingTooLargeSaysWhichLimit(t *testing.T) {
-	log := testutil.QuietLogger(t)
-	coord, err := coordinator.New(tooLargeStore{testutil.TempLocal(t, log)}, coordinator.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := New(Config{Coord: coord, Shared: true, Logger: log})
+	_, h := newAPIOn(t, func(s kv.Store) kv.Store { return tooLargeStore{s} }, Config{Shared: true})
 	code, got := testutil.APICall(t, h, "POST", "/v1/jobs", `{"kind":"resize"}`)
 	if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(got), "--max-request-bytes") {
 		t.Errorf("enqueue refused by the store as too large: %d %s, want 413 naming --max-request-bytes", code, got)
