@@ -17,9 +17,9 @@ import (
 // priority, an older time), and resets it when the watch restarts; a claim
 // lowers it to the candidates it did not get. While no such watch is up (it
 // ended, and its loop reads again or pauses before watching again), nothing
-// lowers the floor, and claims read from the queue's start. Each queue's record also serialises
-// the reads of its claims and holds the keys (and global-limit slots) that
-// claims in flight try, watched or not.
+// lowers the floor, and claims read from the queue's start. Each queue's
+// record also serialises the reads of its claims and holds the keys (and
+// global-limit slots) that claims in flight try, watched or not.
 type floors struct {
 	mu sync.Mutex
 	m  map[string]*floor

@@ -19,9 +19,9 @@ const maxHedged = 3
 // first answer; the calls still in flight are cancelled and waited for.
 // A call that fails is not made again (clientv3 has tried it again where
 // it could): once every call sent has failed, the last error is returned.
-// For reads only:
-// each call may reach another member (the client's balancer takes
-// endpoints in turn), and one that hangs holds only its own call.
+// For reads only: each call may reach another member (the client's
+// balancer takes endpoints in turn), and one that hangs holds only its own
+// call.
 func hedged[T any](ctx context.Context, delay time.Duration, read func(context.Context) (T, error)) (T, error) {
 	type result struct {
 		v   T
