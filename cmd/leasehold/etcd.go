@@ -96,6 +96,16 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	defer stop()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
+	// A member of a cluster of several serves once a quorum of them has
+	// started (etcd's own lines wait until then): say so if that takes a
+	// while, or the first member started looks hung.
+	if members := strings.Count(o.cfg.InitialCluster, "="); members > 1 {
+		waiting := time.AfterFunc(waitingForPeers, func() {
+			log.Info("waiting for a quorum of the members of --initial-cluster: start the others (this one gives up after 60 s)",
+				"member", o.cfg.Name, "members", members)
+		})
+		defer waiting.Stop()
+	}
 	n, err := etcdnode.Start(sctx, o.cfg)
 	var dirInUse *etcdnode.DirInUseError
 	if errors.As(err, &dirInUse) {
@@ -381,3 +391,7 @@ func checkEtcdURL(flag, s string) error {
 	}
 	return nil
 }
+
+// waitingForPeers is how long a member of a cluster of several waits for
+// the others before it says so.
+const waitingForPeers = 3 * time.Second

@@ -74,3 +74,19 @@ func takenPort(t *testing.T) (port, url string) {
 	_, port, _ = net.SplitHostPort(ln.Addr().String())
 	return port, "http://127.0.0.1:" + port
 }
+
+// The first member of a new cluster of several cannot serve until a
+// quorum of them has started, and etcd's own lines wait until then: it
+// says what it waits for rather than look hung.
+func TestEtcdMemberSaysItWaitsForItsPeers(t *testing.T) {
+	peer, other := "http://"+closedPort(t), "http://"+closedPort(t)
+	p := spStart(t, "etcd", binPath, "etcd", "--data", filepath.Join(t.TempDir(), "etcd"), "--log-format", "json",
+		"--name", "a", "--listen-client", "http://"+closedPort(t), "--listen-peer", peer,
+		"--initial-cluster", "a="+peer+",b="+other)
+	l, _ := p.waitLog(t, 0, "a line saying it waits for its peers", func(l spLine) bool {
+		return strings.HasPrefix(l.Msg, "waiting for a quorum of the members of --initial-cluster")
+	})
+	if l.str("member") != "a" || !strings.Contains(l.Raw, `"members":2`) {
+		t.Errorf("waiting line %s: want member a of 2", l.Raw)
+	}
+}
