@@ -305,7 +305,7 @@ func (s *Store) Scan(ctx context.Context, r kv.RangeRequest, visit func(kv.KeyVa
 		case !visited && status.Code(err) == codes.Unimplemented:
 			s.noStream.Store(true)
 			return 0, kv.ErrScanUnsupported
-		case visited || status.Code(err) != codes.Unavailable || attempt == scanTries || ctx.Err() != nil:
+		case visited || status.Code(err) != codes.Unavailable && !errors.Is(err, errNoFirstChunk) || attempt == scanTries || ctx.Err() != nil:
 			return 0, mapErr("scan", rpctypes.Error(err)) // the stream's errors are gRPC's
 		}
 		t := time.NewTimer(scanRetryWait)
@@ -319,11 +319,18 @@ func (s *Store) Scan(ctx context.Context, r kv.RangeRequest, visit func(kv.KeyVa
 }
 
 // How often, and how far apart, Scan tries a stream that an unavailable
-// member ended before it read a key: as clientv3 tries reads.
+// member ended before it read a key: as clientv3 tries reads. A stream
+// whose first chunk has not come within scanFirstChunk is taken as ended
+// so (errNoFirstChunk): its member may hang, and a new stream goes to the
+// next (see Options.ReadHedge). A first chunk is one read of the member's
+// index and store: milliseconds.
 const (
-	scanTries     = 100
-	scanRetryWait = 25 * time.Millisecond
+	scanTries      = 100
+	scanRetryWait  = 25 * time.Millisecond
+	scanFirstChunk = 2 * time.Second
 )
+
+var errNoFirstChunk = errors.New("no answer to the stream within " + scanFirstChunk.String())
 
 // visitError carries an error of Scan's visit, returned as it is.
 type visitError struct{ err error }
@@ -345,7 +352,15 @@ func (s *Store) scanOnce(ctx context.Context, key string, opts []clientv3.OpOpti
 		for range ch {
 		}
 	}()
+	first := time.AfterFunc(scanFirstChunk, cancel)
+	defer first.Stop()
+	answered := false
 	for resp := range ch {
+		if !answered {
+			if answered = first.Stop(); !answered {
+				return 0, false, errNoFirstChunk // cancelled, just as it came
+			}
+		}
 		if err := resp.Err(); err != nil {
 			return 0, visited, err
 		}
@@ -358,6 +373,9 @@ func (s *Store) scanOnce(ctx context.Context, key string, opts []clientv3.OpOpti
 		if h := resp.Header; h != nil {
 			rev = h.Revision
 		}
+	}
+	if !answered && ctx.Err() != nil && !first.Stop() {
+		return 0, false, errNoFirstChunk
 	}
 	if rev == 0 {
 		return 0, visited, errors.New("the stream ended without its last chunk")

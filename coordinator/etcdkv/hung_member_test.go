@@ -78,3 +78,22 @@ func TestRequestsLeaveAHungMember(t *testing.T) {
 		t.Fatalf("grant with one endpoint hung: %v", err)
 	}
 }
+
+// TestScansLeaveAHungMember: a scan (a stream) whose first chunk does not
+// come within 2 s is taken again from the next endpoint, not left waiting
+// for the keepalive's 15 s.
+func TestScansLeaveAHungMember(t *testing.T) {
+	srv := etcdtest.Start(t)
+	ps := []*etcdtest.Proxy{etcdtest.NewProxy(t, srv.Endpoint()), etcdtest.NewProxy(t, srv.Endpoint())}
+	s := dialStore(t, ps[0].URL(), ps[1].URL())
+	if _, err := s.Txn(ctxT(t, 10*time.Second), kv.Txn{Then: []kv.Op{kv.Put("k", []byte("v"), 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	ps[0].Blackhole()
+	for i := range 4 {
+		n := 0
+		if _, err := s.Scan(ctxT(t, 6*time.Second), kv.RangeRequest{Start: "k", End: "l"}, func(kv.KeyValue) error { n++; return nil }); err != nil || n != 1 {
+			t.Fatalf("scan %d with one endpoint hung: %d keys, %v", i, n, err)
+		}
+	}
+}
