@@ -7,10 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/coordinator/etcdkv"
-	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // pagedStore hides a store's Scan: the coordinator then reads in pages of
@@ -43,18 +40,12 @@ func BenchmarkCountsFinished(b *testing.B) {
 		}
 	}
 	b.Run("localstore", func(b *testing.B) {
-		s, err := localstore.Open(b.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer func() { _ = s.Close() }()
+		s := tempLocalstore(b)
 		putFinished(b, s, finished)
 		run(b, s)
 	})
 	b.Run("etcd", func(b *testing.B) {
-		srv := etcdtest.Start(b)
-		s := etcdkv.New(srv.Client(b), etcdkv.Options{})
-		defer func() { _ = s.Close() }()
+		s := tempEtcdStore(b)
 		putFinished(b, s, finished)
 		b.Run("scan", func(b *testing.B) { run(b, s) })
 		b.Run("pages", func(b *testing.B) { run(b, pagedStore{s}) })

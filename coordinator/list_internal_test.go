@@ -6,8 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
-
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // smallPageCoordinator returns a coordinator on a fresh local store whose
@@ -17,12 +15,7 @@ func smallPageCoordinator(t *testing.T) *Coordinator {
 	old := listPageBytes
 	listPageBytes = 25 << 10
 	t.Cleanup(func() { listPageBytes = old })
-	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	c, err := New(s, Config{Logger: slog.New(slog.DiscardHandler)})
+	c, err := New(tempLocalstore(t), Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

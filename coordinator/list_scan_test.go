@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // countingStore counts the reads made through it.
@@ -30,12 +29,7 @@ func (s *countingStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error)
 // its store counting requests, holding n available jobs of kind "k".
 func listScanCoordinator(t *testing.T, n int) (*Coordinator, *countingStore) {
 	t.Helper()
-	s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
-	cs := &countingStore{Store: s}
+	cs := &countingStore{Store: tempLocalstore(t)}
 	c, err := New(cs, Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

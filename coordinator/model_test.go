@@ -17,12 +17,10 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 
-	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/fence"
 	"github.com/leasehold/leasehold/internal/testutil"
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // TestRandomOperationsKeepKeysConsistent drives one namespace through a
@@ -51,18 +49,10 @@ func TestRandomOperationsKeepKeysConsistent(t *testing.T) {
 		}
 	}
 	t.Run("localstore", func(t *testing.T) {
-		s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		runModel(t, "localstore", s, seed, steps)
+		runModel(t, "localstore", tempLocalstore(t), seed, steps)
 	})
 	t.Run("etcd", func(t *testing.T) {
-		srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.UnsafeNoFsync = true }))
-		s := etcdkv.New(srv.Client(t), etcdkv.Options{})
-		t.Cleanup(func() { _ = s.Close() })
-		runModel(t, "etcd", s, seed, steps)
+		runModel(t, "etcd", tempEtcdStore(t, etcdtest.WithConfig(func(c *embed.Config) { c.UnsafeNoFsync = true })), seed, steps)
 	})
 }
 

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // scanCountingStore scans in one pass (a Range without a limit) and counts
@@ -44,11 +43,7 @@ func (s *scanCountingStore) Scan(ctx context.Context, r kv.RangeRequest, visit f
 // not open a stream each: with etcd auth, every stream clientv3 opens
 // authenticates again, a raft round and a password hash.
 func TestScansPastOnePage(t *testing.T) {
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ls.Close() }()
+	ls := tempLocalstore(t)
 	s := &scanCountingStore{Store: ls, prefix: newKeys("counts").finished()}
 	c, err := New(s, Config{Namespace: "counts", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {

@@ -7,28 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/leasehold/leasehold/coordinator/etcdkv"
-	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
-	"github.com/leasehold/leasehold/localstore"
 )
 
 // versionStores runs test on a fresh namespace of each store.
 func versionStores(t *testing.T, test func(t *testing.T, store kv.Store)) {
-	t.Run("localstore", func(t *testing.T) {
-		s, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = s.Close() })
-		test(t, s)
-	})
-	t.Run("etcd", func(t *testing.T) {
-		srv := etcdtest.Start(t)
-		s := etcdkv.New(srv.Client(t), etcdkv.Options{})
-		t.Cleanup(func() { _ = s.Close() })
-		test(t, s)
-	})
+	t.Run("localstore", func(t *testing.T) { test(t, tempLocalstore(t)) })
+	t.Run("etcd", func(t *testing.T) { test(t, tempEtcdStore(t)) })
 }
 
 // versioned returns a coordinator of a build that runs at cluster version
