@@ -46,13 +46,14 @@ func (c *Coordinator) registrationGate() ([]kv.Cmp, []kv.Op) {
 		[]kv.Op{kv.Put(c.keys.registrations(), nil, 0)}
 }
 
-// versionRefused is the error of a registration that the gate refused.
+// versionRefused is the error of a registration that the gate refused:
+// the namespace runs at a newer version than this build's (the one read
+// now, or at least the next).
 func (c *Coordinator) versionRefused(ctx context.Context) error {
-	v, err := c.ClusterVersionOf(ctx)
-	if err != nil {
-		v = c.maxVersion() + 1 // at least
+	if err := c.CheckClusterVersion(ctx); errors.Is(err, ErrClusterVersion) {
+		return err
 	}
-	return c.tooNew(v)
+	return c.tooNew(c.maxVersion() + 1)
 }
 
 func (c *Coordinator) tooNew(v int) error {

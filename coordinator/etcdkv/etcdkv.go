@@ -190,18 +190,17 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	var resp *etcdserverpb.TxnResponse
 	if readOnly(&t) {
 		resp, err = hedged(ctx, s.readHedge, send)
-		err = clientv3.ContextError(ctx, err)
+		if err != nil {
+			err = mapErr("txn", clientv3.ContextError(ctx, err))
+		}
 	} else {
 		wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 		defer cancel()
 		resp, err = send(wctx)
 		err = s.writeErr("txn", ctx, clientv3.ContextError(wctx, err))
 	}
-	if errors.Is(err, ErrNoAnswer) {
-		return kv.TxnResult{}, err
-	}
 	if err != nil {
-		return kv.TxnResult{}, mapErr("txn", err)
+		return kv.TxnResult{}, err
 	}
 	return fromTxnResponse(resp.Header.GetRevision(), resp.Succeeded, resp.Responses), nil
 }
@@ -219,13 +218,16 @@ func readOnly(t *kv.Txn) bool {
 	return true
 }
 
-// writeErr returns err of a write made with a context of s.writeTimeout
-// from ctx, or if that timeout ended it, an error that says so.
+// writeErr is mapErr for a write made with a context of s.writeTimeout
+// from ctx; if that timeout ended it, the error says so (ErrNoAnswer).
 func (s *Store) writeErr(what string, ctx context.Context, err error) error {
-	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w to a %s within %v (a member may hang; the write may still be applied)", ErrNoAnswer, what, s.writeTimeout)
 	}
-	return err
+	return mapErr(what, err)
 }
 
 // Range reads keys with a linearizable read.
@@ -508,11 +510,8 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error
 	wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 	defer cancel()
 	resp, err := s.cli.Grant(wctx, ttlSeconds(ttl))
-	if err = s.writeErr("grant", ctx, err); errors.Is(err, ErrNoAnswer) {
-		return 0, err
-	}
 	if err != nil {
-		return 0, mapErr("grant", err)
+		return 0, s.writeErr("grant", ctx, err)
 	}
 	return kv.LeaseID(resp.ID), nil
 }
