@@ -17,12 +17,18 @@ import (
 // dialStore dials endpoints with etcdkv.Dial and returns a store on them.
 func dialStore(t *testing.T, endpoints ...string) *etcdkv.Store {
 	t.Helper()
+	return dialStoreWith(t, etcdkv.Options{}, endpoints...)
+}
+
+// dialStoreWith is dialStore with the store's options.
+func dialStoreWith(t *testing.T, opts etcdkv.Options, endpoints ...string) *etcdkv.Store {
+	t.Helper()
 	cli, err := etcdkv.Dial(ctxT(t, 10*time.Second), etcdkv.Config{Endpoints: endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	s := etcdkv.New(cli, etcdkv.Options{})
+	s := etcdkv.New(cli, opts)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
 }

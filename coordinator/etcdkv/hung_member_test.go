@@ -22,14 +22,7 @@ import (
 func TestRequestsLeaveAHungMember(t *testing.T) {
 	srv := etcdtest.Start(t)
 	ps := []*etcdtest.Proxy{etcdtest.NewProxy(t, srv.Endpoint()), etcdtest.NewProxy(t, srv.Endpoint())}
-	cli, err := etcdkv.Dial(ctxT(t, 10*time.Second), etcdkv.Config{Endpoints: []string{ps[0].URL(), ps[1].URL()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cli.Close() })
-	const hedge, timeout = 100 * time.Millisecond, time.Second
-	s := etcdkv.New(cli, etcdkv.Options{ReadHedge: hedge, WriteTimeout: timeout})
-	t.Cleanup(func() { _ = s.Close() })
+	s := dialStoreWith(t, etcdkv.Options{ReadHedge: 100 * time.Millisecond, WriteTimeout: time.Second}, ps[0].URL(), ps[1].URL())
 	put := func(ctx context.Context, v string) error {
 		_, err := s.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Put("k", []byte(v), 0)}})
 		return err
