@@ -37,6 +37,16 @@
 // KV, Watcher and Lease are wrapped (by package namespace, say: transactions
 // then go through its KV too); closing the Store does not close the client.
 //
+// # A member that hangs
+//
+// A member that stops answering (SIGSTOP, a disk that does not return)
+// keeps its connection until the keepalive closes it, 15 s later. Until
+// then reads are sent again to the next member after Options.ReadHedge,
+// writes fail after Options.WriteTimeout with [ErrNoAnswer] (ADR 0029), and
+// watches whose stream stays silent past Options.WatchCheck, even to a
+// progress request, end with [ErrNoAnswer] and are set up again by their
+// callers on a new stream (ADR 0030).
+//
 // # Server versions
 //
 // Some etcd releases have lease bugs that make sessions lose their leases

@@ -54,6 +54,14 @@ type Options struct {
 	// every third request. The read sent again, and the write tried again
 	// by its caller, go to the next member.
 	ReadHedge, WriteTimeout time.Duration
+	// WatchCheck is how long the stream that carries the watches may be
+	// silent before the store asks its member for progress, and how long
+	// it then waits for any answer before it gives the stream up: its
+	// watches end with ErrNoAnswer (their callers watch again, on a new
+	// stream to the next member). 0 means DefaultWatchCheck; negative
+	// turns the check off. A hung member would otherwise keep its watches
+	// silent until gRPC's keepalive, 15 s.
+	WatchCheck time.Duration
 }
 
 // Defaults of Options.ReadHedge and Options.WriteTimeout. The write
@@ -98,6 +106,12 @@ type Store struct {
 	noStream atomic.Bool
 
 	readHedge, writeTimeout time.Duration
+
+	// Watches share a stream, checked by checkWatches (watchcheck.go).
+	watchCheck time.Duration
+	wmu        sync.Mutex
+	wstream    *watchStream
+	checking   bool
 }
 
 var (
@@ -127,6 +141,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 		cancel:       cancel,
 		readHedge:    cmp.Or(opts.ReadHedge, DefaultReadHedge),
 		writeTimeout: cmp.Or(opts.WriteTimeout, DefaultWriteTimeout),
+		watchCheck:   cmp.Or(opts.WatchCheck, DefaultWatchCheck),
 	}
 	if cli != nil {
 		s.callOpts = callOptions(cli)
@@ -395,6 +410,12 @@ func (s *Store) scanOnce(ctx context.Context, key string, opts []clientv3.OpOpti
 // until ctx ends. With fromRev > 0 etcd replays history from fromRev, or
 // the watch ends with kv.ErrCompacted.
 //
+// The store's watches share one stream, to one member. One that is silent
+// for Options.WatchCheck and then does not answer a progress request for
+// as long is given up: its watches, and a Watch call still waiting for
+// one to be created, end with an error wrapping ErrNoAnswer, and later
+// watches go on a new stream, to the next member (ADR 0030).
+//
 // The watch requires a leader: when the member it is connected to loses its
 // leader, the watch ends with an error instead of silently falling behind.
 // The channel is closed when ctx ends, when the store is closed, or after a
@@ -412,8 +433,14 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 	s.mu.Unlock()
 
 	out := make(chan kv.WatchResponse)
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	stop := context.AfterFunc(s.ctx, cancel) // Close ends the watch
+	// pctx ends with the caller's context or Close; wctx also when the
+	// stream is given up (watchcheck.go), which ends a Watch call that
+	// waits for a member that hangs.
+	pctx, pcancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, pcancel) // Close ends the watch
+	wctx, ws := s.watchContext(clientv3.WithRequireLeader(pctx))
+	wctx, cancel := context.WithCancel(wctx)
+	stopWS := context.AfterFunc(ws.ctx, cancel)
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
 	if fromRev > 0 {
 		opts = append(opts, clientv3.WithRev(fromRev))
@@ -428,21 +455,33 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 	go func() {
 		defer s.wg.Done()
 		defer close(out)
+		defer pcancel()
 		defer cancel()
 		defer stop()
-		s.pumpWatch(wctx, wch, out, fromRev)
+		defer stopWS()
+		defer s.leaveStream(ws)
+		s.pumpWatch(pctx, wctx, ws, wch, out, fromRev)
+		if pctx.Err() == nil && ws.ctx.Err() != nil {
+			// The stream was given up: say so, so that the caller
+			// watches again (on a new stream).
+			select {
+			case out <- kv.WatchResponse{Err: fmt.Errorf("%w to a watch's progress request within %v (its member may hang): watch again", ErrNoAnswer, s.watchCheck)}:
+			case <-pctx.Done():
+			}
+		}
 	}()
 	return out
 }
 
 // pumpWatch translates clientv3's responses until the watch ends, dropping
-// changes older than fromRev (or, from 0, than the watch's creation).
-func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<- kv.WatchResponse, fromRev int64) {
+// changes older than fromRev (or, from 0, than the watch's creation). It
+// returns without a word when wctx ends; it sends on out until pctx ends.
+func (s *Store) pumpWatch(pctx, wctx context.Context, ws *watchStream, wch clientv3.WatchChan, out chan<- kv.WatchResponse, fromRev int64) {
 	send := func(r kv.WatchResponse) bool {
 		select {
 		case out <- r:
 			return true
-		case <-ctx.Done():
+		case <-pctx.Done():
 			return false
 		}
 	}
@@ -453,17 +492,18 @@ func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<
 		)
 		select {
 		case resp, ok = <-wch:
-		case <-ctx.Done():
+		case <-wctx.Done():
 			return
 		}
 		if !ok {
 			// clientv3 closes the channel without a final response when
 			// the watch context ends; anything else is a failure.
-			if ctx.Err() == nil {
+			if wctx.Err() == nil {
 				send(kv.WatchResponse{Err: errors.New("etcdkv: watch: channel closed by the etcd client")})
 			}
 			return
 		}
+		ws.heardFrom()
 		if resp.CompactRevision != 0 {
 			send(kv.WatchResponse{
 				Err:             fmt.Errorf("etcdkv: watch: %w (compacted at revision %d)", kv.ErrCompacted, resp.CompactRevision),
@@ -472,7 +512,7 @@ func (s *Store) pumpWatch(ctx context.Context, wch clientv3.WatchChan, out chan<
 			return
 		}
 		if err := resp.Err(); err != nil {
-			if ctx.Err() == nil { // not our own cancellation
+			if wctx.Err() == nil { // not our own cancellation
 				send(kv.WatchResponse{Err: mapErr("watch", err)})
 			}
 			return

@@ -3,6 +3,7 @@ package etcdkv_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -88,5 +89,75 @@ func TestScansLeaveAHungMember(t *testing.T) {
 		if _, err := s.Scan(ctxT(t, 6*time.Second), kv.RangeRequest{Start: "k", End: "l"}, func(kv.KeyValue) error { n++; return nil }); err != nil || n != 1 {
 			t.Fatalf("scan %d with one endpoint hung: %d keys, %v", i, n, err)
 		}
+	}
+}
+
+// TestWatchesLeaveAHungMember: the stream that carries a store's watches
+// goes to a member that then hangs. The store asks the silent stream for
+// progress, gets nothing, and ends the watch with ErrNoAnswer; the watch
+// opened again goes to the next endpoint and sees the change made while
+// the member hung, long before gRPC's keepalive (15 s) would have closed
+// the connection. With the check turned off, the watch stays silent.
+func TestWatchesLeaveAHungMember(t *testing.T) {
+	for _, check := range []time.Duration{500 * time.Millisecond, -1} {
+		t.Run(fmt.Sprintf("check=%v", check), func(t *testing.T) {
+			srv := etcdtest.Start(t)
+			ps := []*etcdtest.Proxy{etcdtest.NewProxy(t, srv.Endpoint()), etcdtest.NewProxy(t, srv.Endpoint())}
+			// The watch's stream goes to the only endpoint, which then
+			// hangs; the other is added before.
+			cli, err := etcdkv.Dial(ctxT(t, 10*time.Second), etcdkv.Config{Endpoints: []string{ps[0].URL()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cli.Close() })
+			s := etcdkv.New(cli, etcdkv.Options{WatchCheck: check})
+			t.Cleanup(func() { _ = s.Close() })
+			writer := dialStore(t, srv.Endpoint())
+			put := func(v string) int64 {
+				res, err := writer.Txn(ctxT(t, 10*time.Second), kv.Txn{Then: []kv.Op{kv.Put("k", []byte(v), 0)}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return res.Revision
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel)
+			ch := s.Watch(ctx, "k", put("0"))
+			if resp := <-ch; resp.Err != nil || len(resp.Events) != 1 {
+				t.Fatalf("first event: %+v", resp)
+			}
+			cli.SetEndpoints(ps[0].URL(), ps[1].URL())
+			ps[0].Blackhole()
+			hung := time.Now()
+			rev := put("1")
+
+			// Less than half the keepalive's 15 s.
+			deadline := time.After(7 * time.Second)
+			for {
+				select {
+				case resp, ok := <-ch:
+					if !ok {
+						t.Fatalf("the watch ended without an error")
+					}
+					switch {
+					case resp.Err != nil && check > 0 && errors.Is(resp.Err, etcdkv.ErrNoAnswer):
+						t.Logf("watch given up after %v: %v", time.Since(hung).Round(time.Millisecond), resp.Err)
+						ch = s.Watch(ctx, "k", rev)
+					case resp.Err != nil:
+						t.Fatalf("watch failed: %v", resp.Err)
+					case len(resp.Events) == 1 && resp.Events[0].KV.ModRevision == rev && check > 0:
+						t.Logf("change seen %v after the member hung", time.Since(hung).Round(time.Millisecond))
+						return
+					default:
+						t.Fatalf("unexpected watch response %+v", resp)
+					}
+				case <-deadline:
+					if check > 0 {
+						t.Fatalf("no change seen within 7 s of the member hanging")
+					}
+					return // silent, as a watch on a hung member is without the check
+				}
+			}
+		})
 	}
 }
