@@ -107,11 +107,13 @@ type Store struct {
 
 	readHedge, writeTimeout time.Duration
 
-	// Watches share a stream, checked by checkWatches (watchcheck.go).
-	watchCheck time.Duration
-	wmu        sync.Mutex
-	wstream    *watchStream
-	checking   bool
+	// Watches share a stream, checked by checkWatches (watchcheck.go)
+	// while there are any; watchesIdle is poked when the last one ends.
+	watchCheck  time.Duration
+	wmu         sync.Mutex
+	wstream     *watchStream
+	checking    bool
+	watchesIdle chan struct{}
 }
 
 var (
@@ -142,6 +144,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 		readHedge:    cmp.Or(opts.ReadHedge, DefaultReadHedge),
 		writeTimeout: cmp.Or(opts.WriteTimeout, DefaultWriteTimeout),
 		watchCheck:   cmp.Or(opts.WatchCheck, DefaultWatchCheck),
+		watchesIdle:  make(chan struct{}, 1),
 	}
 	if cli != nil {
 		s.callOpts = callOptions(cli)

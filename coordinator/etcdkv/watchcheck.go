@@ -66,15 +66,23 @@ func (s *Store) watchContext(ctx context.Context) (context.Context, *watchStream
 func (s *Store) leaveStream(ws *watchStream) {
 	s.wmu.Lock()
 	ws.users--
+	idle := s.wstream.users == 0
 	s.wmu.Unlock()
+	if idle {
+		select {
+		case s.watchesIdle <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // heardFrom records a response on ws.
 func (ws *watchStream) heardFrom() { ws.heard.Store(time.Now().UnixNano()) }
 
-// checkWatches runs until Close: every half WatchCheck it asks the current
-// stream for progress when it has been silent for WatchCheck, and gives it
-// up when nothing came for WatchCheck after asking.
+// checkWatches runs while the store has watches (and until Close): every
+// half WatchCheck it asks the current stream for progress when it has been
+// silent for WatchCheck, and gives it up when nothing came for WatchCheck
+// after asking.
 func (s *Store) checkWatches() {
 	tick := time.NewTicker(s.watchCheck / 2)
 	defer tick.Stop()
@@ -85,11 +93,17 @@ func (s *Store) checkWatches() {
 		case <-s.ctx.Done():
 			return
 		case <-tick.C:
+		case <-s.watchesIdle:
 		}
 		s.wmu.Lock()
 		ws := s.wstream
+		if ws.users == 0 {
+			s.checking = false // the next watch starts another
+			s.wmu.Unlock()
+			return
+		}
 		now, heard, check := time.Now().UnixNano(), ws.heard.Load(), int64(s.watchCheck)
-		silent := ws.users > 0 && now-heard >= check
+		silent := now-heard >= check
 		if silent && askedOf == ws && heard < asked && now-asked >= check {
 			ws.giveUp()
 			s.wstream = newWatchStream(ws.gen + 1)
