@@ -94,6 +94,10 @@ func (e *etcdFlags) validate() error {
 	return nil
 }
 
+// leaveOutFor is how long a daemon leaves an etcd member that looks hung
+// out of its client's endpoints.
+const leaveOutFor = 15 * time.Second
+
 // dial connects to etcd and builds the store over it. The caller closes
 // the client after the store. A daemon passes its log; a command passes
 // nil, and fails at once if nothing listens at the endpoints.
@@ -113,7 +117,14 @@ func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Clien
 	if err != nil {
 		return nil, nil, failf("cannot reach etcd at %s: %s: %s", strings.Join(e.endpoints, ","), apiserver.OneLine(err.Error()), dialHint(err))
 	}
-	store := etcdkv.New(cli, etcdkv.Options{MaxRequestBytes: int(e.maxRequest)})
+	opts := etcdkv.Options{MaxRequestBytes: int(e.maxRequest)}
+	if log != nil {
+		// The client is the daemon's own: a member that looks hung is
+		// left out of its endpoints for as long as gRPC's keepalive
+		// would take to close its connection (ADR 0031).
+		opts.LeaveOutFor, opts.Logger = leaveOutFor, log
+	}
+	store := etcdkv.New(cli, opts)
 	if log != nil {
 		if v, err := store.ServerVersion(dctx); err == nil {
 			for _, warning := range etcdkv.KnownLeaseBugs(v) {

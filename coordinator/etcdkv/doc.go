@@ -45,7 +45,9 @@
 // writes fail after Options.WriteTimeout with [ErrNoAnswer] (ADR 0029), and
 // watches whose stream stays silent past Options.WatchCheck, even to a
 // progress request, end with [ErrNoAnswer] and are set up again by their
-// callers on a new stream (ADR 0030).
+// callers on a new stream (ADR 0030). With Options.LeaveOutFor, a member
+// that did not answer a read that another then answered at once is taken
+// out of the client's endpoints for that long (ADR 0031).
 //
 // # Server versions
 //

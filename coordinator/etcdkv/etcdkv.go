@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,6 +63,18 @@ type Options struct {
 	// turns the check off. A hung member would otherwise keep its watches
 	// silent until gRPC's keepalive, 15 s.
 	WatchCheck time.Duration
+	// LeaveOutFor is how long a member is left out of the client's
+	// endpoints (clientv3's SetEndpoints) after a read it did not answer
+	// was sent again and answered at once by another member: it looks
+	// hung, and would otherwise get every third request, writes included,
+	// until gRPC's keepalive. 0 leaves the client's endpoints alone; set
+	// it only when the store alone manages the client. An endpoint is
+	// found by the address the client connected to, so a host name that
+	// is not an IP address is never left out, and the last one is kept.
+	// Close gives the client back the endpoints left out.
+	LeaveOutFor time.Duration
+	// Logger receives the warning that a member is left out (nil: none).
+	Logger *slog.Logger
 }
 
 // Defaults of Options.ReadHedge and Options.WriteTimeout. The write
@@ -114,6 +127,10 @@ type Store struct {
 	wstream     *watchStream
 	checking    bool
 	watchesIdle chan struct{}
+
+	leaveOutFor time.Duration
+	leave       leaveOut
+	log         *slog.Logger
 }
 
 var (
@@ -145,6 +162,11 @@ func New(cli *clientv3.Client, opts Options) *Store {
 		writeTimeout: cmp.Or(opts.WriteTimeout, DefaultWriteTimeout),
 		watchCheck:   cmp.Or(opts.WatchCheck, DefaultWatchCheck),
 		watchesIdle:  make(chan struct{}, 1),
+		leaveOutFor:  opts.LeaveOutFor,
+		log:          opts.Logger,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
 	}
 	if cli != nil {
 		s.callOpts = callOptions(cli)
@@ -169,6 +191,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
+	s.closeLeaveOut()
 	return nil
 }
 
@@ -198,23 +221,26 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if err != nil {
 		return kv.TxnResult{}, fmt.Errorf("etcdkv: txn: %w", err)
 	}
-	send := func(ctx context.Context) (*etcdserverpb.TxnResponse, error) {
+	var calls hedgeCalls // the members of a hedged read's calls
+	send := func(ctx context.Context, call int) (*etcdserverpb.TxnResponse, error) {
 		if s.kvc != nil {
-			return s.kvc.Txn(ctx, req, s.callOpts...)
+			return s.kvc.Txn(ctx, req, calls.opts(s.callOpts, call)...)
 		}
 		or, err := s.cli.Do(ctx, clientTxn(req))
 		return (*etcdserverpb.TxnResponse)(or.Txn()), err
 	}
 	var resp *etcdserverpb.TxnResponse
 	if readOnly(&t) {
-		resp, err = hedged(ctx, s.readHedge, send)
+		var hung []int
+		resp, hung, err = hedged(ctx, s.readHedge, send)
+		s.leaveOutHung(&calls, hung)
 		if err != nil {
 			err = mapErr("txn", clientv3.ContextError(ctx, err))
 		}
 	} else {
 		wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 		defer cancel()
-		resp, err = send(wctx)
+		resp, err = send(wctx, 0)
 		err = s.writeErr("txn", ctx, clientv3.ContextError(wctx, err))
 	}
 	if err != nil {
@@ -254,9 +280,15 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 		return kv.RangeResult{}, kv.ErrClosed
 	}
 	key, opts := rangeOptions(r)
-	resp, err := hedged(ctx, s.readHedge, func(ctx context.Context) (*clientv3.GetResponse, error) {
-		return s.cli.Get(ctx, key, opts...)
+	var calls hedgeCalls // the members of the calls
+	resp, hung, err := hedged(ctx, s.readHedge, func(ctx context.Context, call int) (*clientv3.GetResponse, error) {
+		if s.kvc == nil {
+			return s.cli.Get(ctx, key, opts...)
+		}
+		resp, err := s.kvc.Range(ctx, rangeRequest(key, r), calls.opts(s.callOpts, call)...)
+		return (*clientv3.GetResponse)(resp), clientv3.ContextError(ctx, err)
 	})
+	s.leaveOutHung(&calls, hung)
 	if err != nil {
 		return kv.RangeResult{}, mapErr("range", err)
 	}
@@ -269,6 +301,18 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 		res.KVs[i] = fromKV(e)
 	}
 	return res, nil
+}
+
+// rangeRequest is the request that clientv3's Get would send for key and
+// r's rangeOptions.
+func rangeRequest(key string, r kv.RangeRequest) *etcdserverpb.RangeRequest {
+	return &etcdserverpb.RangeRequest{
+		Key:          []byte(key),
+		RangeEnd:     []byte(r.End),
+		Limit:        int64(r.Limit),
+		KeysOnly:     r.KeysOnly,
+		Serializable: r.Serializable,
+	}
 }
 
 // rangeOptions is the key and client options of a Range or Scan.

@@ -21,11 +21,17 @@ const maxHedged = 3
 // it could): once every call sent has failed, the last error is returned.
 // For reads only: each call may reach another member (the client's
 // balancer takes endpoints in turn), and one that hangs holds only its own
-// call.
-func hedged[T any](ctx context.Context, delay time.Duration, read func(context.Context) (T, error)) (T, error) {
+// call. read is given the number of its call, from 0.
+//
+// With the answer, hedged returns the calls sent before the one that
+// answered that had no answer when it came, if that one answered within
+// delay (else none): their members look hung, not just slow.
+func hedged[T any](ctx context.Context, delay time.Duration, read func(ctx context.Context, call int) (T, error)) (v T, hung []int, err error) {
 	type result struct {
-		v   T
-		err error
+		v    T
+		err  error
+		call int
+		took time.Duration
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -34,13 +40,16 @@ func hedged[T any](ctx context.Context, delay time.Duration, read func(context.C
 		wg.Wait()
 	}()
 	results := make(chan result, maxHedged)
+	var answered [maxHedged]bool
 	sent, inFlight := 0, 0
 	send := func() {
+		call := sent
 		sent++
 		inFlight++
 		wg.Go(func() {
-			v, err := read(ctx)
-			results <- result{v, err}
+			start := time.Now()
+			v, err := read(ctx, call)
+			results <- result{v, err, call, time.Since(start)}
 		})
 	}
 	send()
@@ -50,8 +59,16 @@ func hedged[T any](ctx context.Context, delay time.Duration, read func(context.C
 		select {
 		case r := <-results:
 			inFlight--
+			answered[r.call] = true
+			if r.err == nil && r.took < delay {
+				for c := range r.call {
+					if !answered[c] {
+						hung = append(hung, c)
+					}
+				}
+			}
 			if r.err == nil || inFlight == 0 {
-				return r.v, r.err
+				return r.v, hung, r.err
 			}
 		case <-timer.C:
 			if sent < maxHedged {

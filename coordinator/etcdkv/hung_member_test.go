@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -157,6 +158,75 @@ func TestWatchesLeaveAHungMember(t *testing.T) {
 					}
 					return // silent, as a watch on a hung member is without the check
 				}
+			}
+		})
+	}
+}
+
+// TestHungMemberIsLeftOut: with LeaveOutFor, the first read that a hung
+// endpoint does not answer, and the next one answers at once, takes the
+// hung endpoint out of the client's endpoints: every write after it
+// answers (without it, every other one waits out the write timeout, see
+// TestRequestsLeaveAHungMember). The endpoint comes back after
+// LeaveOutFor (a new connection to a member that still hangs is never
+// ready, and gets no request); Close gives back one still left out.
+func TestHungMemberIsLeftOut(t *testing.T) {
+	for _, closeEarly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("close=%v", closeEarly), func(t *testing.T) {
+			srv := etcdtest.Start(t)
+			ps := []*etcdtest.Proxy{etcdtest.NewProxy(t, srv.Endpoint()), etcdtest.NewProxy(t, srv.Endpoint())}
+			all := []string{ps[0].URL(), ps[1].URL()}
+			cli, err := etcdkv.Dial(ctxT(t, 10*time.Second), etcdkv.Config{Endpoints: all})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cli.Close() })
+			const leaveOut = 3 * time.Second
+			s := etcdkv.New(cli, etcdkv.Options{ReadHedge: 100 * time.Millisecond, WriteTimeout: time.Second, LeaveOutFor: leaveOut})
+			t.Cleanup(func() { _ = s.Close() })
+			write := func(i int) {
+				t.Helper()
+				if _, err := s.Txn(ctxT(t, 6*time.Second), kv.Txn{Then: []kv.Op{kv.Put("k", []byte("v"), 0)}}); err != nil {
+					t.Fatalf("write %d: %v", i, err)
+				}
+			}
+			write(0)
+			ps[0].Blackhole()
+			for i := 0; len(cli.Endpoints()) == 2; i++ {
+				if i == 6 {
+					t.Fatalf("six reads with one endpoint hung; it is still in the client's endpoints %v", cli.Endpoints())
+				}
+				if _, err := s.Range(ctxT(t, 6*time.Second), kv.RangeRequest{Start: "k"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			left := time.Now()
+			if got := cli.Endpoints(); !slices.Equal(got, all[1:]) {
+				t.Fatalf("endpoints %v after the hung one was left out, want %v", got, all[1:])
+			}
+			for i := range 10 {
+				write(i)
+			}
+			if closeEarly {
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if got := cli.Endpoints(); !slices.Equal(got, all) {
+					t.Fatalf("endpoints %v after Close, want %v", got, all)
+				}
+				return
+			}
+			for !slices.Equal(cli.Endpoints(), all) {
+				if time.Since(left) > leaveOut+5*time.Second {
+					t.Fatalf("endpoints %v %v after the hung one was left out for %v", cli.Endpoints(), time.Since(left), leaveOut)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if time.Since(left) < leaveOut-time.Second {
+				t.Fatalf("the endpoint came back after %v, before %v", time.Since(left), leaveOut)
+			}
+			for i := range 5 {
+				write(i)
 			}
 		})
 	}
