@@ -411,7 +411,7 @@ func TestScheduleIsReproducible(t *testing.T) {
 	for _, p := range a {
 		count[p.Kind]++
 	}
-	for _, k := range []string{fKillDaemon, fPauseDaemon, fPartition, fKillLeader, fKillFollower, fQuorumLoss, fRollingRestart} {
+	for _, k := range []string{fKillDaemon, fPauseDaemon, fPartition, fKillLeader, fKillFollower, fPauseMember, fQuorumLoss, fRollingRestart} {
 		if count[k] < 2 {
 			t.Errorf("short schedule has %d %s faults; want at least 2", count[k], k)
 		}

@@ -19,6 +19,7 @@ const (
 	fDropConns       = "drop-connections"     // TCP resets of a daemon's etcd connections
 	fKillLeader      = "kill-etcd-leader"     // SIGKILL the raft leader, restart
 	fKillFollower    = "kill-etcd-follower"   // SIGKILL a follower, restart
+	fPauseMember     = "pause-etcd-member"    // SIGSTOP the leader or a follower, SIGCONT
 	fQuorumLoss      = "quorum-loss"          // SIGKILL two members, restart both
 	fRollingRestart  = "rolling-restart"      // SIGTERM each daemon in turn, restart
 	fRestartEmbedded = "terminate-daemon"     // embedded: SIGTERM, restart
@@ -68,7 +69,7 @@ func schedule(seed uint64, mode string, daemons int, ttl, budget time.Duration, 
 				oneWay = fPartitionReply
 			}
 			kinds = []string{fKillDaemon, fPauseDaemon, fPartition, oneWay, fLatency, fDropConns,
-				fKillLeader, fKillFollower, fQuorumLoss, fRollingRestart}
+				fKillLeader, fKillFollower, fPauseMember, fQuorumLoss, fRollingRestart}
 		}
 		r.Shuffle(len(kinds), func(i, j int) { kinds[i], kinds[j] = kinds[j], kinds[i] })
 		for _, k := range kinds {
@@ -84,6 +85,8 @@ func schedule(seed uint64, mode string, daemons int, ttl, budget time.Duration, 
 				p.Dur = ms(1000, 3000)
 			case fKillLeader, fKillFollower:
 				p.Dur = ms(1000, 4000)
+			case fPauseMember:
+				p.Dur = ms(2000, 6000)
 			case fQuorumLoss:
 				p.Dur = ttl + ms(1500, 3000)
 			case fRollingRestart:
@@ -108,7 +111,7 @@ func estOverhead(kind string) time.Duration {
 	switch kind {
 	case fKillDaemon, fRestartEmbedded, fKillEmbedded:
 		return time.Second
-	case fKillLeader, fKillFollower, fQuorumLoss:
+	case fKillLeader, fKillFollower, fPauseMember, fQuorumLoss:
 		return 2 * time.Second
 	}
 	return 0
@@ -184,7 +187,7 @@ func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 	// never the repair.
 	heal := context.WithoutCancel(ctx)
 	f := &Fault{Group: group, Kind: p.Kind, Slot: -1}
-	if p.Slot < len(h.daemons) && p.Kind != fKillLeader && p.Kind != fKillFollower && p.Kind != fQuorumLoss && p.Kind != fRollingRestart {
+	if p.Slot < len(h.daemons) && p.Kind != fKillLeader && p.Kind != fKillFollower && p.Kind != fPauseMember && p.Kind != fQuorumLoss && p.Kind != fRollingRestart {
 		f.Slot = p.Slot
 	}
 	var d *daemon
@@ -261,7 +264,7 @@ func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 		}
 		f.Note = fmt.Sprintf("%d resets", n)
 		f.End = time.Now()
-	case fKillLeader, fKillFollower, fQuorumLoss:
+	case fKillLeader, fKillFollower, fPauseMember, fQuorumLoss:
 		leader := -1
 		for range 20 {
 			if leader = h.leader(ctx); leader >= 0 {
@@ -276,6 +279,16 @@ func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 				return fmt.Errorf("no etcd leader found")
 			}
 			victims = []int{leader}
+		case fPauseMember:
+			// The leader in one pause of two: its followers elect
+			// another while it hangs.
+			if leader < 0 {
+				return fmt.Errorf("no etcd leader found")
+			}
+			victims = []int{leader}
+			if p.Pick%2 == 1 {
+				victims = []int{(leader + 1 + (p.Pick/2)%2) % len(h.members)}
+			}
 		case fKillFollower:
 			var fs []int
 			for i := range h.members {
@@ -295,13 +308,24 @@ func (h *harness) runFault(ctx context.Context, group int, p plan) error {
 			}
 		}
 		f.Start = time.Now()
-		for _, v := range victims {
-			h.members[v].proc.kill()
-		}
-		h.sleep(ctx, p.Dur)
-		for _, v := range victims {
-			if err := h.startMember(h.members[v]); err != nil {
+		if p.Kind == fPauseMember {
+			v := h.members[victims[0]].proc
+			if err := v.signal(syscall.SIGSTOP, false); err != nil {
 				return err
+			}
+			h.sleep(ctx, p.Dur)
+			if err := v.signal(syscall.SIGCONT, false); err != nil {
+				return err
+			}
+		} else {
+			for _, v := range victims {
+				h.members[v].proc.kill()
+			}
+			h.sleep(ctx, p.Dur)
+			for _, v := range victims {
+				if err := h.startMember(h.members[v]); err != nil {
+					return err
+				}
 			}
 		}
 		if err := h.waitLeader(heal, 60*time.Second); err != nil {

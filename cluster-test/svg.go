@@ -24,7 +24,7 @@ var faultColors = map[string]string{
 	fKillDaemon: "#ff8787", fKillEmbedded: "#ff8787", fRestartEmbedded: "#96f2d7",
 	fPauseDaemon: "#74c0fc", fPartition: "#ffd43b", fPartitionReq: "#ffe066", fPartitionReply: "#ffec99",
 	fLatency: "#d0bfff", fDropConns: "#e599f7", fRollingRestart: "#96f2d7",
-	fKillLeader: "#ffa8a8", fKillFollower: "#ffc9c9", fQuorumLoss: "#fa5252",
+	fKillLeader: "#ffa8a8", fKillFollower: "#ffc9c9", fPauseMember: "#ffd8a8", fQuorumLoss: "#fa5252",
 }
 
 func (c *checker) runColor(r *Run) string {
@@ -219,6 +219,8 @@ func shortKind(k string) string {
 		return "kill leader"
 	case fKillFollower:
 		return "kill follower"
+	case fPauseMember:
+		return "pause member"
 	case fQuorumLoss:
 		return "quorum loss"
 	}
