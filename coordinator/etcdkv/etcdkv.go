@@ -56,8 +56,8 @@ type Options struct {
 	// by its caller, go to the next member.
 	ReadHedge, WriteTimeout time.Duration
 	// WatchCheck is how long the stream that carries the watches may be
-	// silent before the store asks its member for progress, and how long
-	// it then waits for any answer before it gives the stream up: its
+	// silent before the store checks it (it sets up a watch there), and
+	// how long it then waits for an answer before it gives the stream up: its
 	// watches end with ErrNoAnswer (their callers watch again, on a new
 	// stream to the next member). 0 means DefaultWatchCheck; negative
 	// turns the check off. A hung member would otherwise keep its watches
@@ -68,12 +68,14 @@ type Options struct {
 	// was sent again and answered at once by another member: it looks
 	// hung, and would otherwise get every third request, writes included,
 	// until gRPC's keepalive. 0 leaves the client's endpoints alone; set
-	// it only when the store alone manages the client. An endpoint is
-	// found by the address the client connected to, so a host name that
-	// is not an IP address is never left out, and the last one is kept.
-	// Close gives the client back the endpoints left out.
+	// it only when the store alone manages the client. The endpoint is the
+	// one whose host (an IP address, or a name that resolves to it) and
+	// port the client connected to. At most half of the other endpoints,
+	// rounded down, are out at once, and at least one may be; the last is
+	// never left out. Close gives the client back the endpoints left out.
 	LeaveOutFor time.Duration
-	// Logger receives the warning that a member is left out (nil: none).
+	// Logger receives a warning when a member is left out, and a line
+	// when it is back (nil: none).
 	Logger *slog.Logger
 }
 
@@ -123,6 +125,7 @@ type Store struct {
 	// Watches share a stream, checked by checkWatches (watchcheck.go)
 	// while there are any; watchesIdle is poked when the last one ends.
 	watchCheck  time.Duration
+	epoch       time.Time // of Store.clock
 	wmu         sync.Mutex
 	wstream     *watchStream
 	checking    bool
@@ -162,6 +165,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 		writeTimeout: cmp.Or(opts.WriteTimeout, DefaultWriteTimeout),
 		watchCheck:   cmp.Or(opts.WatchCheck, DefaultWatchCheck),
 		watchesIdle:  make(chan struct{}, 1),
+		epoch:        time.Now(),
 		leaveOutFor:  opts.LeaveOutFor,
 		log:          opts.Logger,
 	}
@@ -231,9 +235,10 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	}
 	var resp *etcdserverpb.TxnResponse
 	if readOnly(&t) {
+		var winner int
 		var hung []int
-		resp, hung, err = hedged(ctx, s.readHedge, send)
-		s.leaveOutHung(&calls, hung)
+		resp, winner, hung, err = hedged(ctx, s.readHedge, send)
+		s.leaveOutHung(&calls, winner, hung)
 		if err != nil {
 			err = mapErr("txn", clientv3.ContextError(ctx, err))
 		}
@@ -281,14 +286,14 @@ func (s *Store) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, e
 	}
 	key, opts := rangeOptions(r)
 	var calls hedgeCalls // the members of the calls
-	resp, hung, err := hedged(ctx, s.readHedge, func(ctx context.Context, call int) (*clientv3.GetResponse, error) {
+	resp, winner, hung, err := hedged(ctx, s.readHedge, func(ctx context.Context, call int) (*clientv3.GetResponse, error) {
 		if s.kvc == nil {
 			return s.cli.Get(ctx, key, opts...)
 		}
 		resp, err := s.kvc.Range(ctx, rangeRequest(key, r), calls.opts(s.callOpts, call)...)
 		return (*clientv3.GetResponse)(resp), clientv3.ContextError(ctx, err)
 	})
-	s.leaveOutHung(&calls, hung)
+	s.leaveOutHung(&calls, winner, hung)
 	if err != nil {
 		return kv.RangeResult{}, mapErr("range", err)
 	}
@@ -309,7 +314,7 @@ func rangeRequest(key string, r kv.RangeRequest) *etcdserverpb.RangeRequest {
 	return &etcdserverpb.RangeRequest{
 		Key:          []byte(key),
 		RangeEnd:     []byte(r.End),
-		Limit:        int64(r.Limit),
+		Limit:        int64(max(r.Limit, 0)),
 		KeysOnly:     r.KeysOnly,
 		Serializable: r.Serializable,
 	}
@@ -457,11 +462,13 @@ func (s *Store) scanOnce(ctx context.Context, key string, opts []clientv3.OpOpti
 // until ctx ends. With fromRev > 0 etcd replays history from fromRev, or
 // the watch ends with kv.ErrCompacted.
 //
-// The store's watches share one stream, to one member. One that is silent
-// for Options.WatchCheck and then does not answer a progress request for
-// as long is given up: its watches, and a Watch call still waiting for
-// one to be created, end with an error wrapping ErrNoAnswer, and later
-// watches go on a new stream, to the next member (ADR 0030).
+// The store's watches share one stream, to one member, and carry no
+// outgoing gRPC metadata of ctx. A stream that is silent for
+// Options.WatchCheck is checked: a watch is set up on it, and if its
+// member does not answer within as long, the stream is given up: its
+// watches, and a Watch call still waiting for one to be created, end with
+// an error wrapping ErrNoAnswer, and later watches go on a new stream, to
+// the next member (ADR 0030).
 //
 // The watch requires a leader: when the member it is connected to loses its
 // leader, the watch ends with an error instead of silently falling behind.
@@ -485,7 +492,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 	// waits for a member that hangs.
 	pctx, pcancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, pcancel) // Close ends the watch
-	wctx, ws := s.watchContext(clientv3.WithRequireLeader(pctx))
+	wctx, ws := s.watchContext(pctx, prefix)
 	wctx, cancel := context.WithCancel(wctx)
 	stopWS := context.AfterFunc(ws.ctx, cancel)
 	opts := []clientv3.OpOption{clientv3.WithPrefix()}
@@ -507,12 +514,11 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 		defer stop()
 		defer stopWS()
 		defer s.leaveStream(ws)
-		s.pumpWatch(pctx, wctx, ws, wch, out, fromRev)
-		if pctx.Err() == nil && ws.ctx.Err() != nil {
+		if s.pumpWatch(pctx, wctx, ws, wch, out, fromRev) && pctx.Err() == nil && ws.ctx.Err() != nil {
 			// The stream was given up: say so, so that the caller
 			// watches again (on a new stream).
 			select {
-			case out <- kv.WatchResponse{Err: fmt.Errorf("%w to a watch's progress request within %v (its member may hang): watch again", ErrNoAnswer, s.watchCheck)}:
+			case out <- kv.WatchResponse{Err: fmt.Errorf("%w to a check of the watch stream within %v (its member may hang): watch again", ErrNoAnswer, s.watchCheck)}:
 			case <-pctx.Done():
 			}
 		}
@@ -522,8 +528,9 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 
 // pumpWatch translates clientv3's responses until the watch ends, dropping
 // changes older than fromRev (or, from 0, than the watch's creation). It
-// returns without a word when wctx ends; it sends on out until pctx ends.
-func (s *Store) pumpWatch(pctx, wctx context.Context, ws *watchStream, wch clientv3.WatchChan, out chan<- kv.WatchResponse, fromRev int64) {
+// returns true, without a word, when wctx ends; it sends on out until pctx
+// ends.
+func (s *Store) pumpWatch(pctx, wctx context.Context, ws *watchStream, wch clientv3.WatchChan, out chan<- kv.WatchResponse, fromRev int64) (cut bool) {
 	send := func(r kv.WatchResponse) bool {
 		select {
 		case out <- r:
@@ -540,29 +547,31 @@ func (s *Store) pumpWatch(pctx, wctx context.Context, ws *watchStream, wch clien
 		select {
 		case resp, ok = <-wch:
 		case <-wctx.Done():
-			return
+			return true
 		}
 		if !ok {
 			// clientv3 closes the channel without a final response when
 			// the watch context ends; anything else is a failure.
 			if wctx.Err() == nil {
 				send(kv.WatchResponse{Err: errors.New("etcdkv: watch: channel closed by the etcd client")})
+				return false
 			}
-			return
+			return true
 		}
-		ws.heardFrom()
+		s.heardFrom(ws)
 		if resp.CompactRevision != 0 {
 			send(kv.WatchResponse{
 				Err:             fmt.Errorf("etcdkv: watch: %w (compacted at revision %d)", kv.ErrCompacted, resp.CompactRevision),
 				CompactRevision: resp.CompactRevision,
 			})
-			return
+			return false
 		}
 		if err := resp.Err(); err != nil {
 			if wctx.Err() == nil { // not our own cancellation
 				send(kv.WatchResponse{Err: mapErr("watch", err)})
+				return false
 			}
-			return
+			return true
 		}
 		if resp.Created && fromRev <= 0 {
 			fromRev = resp.Header.GetRevision() + 1
@@ -582,7 +591,7 @@ func (s *Store) pumpWatch(pctx, wctx context.Context, ws *watchStream, wch clien
 			continue
 		}
 		if !send(r) {
-			return
+			return false
 		}
 	}
 }

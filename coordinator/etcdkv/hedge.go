@@ -5,6 +5,9 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrNoAnswer is wrapped by a write that had no answer within
@@ -23,10 +26,11 @@ const maxHedged = 3
 // balancer takes endpoints in turn), and one that hangs holds only its own
 // call. read is given the number of its call, from 0.
 //
-// With the answer, hedged returns the calls sent before the one that
-// answered that had no answer when it came, if that one answered within
-// delay (else none): their members look hung, not just slow.
-func hedged[T any](ctx context.Context, delay time.Duration, read func(ctx context.Context, call int) (T, error)) (v T, hung []int, err error) {
+// With the answer, hedged returns the call that gave it, and, if it
+// answered within delay, the calls sent before it that had no answer when
+// it came, nor within a fifth of delay after: their members look hung,
+// not just slow. (Only such an answer waits those extra moments.)
+func hedged[T any](ctx context.Context, delay time.Duration, read func(ctx context.Context, call int) (T, error)) (v T, winner int, hung []int, err error) {
 	type result struct {
 		v    T
 		err  error
@@ -40,7 +44,7 @@ func hedged[T any](ctx context.Context, delay time.Duration, read func(ctx conte
 		wg.Wait()
 	}()
 	results := make(chan result, maxHedged)
-	var answered [maxHedged]bool
+	var answered [maxHedged]bool // returned, with an answer or an error
 	sent, inFlight := 0, 0
 	send := func() {
 		call := sent
@@ -60,16 +64,40 @@ func hedged[T any](ctx context.Context, delay time.Duration, read func(ctx conte
 		case r := <-results:
 			inFlight--
 			answered[r.call] = true
-			if r.err == nil && r.took < delay {
+			if r.err != nil && inFlight > 0 {
+				continue
+			}
+			if r.err == nil && r.took < delay && inFlight > 0 {
+				// Before the calls still in flight are cancelled, they
+				// have a fifth of delay to answer: calls held up
+				// together (by an election, a partition that heals)
+				// are let go together, and none of them is hung.
+				grace := time.NewTimer(delay / 5)
+				for inFlight > 0 {
+					select {
+					case o := <-results:
+						inFlight--
+						answered[o.call] = true
+						continue
+					case <-grace.C:
+					}
+					break
+				}
+				grace.Stop()
+				cancel()
+				wg.Wait()
+				for range inFlight {
+					if o := <-results; !cancelled(o.err) {
+						answered[o.call] = true
+					}
+				}
 				for c := range r.call {
 					if !answered[c] {
 						hung = append(hung, c)
 					}
 				}
 			}
-			if r.err == nil || inFlight == 0 {
-				return r.v, hung, r.err
-			}
+			return r.v, r.call, hung, r.err
 		case <-timer.C:
 			if sent < maxHedged {
 				send()
@@ -77,4 +105,9 @@ func hedged[T any](ctx context.Context, delay time.Duration, read func(ctx conte
 			}
 		}
 	}
+}
+
+// cancelled reports whether err is a call's end by its context.
+func cancelled(err error) bool {
+	return errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled
 }

@@ -182,7 +182,7 @@ func TestHungMemberIsLeftOut(t *testing.T) {
 			}
 			t.Cleanup(func() { _ = cli.Close() })
 			const leaveOut = 3 * time.Second
-			s := etcdkv.New(cli, etcdkv.Options{ReadHedge: 100 * time.Millisecond, WriteTimeout: time.Second, LeaveOutFor: leaveOut})
+			s := etcdkv.New(cli, etcdkv.Options{ReadHedge: 300 * time.Millisecond, WriteTimeout: time.Second, LeaveOutFor: leaveOut})
 			t.Cleanup(func() { _ = s.Close() })
 			write := func(i int) {
 				t.Helper()
@@ -193,8 +193,8 @@ func TestHungMemberIsLeftOut(t *testing.T) {
 			write(0)
 			ps[0].Blackhole()
 			for i := 0; len(cli.Endpoints()) == 2; i++ {
-				if i == 6 {
-					t.Fatalf("six reads with one endpoint hung; it is still in the client's endpoints %v", cli.Endpoints())
+				if i == 10 {
+					t.Fatalf("ten reads with one endpoint hung; it is still in the client's endpoints %v", cli.Endpoints())
 				}
 				if _, err := s.Range(ctxT(t, 6*time.Second), kv.RangeRequest{Start: "k"}); err != nil {
 					t.Fatal(err)
@@ -229,5 +229,51 @@ func TestHungMemberIsLeftOut(t *testing.T) {
 				write(i)
 			}
 		})
+	}
+}
+
+// TestHealthyWatchesAreNotGivenUp: the check of a silent watch stream must
+// not take a healthy member for a hung one: not a watch of a quiet
+// cluster waiting for a future revision (etcd answers no progress request
+// then), nor one whose consumer does not read for a while.
+func TestHealthyWatchesAreNotGivenUp(t *testing.T) {
+	srv := etcdtest.Start(t)
+	s := dialStoreWith(t, etcdkv.Options{WatchCheck: 200 * time.Millisecond}, srv.Endpoint())
+	put := func(v string) int64 {
+		res, err := s.Txn(ctxT(t, 10*time.Second), kv.Txn{Then: []kv.Op{kv.Put("k", []byte(v), 0)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Revision
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	ch := s.Watch(ctx, "k", put("0")+1)
+	select {
+	case resp := <-ch:
+		t.Fatalf("a watch of a quiet cluster answered %+v", resp)
+	case <-time.After(10 * 200 * time.Millisecond):
+	}
+	rev := put("1")
+	put("2")
+	put("3")
+	// Not read for ten checks.
+	time.Sleep(10 * 200 * time.Millisecond)
+	var got []int64
+	for len(got) < 3 {
+		select {
+		case resp := <-ch:
+			if resp.Err != nil {
+				t.Fatalf("after %d events: %v", len(got), resp.Err)
+			}
+			for _, ev := range resp.Events {
+				got = append(got, ev.KV.ModRevision)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("events %v, want 3", got)
+		}
+	}
+	if want := []int64{rev, rev + 1, rev + 2}; !slices.Equal(got, want) {
+		t.Fatalf("events at revisions %v, want %v", got, want)
 	}
 }

@@ -1,9 +1,12 @@
 package etcdkv
 
 import (
+	"context"
 	"log/slog"
+	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,36 +34,42 @@ func (h *hedgeCalls) opts(base []grpc.CallOption, i int) []grpc.CallOption {
 	return append(slices.Clip(base), grpc.Peer(&h[i]))
 }
 
-// leaveOutHung leaves out the members of the calls in hung.
-func (s *Store) leaveOutHung(h *hedgeCalls, hung []int) {
+// leaveOutHung leaves out the members of the calls in hung, unless it is
+// the member of the call that answered.
+func (s *Store) leaveOutHung(h *hedgeCalls, winner int, hung []int) {
 	for _, i := range hung {
-		if h[i].Addr != nil {
-			s.leaveOutAddr(h[i].Addr.String())
+		if a := h[i].Addr; a != nil && (h[winner].Addr == nil || a.String() != h[winner].Addr.String()) {
+			s.leaveOutAddr(a.String())
 		}
 	}
 }
 
-// leaveOutAddr leaves out the endpoint whose host and port are addr, if
-// the client has it and another one besides.
+// leaveOutAddr leaves out the endpoint that the client reached at addr,
+// unless as many are out as may be: half of the others, rounded down, and
+// at least one (one of two or three, two of five); never the last.
 func (s *Store) leaveOutAddr(addr string) {
 	if s.leaveOutFor <= 0 || s.cli == nil {
 		return
 	}
-	q := &s.leave
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.closed {
-		return
-	}
+	// Matched before the lock is taken: it may ask the resolver.
 	cur := s.cli.Endpoints()
-	i := slices.IndexFunc(cur, func(ep string) bool {
-		u, err := url.Parse(ep)
-		return err == nil && u.Host == addr
-	})
-	if i < 0 || len(cur) < 2 {
+	i := slices.IndexFunc(cur, func(ep string) bool { return endpointAt(ep, addr) })
+	if i < 0 {
 		return
 	}
 	ep := cur[i]
+	q := &s.leave
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	cur = s.cli.Endpoints()
+	i = slices.Index(cur, ep)
+	all := q.all
+	if all == nil {
+		all = cur
+	}
+	if q.closed || i < 0 || len(cur) < 2 || len(q.out) >= max(1, (len(all)-1)/2) {
+		return
+	}
 	if q.out == nil {
 		q.all, q.out = slices.Clone(cur), map[string]*time.Timer{}
 	}
@@ -68,6 +77,30 @@ func (s *Store) leaveOutAddr(addr string) {
 	s.cli.SetEndpoints(slices.Delete(cur, i, i+1)...)
 	s.log.Warn("etcd member left out: a read it did not answer was answered at once by another member; it may hang",
 		slog.String("endpoint", ep), slog.Duration("for", s.leaveOutFor))
+}
+
+// endpointAt reports whether the client reached endpoint ep at addr (a
+// host and port): its host is addr's IP address, or a name that resolves
+// to it, and its port addr's (any, when ep names none).
+func endpointAt(ep, addr string) bool {
+	u, err := url.Parse(ep)
+	if err != nil || !strings.Contains(ep, "://") {
+		u, err = url.Parse("//" + ep)
+	}
+	host, port, serr := net.SplitHostPort(addr)
+	if err != nil || serr != nil || u.Port() != "" && u.Port() != port {
+		return false
+	}
+	if u.Hostname() == host {
+		return true
+	}
+	if net.ParseIP(u.Hostname()) != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupHost(ctx, u.Hostname())
+	return err == nil && slices.Contains(ips, host)
 }
 
 // bringBack gives the client back an endpoint left out.

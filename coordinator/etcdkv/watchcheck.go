@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 )
@@ -21,15 +22,18 @@ const watchStreamKey = "leasehold-watch-stream"
 // watchStream is the gRPC stream that a Store's watches share (ADR 0030).
 // A member that hangs keeps the stream open and silent: its watches
 // report nothing, and nothing says so until gRPC's keepalive closes the
-// connection, 15 s later. The Store's checker asks a silent stream for
-// progress (an answer that every member sends from memory, without raft
-// or the disk); one that does not answer in time is given up: its watches
-// end with ErrNoAnswer, and later watches go on a new stream, which the
-// client's balancer opens to the next member.
+// connection, 15 s later. The Store's checker sets up a watch on a stream
+// that has been silent for a while (the member answers that at once,
+// from memory, however quiet the cluster; etcd does not answer a progress
+// request while a watch waits for a future revision); a stream whose
+// member does not answer in time is given up: its watches end with
+// ErrNoAnswer, and later watches go on a new stream, which the client's
+// balancer opens to the next member.
 type watchStream struct {
 	gen   int
-	heard atomic.Int64 // Unix nanoseconds of its last response, to any of its watches
+	heard atomic.Int64 // s.clock() of its last response, to any of its watches
 	users int          // watches on it (Store.wmu)
+	key   string       // a key one of its watches watches, for the check (Store.wmu)
 	// ctx ends when it is given up.
 	ctx    context.Context
 	giveUp context.CancelFunc
@@ -41,10 +45,22 @@ func newWatchStream(gen int) *watchStream {
 	return ws
 }
 
-// watchContext returns ctx for a new watch, on the current stream, and
-// that stream; the caller must call s.leaveStream(ws) once the watch has
-// ended. It starts the checker with the first watch.
-func (s *Store) watchContext(ctx context.Context) (context.Context, *watchStream) {
+// context returns ctx with the metadata of a watch on ws: the stream's
+// name and etcd's require-leader flag. Any other outgoing metadata of ctx
+// is dropped: all of ws's watches, and its checks, must carry the same.
+func (ws *watchStream) context(ctx context.Context) context.Context {
+	return metadata.NewOutgoingContext(ctx, metadata.Pairs(
+		rpctypes.MetadataRequireLeaderKey, rpctypes.MetadataHasLeader,
+		watchStreamKey, strconv.Itoa(ws.gen)))
+}
+
+// clock is a monotonic time in nanoseconds, for the checker.
+func (s *Store) clock() int64 { return int64(time.Since(s.epoch)) }
+
+// watchContext returns ctx for a new watch of key, on the current stream,
+// and that stream; the caller must call s.leaveStream(ws) once the watch
+// has ended. It starts the checker with the first watch.
+func (s *Store) watchContext(ctx context.Context, key string) (context.Context, *watchStream) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	ws := s.wstream
@@ -53,14 +69,15 @@ func (s *Store) watchContext(ctx context.Context) (context.Context, *watchStream
 		s.wstream = ws
 	}
 	if ws.users == 0 {
-		ws.heard.Store(time.Now().UnixNano()) // a stream is silent only while it has watches
+		ws.heard.Store(s.clock()) // a stream is silent only while it has watches
+		ws.key = key
 	}
 	ws.users++
 	if !s.checking && s.watchCheck > 0 {
 		s.checking = true
 		s.wg.Go(s.checkWatches)
 	}
-	return metadata.AppendToOutgoingContext(ctx, watchStreamKey, strconv.Itoa(ws.gen)), ws
+	return ws.context(ctx), ws
 }
 
 func (s *Store) leaveStream(ws *watchStream) {
@@ -77,17 +94,15 @@ func (s *Store) leaveStream(ws *watchStream) {
 }
 
 // heardFrom records a response on ws.
-func (ws *watchStream) heardFrom() { ws.heard.Store(time.Now().UnixNano()) }
+func (s *Store) heardFrom(ws *watchStream) { ws.heard.Store(s.clock()) }
 
 // checkWatches runs while the store has watches (and until Close): every
-// half WatchCheck it asks the current stream for progress when it has been
-// silent for WatchCheck, and gives it up when nothing came for WatchCheck
-// after asking.
+// half WatchCheck it checks the current stream if it has been silent for
+// WatchCheck, and gives it up if its member does not answer the check
+// within WatchCheck.
 func (s *Store) checkWatches() {
-	tick := time.NewTicker(s.watchCheck / 2)
+	tick := time.NewTicker(max(s.watchCheck/2, time.Millisecond))
 	defer tick.Stop()
-	var asked int64 // when askedOf was asked, in Unix nanoseconds
-	var askedOf *watchStream
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -102,27 +117,35 @@ func (s *Store) checkWatches() {
 			s.wmu.Unlock()
 			return
 		}
-		now, heard, check := time.Now().UnixNano(), ws.heard.Load(), int64(s.watchCheck)
-		silent := now-heard >= check
-		if silent && askedOf == ws && heard < asked && now-asked >= check {
+		silent := s.clock()-ws.heard.Load() >= int64(s.watchCheck)
+		key := ws.key
+		s.wmu.Unlock()
+		if !silent {
+			continue
+		}
+		if s.answers(ws, key) {
+			s.heardFrom(ws)
+			continue
+		}
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.wmu.Lock()
+		if s.wstream == ws {
 			ws.giveUp()
 			s.wstream = newWatchStream(ws.gen + 1)
-			s.wmu.Unlock()
-			askedOf = nil
-			continue
 		}
-		ask := silent && (askedOf != ws || heard >= asked)
 		s.wmu.Unlock()
-		if !ask {
-			continue
-		}
-		asked, askedOf = now, ws
-		// It only queues the request on the stream; a stream that no
-		// longer exists is opened again by it, and answers or is given
-		// up in turn.
-		ctx, cancel := context.WithTimeout(s.ctx, s.watchCheck)
-		ctx = metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), watchStreamKey, strconv.Itoa(ws.gen))
-		_ = s.cli.RequestProgress(ctx)
-		cancel()
 	}
+}
+
+// answers sets up a watch of key on ws and reports whether its member
+// answered within WatchCheck: clientv3 returns from Watch once the member
+// has created the watch (or refused it, which is an answer too).
+func (s *Store) answers(ws *watchStream, key string) bool {
+	ctx, cancel := context.WithTimeout(s.ctx, s.watchCheck)
+	defer cancel()
+	_, ok := <-s.cli.Watch(ws.context(ctx), key, clientv3.WithCreatedNotify(), clientv3.WithKeysOnly())
+	// A channel closed without a response: ctx ended before an answer.
+	return ok
 }
