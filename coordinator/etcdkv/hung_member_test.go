@@ -114,13 +114,7 @@ func TestWatchesLeaveAHungMember(t *testing.T) {
 			s := etcdkv.New(cli, etcdkv.Options{WatchCheck: check})
 			t.Cleanup(func() { _ = s.Close() })
 			writer := dialStore(t, srv.Endpoint())
-			put := func(v string) int64 {
-				res, err := writer.Txn(ctxT(t, 10*time.Second), kv.Txn{Then: []kv.Op{kv.Put("k", []byte(v), 0)}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return res.Revision
-			}
+			put := func(v string) int64 { return putK(t, writer, v) }
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
 			ch := s.Watch(ctx, "k", put("0"))
@@ -239,13 +233,7 @@ func TestHungMemberIsLeftOut(t *testing.T) {
 func TestHealthyWatchesAreNotGivenUp(t *testing.T) {
 	srv := etcdtest.Start(t)
 	s := dialStoreWith(t, etcdkv.Options{WatchCheck: 200 * time.Millisecond}, srv.Endpoint())
-	put := func(v string) int64 {
-		res, err := s.Txn(ctxT(t, 10*time.Second), kv.Txn{Then: []kv.Op{kv.Put("k", []byte(v), 0)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.Revision
-	}
+	put := func(v string) int64 { return putK(t, s, v) }
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	ch := s.Watch(ctx, "k", put("0")+1)
@@ -276,4 +264,14 @@ func TestHealthyWatchesAreNotGivenUp(t *testing.T) {
 	if want := []int64{rev, rev + 1, rev + 2}; !slices.Equal(got, want) {
 		t.Fatalf("events at revisions %v, want %v", got, want)
 	}
+}
+
+// putK puts v at key "k" through s and returns the revision.
+func putK(t *testing.T, s kv.Store, v string) int64 {
+	t.Helper()
+	res, err := s.Txn(ctxT(t, 10*time.Second), kv.Txn{Then: []kv.Op{kv.Put("k", []byte(v), 0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Revision
 }
