@@ -268,13 +268,15 @@ func readOnly(t *kv.Txn) bool {
 }
 
 // writeErr is mapErr for a write made with a context of s.writeTimeout
-// from ctx; if that timeout ended it, the error says so (ErrNoAnswer).
+// from ctx; if that timeout ended it, the error says so (ErrNoAnswer), and
+// wraps context.DeadlineExceeded too, as a write that ran out of its
+// caller's time does: its outcome is unknown either way.
 func (s *Store) writeErr(what string, ctx context.Context, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w to a %s within %v (a member may hang; the write may still be applied)", ErrNoAnswer, what, s.writeTimeout)
+		return fmt.Errorf("%w to a %s within %v (a member may hang; the write may still be applied): %w", ErrNoAnswer, what, s.writeTimeout, context.DeadlineExceeded)
 	}
 	return mapErr(what, err)
 }

@@ -11,7 +11,9 @@ import (
 )
 
 // ErrNoAnswer is wrapped by a write that had no answer within
-// Options.WriteTimeout: it may still be applied.
+// Options.WriteTimeout: it may still be applied. Such an error wraps
+// context.DeadlineExceeded too. It is also wrapped by the end of a watch
+// whose stream's member did not answer its check (ADR 0030).
 var ErrNoAnswer = errors.New("etcdkv: no answer")
 
 // maxHedged bounds the attempts of one hedged read in flight at once.

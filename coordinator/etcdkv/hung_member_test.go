@@ -61,6 +61,9 @@ func TestRequestsLeaveAHungMember(t *testing.T) {
 		case errors.Is(err, etcdkv.ErrNoAnswer):
 			timedOut++
 			t.Logf("write %d: %v", i, err)
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("write %d: %v does not wrap context.DeadlineExceeded (the client package says an unanswered write does)", i, err)
+			}
 		default:
 			t.Fatalf("write %d with one endpoint hung: %v", i, err)
 		}

@@ -82,6 +82,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/jsontext"
 	"github.com/leasehold/leasehold/worker"
@@ -511,6 +512,20 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		WriteError(w, http.StatusRequestEntityTooLarge, "the store refused the request as too large: "+hint)
 		a.log.Warn("the store refused a request as too large", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
+	case errors.Is(err, etcdkv.ErrNoAnswer):
+		// A write that an etcd member did not answer (it may hang): it
+		// may have been applied, and the next request goes elsewhere.
+		w.Header().Set("Retry-After", retryAfter)
+		msg := "an etcd member did not answer in time (it may hang; the next request goes to another)"
+		if u := UnknownOutcome(r.Method, r.URL.Path); u != "" {
+			msg += ": " + u
+		} else {
+			msg += ": retry"
+		}
+		WriteError(w, http.StatusServiceUnavailable, msg)
+		if !a.cfg.CLI {
+			a.log.Warn("request got no answer from an etcd member", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
+		}
 	case a.cfg.CLI && errors.Is(r.Context().Err(), context.DeadlineExceeded):
 		msg := "etcd did not answer in time: " + checkEtcd
 		if u := UnknownOutcome(r.Method, r.URL.Path); u != "" {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/testutil"
 )
@@ -167,5 +168,27 @@ func TestAPIStoreRefusingTooLargeSaysWhichLimit(t *testing.T) {
 	code, got := testutil.APICall(t, h, "POST", "/v1/jobs", `{"kind":"resize"}`)
 	if code != http.StatusRequestEntityTooLarge || !strings.Contains(string(got), "--max-request-bytes") {
 		t.Errorf("enqueue refused by the store as too large: %d %s, want 413 naming --max-request-bytes", code, got)
+	}
+}
+
+// noAnswerStore fails every write as one that an etcd member did not
+// answer within the write timeout (it may hang): the write may have been
+// applied.
+type noAnswerStore struct{ kv.Store }
+
+func (noAnswerStore) Txn(context.Context, kv.Txn) (kv.TxnResult, error) {
+	return kv.TxnResult{}, fmt.Errorf("%w to a txn within 3s (a member may hang; the write may still be applied)", etcdkv.ErrNoAnswer)
+}
+
+// A write that a member did not answer is 503 saying the outcome is
+// unknown and how to retry safely, in a daemon and in a CLI command, not
+// a 500 that says to read the daemon's log.
+func TestAPIWriteWithoutAnswerSaysTheOutcomeIsUnknown(t *testing.T) {
+	for _, cli := range []bool{false, true} {
+		_, h := newAPIOn(t, func(s kv.Store) kv.Store { return noAnswerStore{s} }, Config{Shared: true, CLI: cli})
+		code, got := testutil.APICall(t, h, "POST", "/v1/jobs", `{"kind":"resize"}`)
+		if code != http.StatusServiceUnavailable || !strings.Contains(string(got), "outcome is unknown") || !strings.Contains(string(got), "unique_key") {
+			t.Errorf("CLI %v: enqueue without an answer: %d %s, want 503 saying the outcome is unknown", cli, code, got)
+		}
 	}
 }
