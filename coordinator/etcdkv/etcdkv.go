@@ -130,6 +130,7 @@ type Store struct {
 	wstream     *watchStream
 	checking    bool
 	watchesIdle chan struct{}
+	ownWatcher  bool // the client's Watcher is clientv3's own: streams get their own
 
 	leaveOutFor time.Duration
 	leave       leaveOut
@@ -177,6 +178,7 @@ func New(cli *clientv3.Client, opts Options) *Store {
 		if ownKV(cli) {
 			s.kvc = clientv3.RetryKVClient(cli)
 		}
+		s.ownWatcher = ownWatcher(cli)
 		if ownLease(cli) {
 			s.lc, s.renewing = clientv3.RetryLeaseClient(cli), make(chan struct{}, 1)
 		}
@@ -196,6 +198,10 @@ func (s *Store) Close() error {
 	s.cancel()
 	s.wg.Wait()
 	s.closeLeaveOut()
+	s.wmu.Lock()
+	ws := s.wstream
+	s.wmu.Unlock()
+	closeStream(ws) // every other stream closed with its last watch
 	return nil
 }
 
@@ -507,7 +513,7 @@ func (s *Store) Watch(ctx context.Context, prefix string, fromRev int64) <-chan 
 		// revision from the created notification and drops such changes.
 		opts = append(opts, clientv3.WithCreatedNotify())
 	}
-	wch := s.cli.Watch(wctx, prefix, opts...)
+	wch := s.watcher(ws).Watch(wctx, prefix, opts...)
 	go func() {
 		defer s.wg.Done()
 		defer close(out)

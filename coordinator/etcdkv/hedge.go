@@ -3,6 +3,7 @@ package etcdkv
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -69,7 +70,7 @@ func hedged[T any](ctx context.Context, delay time.Duration, read func(ctx conte
 			if r.err != nil && inFlight > 0 {
 				continue
 			}
-			if r.err == nil && r.took < delay && inFlight > 0 {
+			if r.err == nil && r.took < delay && slices.Contains(answered[:r.call], false) {
 				// Before the calls still in flight are cancelled, they
 				// have a fifth of delay to answer: calls held up
 				// together (by an election, a partition that heals)
@@ -82,6 +83,7 @@ func hedged[T any](ctx context.Context, delay time.Duration, read func(ctx conte
 						answered[o.call] = true
 						continue
 					case <-grace.C:
+					case <-ctx.Done():
 					}
 					break
 				}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -145,6 +147,16 @@ func TestWatchesLeaveAHungMember(t *testing.T) {
 						t.Fatalf("watch failed: %v", resp.Err)
 					case len(resp.Events) == 1 && resp.Events[0].KV.ModRevision == rev && check > 0:
 						t.Logf("change seen %v after the member hung", time.Since(hung).Round(time.Millisecond))
+						// Once the watches end, no stream of the client is
+						// left open, not even the one given up, whose
+						// check still waits on the hung member.
+						cancel()
+						for n := watchStreams(); n > 0; n = watchStreams() {
+							if time.Since(hung) > 15*time.Second {
+								t.Fatalf("%d watch streams open after every watch ended", n)
+							}
+							time.Sleep(20 * time.Millisecond)
+						}
 						return
 					default:
 						t.Fatalf("unexpected watch response %+v", resp)
@@ -277,4 +289,10 @@ func putK(t *testing.T, s kv.Store, v string) int64 {
 		t.Fatal(err)
 	}
 	return res.Revision
+}
+
+// watchStreams counts clientv3's watch streams running in this process.
+func watchStreams() int {
+	buf := make([]byte, 1<<22)
+	return strings.Count(string(buf[:runtime.Stack(buf, true)]), "watchGRPCStream).run(")
 }

@@ -103,6 +103,12 @@ func ownKV(cli *clientv3.Client) bool {
 	return reflect.TypeOf(cli.KV) == reflect.TypeOf(clientv3.NewKV(cli))
 }
 
+// ownWatcher reports whether cli's Watcher is the one clientv3 made for
+// it: only then may the store make watchers of its own for its streams.
+func ownWatcher(cli *clientv3.Client) bool {
+	return fmt.Sprintf("%T", cli.Watcher) == "*clientv3.watcher"
+}
+
 // ownLease reports whether cli's Lease is the one clientv3 made for it:
 // only then may renewals bypass it (see Store.KeepAliveOnce).
 func ownLease(cli *clientv3.Client) bool {

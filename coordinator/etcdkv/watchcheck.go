@@ -37,12 +37,36 @@ type watchStream struct {
 	// ctx ends when it is given up.
 	ctx    context.Context
 	giveUp context.CancelFunc
+	// w is the stream's own watcher, closed once it is given up and its
+	// last watch has ended (a check left waiting on a hung member would
+	// otherwise keep clientv3's stream open, idle, for good); nil when the
+	// client's Watcher is wrapped, which then carries every stream.
+	w clientv3.Watcher
 }
 
-func newWatchStream(gen int) *watchStream {
+// newWatchStream starts stream gen.
+func (s *Store) newWatchStream(gen int) *watchStream {
 	ws := &watchStream{gen: gen}
 	ws.ctx, ws.giveUp = context.WithCancel(context.Background())
+	if s.ownWatcher {
+		ws.w = clientv3.NewWatcher(s.cli)
+	}
 	return ws
+}
+
+// watcher is what ws's watches and checks are set up with.
+func (s *Store) watcher(ws *watchStream) clientv3.Watcher {
+	if ws.w != nil {
+		return ws.w
+	}
+	return s.cli
+}
+
+// closeStream closes ws's watcher, if it has one.
+func closeStream(ws *watchStream) {
+	if ws != nil && ws.w != nil {
+		_ = ws.w.Close()
+	}
 }
 
 // context returns ctx with the metadata of a watch on ws: the stream's
@@ -65,7 +89,7 @@ func (s *Store) watchContext(ctx context.Context, key string) (context.Context, 
 	defer s.wmu.Unlock()
 	ws := s.wstream
 	if ws == nil {
-		ws = newWatchStream(0)
+		ws = s.newWatchStream(0)
 		s.wstream = ws
 	}
 	if ws.users == 0 {
@@ -84,7 +108,11 @@ func (s *Store) leaveStream(ws *watchStream) {
 	s.wmu.Lock()
 	ws.users--
 	idle := s.wstream.users == 0
+	done := ws != s.wstream && ws.users == 0 // given up, and its last watch ended
 	s.wmu.Unlock()
+	if done {
+		closeStream(ws)
+	}
 	if idle {
 		select {
 		case s.watchesIdle <- struct{}{}:
@@ -131,11 +159,16 @@ func (s *Store) checkWatches() {
 			return
 		}
 		s.wmu.Lock()
+		done := false
 		if s.wstream == ws {
 			ws.giveUp()
-			s.wstream = newWatchStream(ws.gen + 1)
+			s.wstream = s.newWatchStream(ws.gen + 1)
+			done = ws.users == 0 // else the last watch to end closes it
 		}
 		s.wmu.Unlock()
+		if done {
+			closeStream(ws)
+		}
 	}
 }
 
@@ -145,7 +178,7 @@ func (s *Store) checkWatches() {
 func (s *Store) answers(ws *watchStream, key string) bool {
 	ctx, cancel := context.WithTimeout(s.ctx, s.watchCheck)
 	defer cancel()
-	_, ok := <-s.cli.Watch(ws.context(ctx), key, clientv3.WithCreatedNotify(), clientv3.WithKeysOnly())
+	_, ok := <-s.watcher(ws).Watch(ws.context(ctx), key, clientv3.WithCreatedNotify())
 	// A channel closed without a response: ctx ended before an answer.
 	return ok
 }
