@@ -231,19 +231,21 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if err != nil {
 		return kv.TxnResult{}, fmt.Errorf("etcdkv: txn: %w", err)
 	}
-	var calls hedgeCalls // the members of a hedged read's calls
-	send := func(ctx context.Context, call int) (*etcdserverpb.TxnResponse, error) {
+	send := func(ctx context.Context, opts []grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
 		if s.kvc != nil {
-			return s.kvc.Txn(ctx, req, calls.opts(s.callOpts, call)...)
+			return s.kvc.Txn(ctx, req, opts...)
 		}
 		or, err := s.cli.Do(ctx, clientTxn(req))
 		return (*etcdserverpb.TxnResponse)(or.Txn()), err
 	}
 	var resp *etcdserverpb.TxnResponse
 	if readOnly(&t) {
+		var calls hedgeCalls // the members of the calls
 		var winner int
 		var hung []int
-		resp, winner, hung, err = hedged(ctx, s.readHedge, send)
+		resp, winner, hung, err = hedged(ctx, s.readHedge, func(ctx context.Context, call int) (*etcdserverpb.TxnResponse, error) {
+			return send(ctx, calls.opts(s.callOpts, call))
+		})
 		s.leaveOutHung(&calls, winner, hung)
 		if err != nil {
 			err = mapErr("txn", clientv3.ContextError(ctx, err))
@@ -251,7 +253,7 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	} else {
 		wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
 		defer cancel()
-		resp, err = send(wctx, 0)
+		resp, err = send(wctx, s.callOpts)
 		err = s.writeErr("txn", ctx, clientv3.ContextError(wctx, err))
 	}
 	if err != nil {
