@@ -99,14 +99,15 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	// A member of a cluster of several serves once a quorum of them has
 	// started (etcd's own lines wait until then): say so if that takes a
 	// while, or the first member started looks hung.
+	stopWaiting := func() bool { return false }
 	if members := strings.Count(o.cfg.InitialCluster, "="); members > 1 {
-		waiting := time.AfterFunc(waitingForPeers, func() {
+		stopWaiting = time.AfterFunc(waitingForPeers, func() {
 			log.Info("waiting for a quorum of the members of --initial-cluster: start the others (this one gives up after 60 s)",
 				"member", o.cfg.Name, "members", members)
-		})
-		defer waiting.Stop()
+		}).Stop
 	}
 	n, err := etcdnode.Start(sctx, o.cfg)
+	stopWaiting() // served, or failed: no longer waiting
 	var dirInUse *etcdnode.DirInUseError
 	if errors.As(err, &dirInUse) {
 		// Refused before etcd touched it: etcd would wait for the

@@ -90,3 +90,27 @@ func TestEtcdMemberSaysItWaitsForItsPeers(t *testing.T) {
 		t.Errorf("waiting line %s: want member a of 2", l.Raw)
 	}
 }
+
+// Members that find their quorum before the waiting line is due never log
+// it: the line is for a member that is still waiting.
+func TestEtcdMembersThatServeDoNotSayTheyWait(t *testing.T) {
+	peerA, peerB := "http://"+closedPort(t), "http://"+closedPort(t)
+	cluster := "a=" + peerA + ",b=" + peerB
+	var ps []*spProc
+	for _, m := range []struct{ name, peer string }{{"a", peerA}, {"b", peerB}} {
+		ps = append(ps, spStart(t, "etcd-"+m.name, binPath, "etcd", "--data", filepath.Join(t.TempDir(), m.name), "--log-format", "json",
+			"--name", m.name, "--listen-client", "http://"+closedPort(t), "--listen-peer", m.peer, "--initial-cluster", cluster))
+	}
+	for _, p := range ps {
+		p.waitLog(t, 0, "etcd member serving", func(l spLine) bool { return l.Msg == "etcd member serving" })
+	}
+	// The timer would have fired by now had it not been stopped.
+	time.Sleep(waitingForPeers + time.Second)
+	for _, p := range ps {
+		for _, l := range p.logLines() {
+			if strings.HasPrefix(l.Msg, "waiting for a quorum") {
+				t.Errorf("a member that serves logged %s", l.Raw)
+			}
+		}
+	}
+}

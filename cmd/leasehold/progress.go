@@ -30,6 +30,7 @@ type meter struct {
 	// plain output
 	lastPlain time.Time
 	plained   bool
+	plainDone int // the count of the last plain line
 	// terminal output
 	shown bool
 	last  string
@@ -63,18 +64,19 @@ func (m *meter) update(done, total int, note string) {
 	if el < plainAfter || (!m.lastPlain.IsZero() && now.Sub(m.lastPlain) < plainEvery) {
 		return
 	}
-	m.lastPlain, m.plained = now, true
+	m.lastPlain, m.plained, m.plainDone = now, true, done
 	fmt.Fprintln(m.w, strings.Replace(line, " [", ": [", 1))
 }
 
 // done ends the meter: on a terminal it clears the line; in plain output,
-// if progress lines were printed, it prints a last one.
+// if progress lines were printed, it prints a last one, unless the last
+// printed already had this count.
 func (m *meter) done(done, total int, note string) {
 	if m.tty {
 		m.clear()
 		return
 	}
-	if m.plained {
+	if m.plained && done != m.plainDone {
 		fmt.Fprintln(m.w, strings.Replace(m.line(done, total, m.now().Sub(m.start), note), " [", ": [", 1))
 		m.plained = false
 	}

@@ -34,6 +34,17 @@ func TestMeterPlainOutput(t *testing.T) {
 		t.Errorf("plain output:\n%s\nwant:\n%s", b.String(), strings.Join(want, "\n"))
 	}
 
+	// A last line that says what the last update said is not repeated.
+	b.Reset()
+	m = &meter{w: &b, what: "enqueue", now: func() time.Time { return now }, start: now}
+	now = now.Add(3 * time.Second)
+	m.update(1000, 1000, "")
+	now = now.Add(100 * time.Millisecond)
+	m.done(1000, 1000, "")
+	if got := strings.Count(b.String(), "\n"); got != 1 {
+		t.Errorf("final count printed %d times: %q", got, b.String())
+	}
+
 	// Short work prints nothing at all.
 	b.Reset()
 	m = &meter{w: &b, what: "enqueue", now: time.Now, start: time.Now()}
