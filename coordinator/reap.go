@@ -222,7 +222,7 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 		if n, err := c.Reap(ctx, nil, mine); err != nil && ctx.Err() == nil {
 			c.log.Warn("reap pass failed", slog.Any("err", err), slog.Int("reaped", n))
 		} else if n > 0 {
-			c.log.Info(fmt.Sprintf("reaped %d jobs whose owner lost its lease", n), slog.Int("reaped", n))
+			c.log.Info("reaper scan: reaped jobs whose owner lost its lease", slog.Int("reaped", n))
 		}
 		ended, werr := c.reapOnDeaths(ctx, mine, rr.Revision+1, interval, retry)
 		if ended {

@@ -504,7 +504,7 @@ func TestCLIRecoveryAndGracefulStop(t *testing.T) {
 	a.stop(t, syscall.SIGKILL)
 
 	b := startDaemon(t, dir, "--shutdown-timeout", "100ms")
-	if !strings.Contains(b.log.String(), "re-queued 1 jobs left running") {
+	if !strings.Contains(b.log.String(), `"msg":"re-queued the jobs left running","jobs":1`) {
 		t.Errorf("restart did not re-queue the job:\n%s", b.log)
 	}
 	okCLI(t, "jobs", "wait", id, "--timeout", "20s", "--server", b.server)

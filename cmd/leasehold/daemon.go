@@ -318,7 +318,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			}
 			return failf("re-queueing the jobs left running: %v", apiserver.CleanCoordError(err))
 		}
-		log.Info(fmt.Sprintf("re-queued %d jobs left running", n), slog.Int("jobs", n))
+		log.Info("re-queued the jobs left running", slog.Int("jobs", n))
 	}
 
 	workerID := coordinator.NewWorkerID()
