@@ -237,7 +237,15 @@ func settleToken(cmd *cobra.Command) error {
 
 func applyConfigFile(cmd *cobra.Command) error {
 	cf := cmd.Flags().Lookup("config")
-	if cf == nil || cf.Value.String() == "" || slices.Contains(noConfigCommands, topCommand(cmd)) {
+	if cf == nil || cf.Value.String() == "" {
+		return nil
+	}
+	if top := topCommand(cmd); slices.Contains(noConfigCommands, top) {
+		// LEASEHOLD_CONFIG, set for the daemon, is left alone; given on
+		// the command line, it would be ignored silently.
+		if flagSource(cmd, "config") == 3 {
+			return withCommand(cmdName(cmd), usagef("--config: 'leasehold %s' reads no config file: give its settings as flags", top))
+		}
 		return nil
 	}
 	path := cf.Value.String()

@@ -208,3 +208,22 @@ func TestDataOfBenchAndEtcdNotFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// The commands that read no config file refuse one named on their command
+// line (it would be ignored silently), and leave LEASEHOLD_CONFIG, set for
+// the daemon, alone.
+func TestNoConfigCommandsRefuseConfigFlag(t *testing.T) {
+	for _, args := range [][]string{{"bench"}, {"etcd"}} {
+		r := runCLI(t, nil, "", append(args, "--config", "settings.yaml")...)
+		want := "--config: 'leasehold " + args[0] + "' reads no config file: give its settings as flags"
+		if r.code != exitUsage || !strings.Contains(r.stderr, want) || strings.Count(r.stderr, "\n") != 1 {
+			t.Errorf("%v --config: exit %d, stderr %q; want exit %d and one line with %q", args, r.code, r.stderr, exitUsage, want)
+		}
+	}
+	// From the environment it is not the bench's: a usage error about
+	// --jobs shows the bench got that far.
+	r := runCLI(t, []string{"LEASEHOLD_CONFIG=" + filepath.Join(t.TempDir(), "missing.yaml")}, "", "bench", "--jobs", "-1")
+	if r.code != exitUsage || !strings.Contains(r.stderr, "--jobs -1") {
+		t.Errorf("bench with LEASEHOLD_CONFIG: exit %d, stderr %q; want the --jobs usage error", r.code, r.stderr)
+	}
+}
