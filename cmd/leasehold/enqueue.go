@@ -65,7 +65,7 @@ on stderr.`,
 	}
 	f := cmd.Flags()
 	addWriteTargetFlags(cmd, &o.target)
-	f.IntVar(&o.count, "count", 1, "number of identical jobs to enqueue")
+	f.IntVar(&o.count, "count", 1, "number of identical jobs to enqueue (at most 1000000)")
 	f.StringVar(&o.queue, "queue", coordinator.DefaultQueue, "queue")
 	f.IntVar(&o.priority, "priority", coordinator.DefaultPriority, "priority from 1 (first) to 4 (last)")
 	f.DurationVar(&o.delay, "delay", 0, "run no earlier than this long from now (e.g. 90s, 10m)")
@@ -126,6 +126,9 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (apiserve
 	}
 	if o.count < 1 {
 		return req, usagef("%s %d: want 1 or more", flagLabel(cmd, "count"), o.count)
+	}
+	if o.count > maxEnqueueCount {
+		return req, usagef("%s %d: want at most %d; for more, run enqueue again", flagLabel(cmd, "count"), o.count, maxEnqueueCount)
 	}
 	if o.priority < 1 || o.priority > 4 {
 		return req, usagef("%s %d: want 1 (first) to 4 (last)", flagLabel(cmd, "priority"), o.priority)
@@ -363,3 +366,7 @@ func printJSON(w io.Writer, v any) error {
 	}
 	return nil
 }
+
+// maxEnqueueCount bounds --count: a typo of a few digits would otherwise
+// write jobs for hours.
+const maxEnqueueCount = 1_000_000

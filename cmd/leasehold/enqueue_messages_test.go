@@ -23,6 +23,7 @@ func TestEnqueueErrorsNameTheirSource(t *testing.T) {
 		{[]string{"LEASEHOLD_PRIORITY=9"}, nil, "LEASEHOLD_PRIORITY 9: want 1 (first) to 4 (last)", "--priority"},
 		{[]string{"LEASEHOLD_PRIORITY=3"}, []string{"--priority", "9"}, "--priority 9: want 1 (first) to 4 (last)", "LEASEHOLD_PRIORITY"},
 		{[]string{"LEASEHOLD_COUNT=0"}, nil, "LEASEHOLD_COUNT 0: want 1 or more", "--count"},
+		{nil, []string{"--count", "99999999999"}, "--count 99999999999: want at most 1000000; for more, run enqueue again", ""},
 		{[]string{"LEASEHOLD_MAX_ATTEMPTS=0"}, nil, "LEASEHOLD_MAX_ATTEMPTS 0: want 1 or more", "--max-attempts"},
 		{[]string{"LEASEHOLD_TIMEOUT=-1s"}, nil, "LEASEHOLD_TIMEOUT -1s is negative", "--timeout"},
 		{[]string{"LEASEHOLD_TIMEOUT=1us"}, nil, "LEASEHOLD_TIMEOUT 1µs is under 1ms", "--timeout"},

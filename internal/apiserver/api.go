@@ -643,6 +643,12 @@ func (a *Handler) batchBody() bodySpec {
 // refusing unknown fields (names match exactly), trailing data and text
 // that is not UTF-8.
 func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) error {
+	if r.ContentLength > spec.limit {
+		// Refused before a byte is read, so that a client waiting for
+		// "100 Continue" (curl does, for large bodies) is answered
+		// rather than have its connection reset mid-upload.
+		return bodyError(&http.MaxBytesError{Limit: spec.limit}, spec)
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, spec.limit)
 	// Read whole (the decoder would buffer the object anyway) to check
 	// the encoding first: encoding/json turns a string's invalid UTF-8
