@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -92,12 +94,12 @@ func (s *Store) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	// writing there), and readable by the daemon's user only: it holds
 	// every job's payload.
 	if err := mkdirDurable(vfs.Default, filepath.Dir(abs)); err != nil {
-		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: %w", abs, err)
+		return BackupInfo{}, backupDirError(abs, err)
 	}
 	if err := os.Mkdir(abs, 0o700); errors.Is(err, os.ErrExist) {
 		return BackupInfo{}, fmt.Errorf("%w: %s exists: pass a directory that does not exist yet", ErrBackup, abs)
 	} else if err != nil {
-		return BackupInfo{}, fmt.Errorf("localstore: backup to %s: %w", abs, err)
+		return BackupInfo{}, backupDirError(abs, err)
 	}
 	if err := syncDir(filepath.Dir(abs)); err != nil {
 		_ = os.Remove(abs)
@@ -113,6 +115,19 @@ func (s *Store) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	}
 	s.log.Info("localstore: backup written", "dir", abs, "revision", info.Revision)
 	return info, nil
+}
+
+// backupDirError is the error of a failure to create the backup directory
+// abs: ErrBackup, saying what to do, where the path is the caller's to fix
+// (a parent that is a file, that cannot be created, or that the daemon's
+// user may not write).
+func backupDirError(abs string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && (errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
+		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EROFS)) {
+		return fmt.Errorf("%w: cannot create %s (%s: %v): pass a directory whose parent the daemon's user can write", ErrBackup, abs, pe.Path, pe.Err)
+	}
+	return fmt.Errorf("localstore: backup to %s: %w", abs, err)
 }
 
 // backupInto writes the backup into the new, empty directory dir. Until

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,6 +136,14 @@ func TestBackupRefusals(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "backup")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a refused backup inside the data directory created it (%v)", err)
+	}
+	// A path the caller must fix: a parent that is a file.
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Backup(ctxT(t), filepath.Join(file, "sub", "b")); !errors.Is(err, ErrBackup) || !strings.Contains(err.Error(), "not a directory): pass a directory") {
+		t.Errorf("Backup under a file: %v, want ErrBackup saying what to do", err)
 	}
 	// Restore needs a backup as its source, and an empty target.
 	if _, err := Restore(filepath.Join(t.TempDir(), "r"), exists, 0); !errors.Is(err, ErrBackup) {
