@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os/signal"
 	"syscall"
 
@@ -77,12 +78,15 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 		return usagef("--daemons %d: several daemons need shared mode (add --mode shared)", o.daemons)
 	case o.latencyJobs < 0:
 		return usagef("--latency-jobs %d is negative: want a number of jobs, or 0 to skip the latency phase", o.latencyJobs)
-	case o.latencyRate <= 0:
-		return usagef("--latency-rate %g: want a positive rate", o.latencyRate)
+	case !(o.latencyRate > 0) || math.IsInf(o.latencyRate, 1):
+		return usagef("--latency-rate %g: want a positive rate, in jobs per second", o.latencyRate)
 	case o.mode != "" && o.mode != bench.ModeEmbedded && o.mode != bench.ModeShared:
 		return usagef("--mode %q: want embedded or shared", o.mode)
 	case o.data != "" && (o.mode == bench.ModeShared || o.mode == "" && len(o.etcd) > 0):
 		return usagef("%s is the embedded store's directory; shared mode runs on etcd (--etcd endpoints, or none to start an embedded member): drop it", flagLabel(cmd, "data"))
+	}
+	if err := checkEtcdEndpoints(o.etcd); err != nil {
+		return err
 	}
 	log, err := newLogger(&globalOpts{logFormat: g.logFormat, logLevel: "warn"}, cmd.ErrOrStderr())
 	if err != nil {

@@ -268,6 +268,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"delay and at from env", []string{"LEASEHOLD_DELAY=1s", "LEASEHOLD_AT=2030-01-02T15:04:05Z"}, []string{"enqueue", "echo"}, "LEASEHOLD_DELAY and LEASEHOLD_AT"},
 		{"daemon etcd without scheme", []string{"LEASEHOLD_DATA=" + data}, []string{"daemon", "--etcd", "127.0.0.1:2379"}, "is not an http:// or https:// URL"},
 		{"daemon etcd from env", []string{"LEASEHOLD_ETCD=etcd.local:2379"}, []string{"daemon", "--data", data}, "is not an http:// or https:// URL"},
+		{"daemon etcd CA missing", nil, []string{"daemon", "--etcd", "http://127.0.0.1:2379", "--etcd-ca", "/nonexistent/ca.pem"}, "--etcd-ca: open /nonexistent/ca.pem: no such file or directory: check the path"},
 		{"daemon etcd user without password", nil, []string{"daemon", "--etcd", "http://127.0.0.1:2379", "--etcd-user", "u"}, "--etcd-user and --etcd-password go together"},
 		{"daemon lease ttl", nil, []string{"daemon", "--data", data, "--lease-ttl", "1500ms"}, "--lease-ttl"},
 		{"daemon concurrency", nil, []string{"daemon", "--data", data, "--concurrency", "0"}, "--concurrency 0"},
@@ -278,6 +279,9 @@ func TestCLIUsageErrors(t *testing.T) {
 		// Found in review: each was accepted, sent, or ran.
 		{"daemon concurrency too high", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:0", "--concurrency", "2000000000"}, "--concurrency 2000000000: want 1 to 100000"},
 		{"bench concurrency too high", nil, []string{"bench", "--jobs", "1", "--concurrency", "2000000000"}, "--concurrency 2000000000: want 1 to 100000"},
+		{"bench etcd without scheme", nil, []string{"bench", "--jobs", "1", "--etcd", "garbage"}, `--etcd "garbage" is not an http:// or https:// URL`},
+		{"bench latency rate NaN", nil, []string{"bench", "--jobs", "1", "--latency-rate", "NaN"}, "--latency-rate NaN: want a positive rate"},
+		{"bench latency rate Inf", nil, []string{"bench", "--jobs", "1", "--latency-rate", "Inf"}, "--latency-rate +Inf: want a positive rate"},
 		{"daemon listen port too high", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:99999"}, `--listen "127.0.0.1:99999": bad port "99999"`},
 		{"daemon listen negative port", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:-1"}, `bad port "-1"`},
 		{"daemon listen unknown service", nil, []string{"daemon", "--data", data, "--listen", "127.0.0.1:nosuchservice"}, `bad port "nosuchservice"`},
@@ -291,6 +295,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"client log level", nil, []string{"jobs", "list", "--log-level", "bogus"}, `jobs list: --log-level "bogus": want debug, info, warn or error`},
 		{"client log format", nil, []string{"enqueue", "echo", "--log-format", "bogus"}, `enqueue: --log-format "bogus": want text, json or auto`},
 		{"client log format from env", []string{"LEASEHOLD_LOG_FORMAT=xml"}, []string{"workers", "list"}, `--log-format "xml"`},
+		{"namespace through a daemon", nil, []string{"enqueue", "echo", "--namespace", "other", "--server", srv}, "--namespace applies with --etcd: through a daemon (--server) the daemon's namespace is used"},
 		{"server and etcd", nil, []string{"jobs", "list", "--server", srv, "--etcd", "http://" + closedPort(t)}, "--server and --etcd are both set: pass one of them"},
 		{"cancel filter only from env", []string{"LEASEHOLD_QUEUE=q2", "LEASEHOLD_ALL=true"}, []string{"jobs", "cancel"}, "nothing to cancel"},
 	}

@@ -372,9 +372,18 @@ func checkTarget(cmd *cobra.Command) error {
 	if err != nil {
 		return withCommand(cmdName(cmd), err)
 	}
+	etcd := cmd.Flags().Lookup("etcd").Value.(pflag.SliceValue)
 	if drop == "etcd" {
 		// A dropped --server needs nothing: --etcd wins over it.
-		return cmd.Flags().Lookup("etcd").Value.(pflag.SliceValue).Replace(nil)
+		if err := etcd.Replace(nil); err != nil {
+			return err
+		}
+	}
+	// Through a daemon the namespace is the daemon's: one named on the
+	// command line would be ignored silently (from the environment or a
+	// config file it may be there for --etcd commands, or the daemon).
+	if len(etcd.GetSlice()) == 0 && flagSource(cmd, "namespace") == 3 {
+		return withCommand(cmdName(cmd), usagef("--namespace applies with --etcd: through a daemon (--server) the daemon's namespace is used; drop --namespace, or pass --etcd"))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -70,15 +71,33 @@ func maxPayloadError(label string, v sizeValue, err error) error {
 	return usagef("%s %s: %s: pass the --max-payload the daemons run with (and, if the etcd servers run with a larger --max-request-bytes, that as --etcd-max-request-bytes)", label, v, apiserver.CleanCoordError(err))
 }
 
-func (e *etcdFlags) validate() error {
-	for _, ep := range e.endpoints {
+// checkEtcdEndpoints refuses an --etcd endpoint that is not an http:// or
+// https:// URL.
+func checkEtcdEndpoints(eps []string) error {
+	for _, ep := range eps {
 		u, err := url.Parse(ep)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return usagef("--etcd %q is not an http:// or https:// URL: use e.g. http://127.0.0.1:2379", ep)
 		}
 	}
+	return nil
+}
+
+func (e *etcdFlags) validate() error {
+	if err := checkEtcdEndpoints(e.endpoints); err != nil {
+		return err
+	}
 	if (e.cert == "") != (e.key == "") {
 		return usagef("--etcd-cert and --etcd-key go together: give both or neither")
+	}
+	for _, f := range []struct{ flag, path string }{{"etcd-ca", e.ca}, {"etcd-cert", e.cert}, {"etcd-key", e.key}} {
+		if f.path == "" {
+			continue
+		}
+		// A bad path is the caller's to fix, not an etcd out of reach.
+		if _, err := os.ReadFile(f.path); err != nil {
+			return usagef("--%s: %s: check the path and its permissions", f.flag, apiserver.OneLine(err.Error()))
+		}
 	}
 	if e.maxRequest != 0 && e.maxRequest < 256<<10 {
 		return usagef("--etcd-max-request-bytes %s: want the servers' --max-request-bytes, at least 256KiB", e.maxRequest)
