@@ -185,7 +185,7 @@ func (e *apiEnv) waitFinal(t testing.TB, id string) *coordinator.Job {
 
 func TestAPICreateGetList(t *testing.T) {
 	e := newAPIEnv(t, envOpts{})
-	j := e.create(t, apiserver.CreateRequest{Kind: "echo", Payload: json.RawMessage(`{"hello":"world"}`), Queue: "default", Priority: 2, MaxAttempts: 3, Timeout: "5s"})
+	j := e.create(t, apiserver.CreateRequest{Kind: "echo", Payload: json.RawMessage(`{"hello":"world"}`), Queue: "default", Priority: new(2), MaxAttempts: new(3), Timeout: "5s"})
 	if j.Kind != "echo" || j.Priority != 2 || j.MaxAttempts != 3 || j.TimeoutMS != 5000 || j.Queue != "default" {
 		t.Errorf("created job: %+v", j)
 	}
@@ -357,7 +357,7 @@ func TestAPIFailAndRetry(t *testing.T) {
 	if final.State != coordinator.StateCompleted || final.Attempt != 2 || len(final.Errors) != 1 {
 		t.Errorf("fail times=1: state %s attempt %d errors %+v", final.State, final.Attempt, final.Errors)
 	}
-	d := e.create(t, apiserver.CreateRequest{Kind: "fail", MaxAttempts: 1})
+	d := e.create(t, apiserver.CreateRequest{Kind: "fail", MaxAttempts: new(1)})
 	if final := e.waitFinal(t, d.ID); final.State != coordinator.StateDiscarded {
 		t.Errorf("fail without times, one attempt: %s", final.State)
 	}
@@ -387,6 +387,9 @@ func TestAPIBadInputWritesNothing(t *testing.T) {
 		{"bad queue", "POST", "/v1/jobs", `{"kind":"echo","queue":"no/slash"}`, 400, "queue"},
 		{"bad priority", "POST", "/v1/jobs", `{"kind":"echo","priority":9}`, 400, "priority 9"},
 		{"negative max attempts", "POST", "/v1/jobs", `{"kind":"echo","max_attempts":-1}`, 400, "max attempts"},
+		{"explicit priority 0", "POST", "/v1/jobs", `{"kind":"echo","priority":0}`, 400, "priority 0: want 1 (first) to 4 (last), or leave it out for 1"},
+		{"explicit max attempts 0", "POST", "/v1/jobs", `{"kind":"echo","max_attempts":0}`, 400, "max_attempts 0: want 1 or more, or leave it out for 25"},
+		{"batch explicit priority 0", "POST", "/v1/jobs/batch", `{"jobs":[{"kind":"echo"},{"kind":"echo","priority":0}]}`, 400, "job 1: priority 0"},
 		{"bad delay", "POST", "/v1/jobs", `{"kind":"echo","delay":"soon"}`, 400, "delay"},
 		{"negative delay", "POST", "/v1/jobs", `{"kind":"echo","delay":"-1s"}`, 400, "delay"},
 		{"delay and scheduled_at", "POST", "/v1/jobs", `{"kind":"echo","delay":"1s","scheduled_at":"2030-01-02T15:04:05Z"}`, 400, "both"},
@@ -532,7 +535,7 @@ func TestExecKinds(t *testing.T) {
 	if j := e.waitFinal(t, cat.ID); string(j.Result) != `{"a":1}` {
 		t.Errorf("echo replaced by cat: %s", j.Result)
 	}
-	br := e.create(t, apiserver.CreateRequest{Kind: "broken", MaxAttempts: 1})
+	br := e.create(t, apiserver.CreateRequest{Kind: "broken", MaxAttempts: new(1)})
 	j = e.waitFinal(t, br.ID)
 	if j.State != coordinator.StateDiscarded || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "exited with status 3: first | oops") {
 		t.Errorf("broken: %s %+v", j.State, j.Errors)

@@ -133,14 +133,14 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (apiserve
 	if o.priority < 1 || o.priority > 4 {
 		return req, usagef("%s %d: want 1 (first) to 4 (last)", flagLabel(cmd, "priority"), o.priority)
 	}
-	if req.Priority = o.priority; req.Priority == coordinator.DefaultPriority {
-		req.Priority = 0
+	if o.priority != coordinator.DefaultPriority {
+		req.Priority = &o.priority
 	}
 	if o.maxAttempts < 1 {
 		return req, usagef("%s %d: want 1 or more", flagLabel(cmd, "max-attempts"), o.maxAttempts)
 	}
-	if req.MaxAttempts = o.maxAttempts; req.MaxAttempts == coordinator.DefaultMaxAttempts {
-		req.MaxAttempts = 0
+	if o.maxAttempts != coordinator.DefaultMaxAttempts {
+		req.MaxAttempts = &o.maxAttempts
 	}
 	if o.timeout < 0 {
 		return req, usagef("%s %s is negative: want a duration such as 30s, or 0 for the daemon's default", flagLabel(cmd, "timeout"), o.timeout)

@@ -18,7 +18,7 @@ func largestJob(maxPayload int) apiserver.CreateRequest {
 		Kind:      "echo",
 		Payload:   json.RawMessage(`"` + strings.Repeat("p", maxPayload-2) + `"`),
 		Queue:     long,
-		Priority:  4,
+		Priority:  new(4),
 		Delay:     "90s",
 		Timeout:   "30s",
 		UniqueKey: strings.Repeat("\u00e9", 128), // 256 bytes, escaped or not

@@ -120,10 +120,10 @@ type CreateRequest struct {
 	Kind        string          `json:"kind"`
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	Queue       string          `json:"queue,omitempty"`
-	Priority    int             `json:"priority,omitempty"`
+	Priority    *int            `json:"priority,omitempty"`
 	ScheduledAt string          `json:"scheduled_at,omitempty"`
 	Delay       string          `json:"delay,omitempty"`
-	MaxAttempts int             `json:"max_attempts,omitempty"`
+	MaxAttempts *int            `json:"max_attempts,omitempty"`
 	Timeout     string          `json:"timeout,omitempty"`
 	UniqueKey   string          `json:"unique_key,omitempty"`
 	Unique      *UniqueRequest  `json:"unique,omitempty"`
@@ -862,8 +862,22 @@ func (a *Handler) params(req CreateRequest, now time.Time, live func() ([]string
 		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this daemon runs %s", req.Kind, strings.Join(a.kindNames, ", "))
 	}
 	p := coordinator.EnqueueParams{
-		Kind: req.Kind, Payload: req.Payload, Queue: req.Queue, Priority: req.Priority,
-		MaxAttempts: req.MaxAttempts, UniqueKey: req.UniqueKey, Metadata: req.Metadata,
+		Kind: req.Kind, Payload: req.Payload, Queue: req.Queue,
+		UniqueKey: req.UniqueKey, Metadata: req.Metadata,
+	}
+	// Left out (or null) is the default; an explicit 0 is refused, as the
+	// CLI refuses it, rather than read as the default.
+	if req.Priority != nil {
+		if *req.Priority == 0 {
+			return coordinator.EnqueueParams{}, badRequest("priority 0: want 1 (first) to 4 (last), or leave it out for %d", coordinator.DefaultPriority)
+		}
+		p.Priority = *req.Priority
+	}
+	if req.MaxAttempts != nil {
+		if *req.MaxAttempts == 0 {
+			return coordinator.EnqueueParams{}, badRequest("max_attempts 0: want 1 or more, or leave it out for %d", coordinator.DefaultMaxAttempts)
+		}
+		p.MaxAttempts = *req.MaxAttempts
 	}
 	if err := req.Unique.apply(&p); err != nil {
 		return coordinator.EnqueueParams{}, err
