@@ -182,7 +182,7 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: bad job id %q: want a 26-character ULID", ErrInvalid, truncate(id, 40))
 	}
 	if _, err := ulid.ParseStrict(id); err != nil {
-		return fmt.Errorf("%w: bad job id %q: a ULID is 26 characters of 0-9 and A-Z without I, L, O and U", ErrInvalid, truncate(id, 40))
+		return fmt.Errorf("%w: bad job id %q: a ULID is 26 characters of 0-9 and A-Z without I, L, O and U, the first 0 to 7", ErrInvalid, truncate(id, 40))
 	}
 	if up := strings.ToUpper(id); up != id {
 		// ParseStrict reads either case; ids are stored upper-case.
@@ -262,7 +262,7 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, jsontext.LoneSurrogateError("payload", at))
 	}
 	if len(p.UniqueKey) > maxUniqueKeyLen {
-		return fmt.Errorf("%w: unique key is %d bytes, over the %d-byte limit", ErrInvalid, len(p.UniqueKey), maxUniqueKeyLen)
+		return fmt.Errorf("%w: unique key is %d bytes, over the %d-byte limit: use a shorter key (a digest of a long one, say)", ErrInvalid, len(p.UniqueKey), maxUniqueKeyLen)
 	}
 	if !utf8.ValidString(p.UniqueKey) {
 		// The record is JSON, which would store the key changed: the job
@@ -279,7 +279,7 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, jsontext.LoneSurrogateError("metadata", at))
 	}
 	if len(p.Metadata) > MaxMetadataBytes {
-		return fmt.Errorf("%w: metadata is %d bytes, over the %d-byte limit", ErrInvalid, len(p.Metadata), MaxMetadataBytes)
+		return fmt.Errorf("%w: metadata is %d bytes, over the %d-byte limit: send less (it is for small labels; data the handler needs goes in the payload)", ErrInvalid, len(p.Metadata), MaxMetadataBytes)
 	}
 	return p.Unique.validate()
 }

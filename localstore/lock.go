@@ -68,7 +68,7 @@ func lockDir(dir string) (*dirLock, error) {
 	abs = filepath.Clean(abs)
 	// Creating a missing directory cannot disturb a holder.
 	if err := mkdirDurable(vfs.Default, abs); err != nil {
-		return nil, fmt.Errorf("localstore: create data directory: %w", err)
+		return nil, fmt.Errorf("localstore: create data directory: %w: pass a directory whose parent the daemon's user can write", err)
 	}
 	// The registry is keyed by the resolved path, so that two spellings of
 	// one directory (through a symlink, say) are one entry.

@@ -43,6 +43,18 @@ func TestOpenCreatesDirectory(t *testing.T) {
 	}
 }
 
+// A directory that cannot be created says what to do.
+func TestOpenUnderAFileSaysWhatToDo(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(filepath.Join(file, "data"), Options{})
+	if err == nil || !strings.Contains(err.Error(), "not a directory: pass a directory whose parent the daemon's user can write") {
+		t.Fatalf("Open under a file: %v, want a line saying what to do", err)
+	}
+}
+
 func TestLockSameProcess(t *testing.T) {
 	dir := t.TempDir()
 	first := openDir(t, dir, Options{})

@@ -264,6 +264,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"bad limit", nil, []string{"jobs", "list", "--limit", "0"}, "--limit 0"},
 		{"jobs unknown command", nil, []string{"jobs", "frob"}, `unknown command "frob"`},
 		{"bad server URL", nil, []string{"workers", "list", "--server", "ftp://x"}, "--server"},
+		{"server URL with /v1", nil, []string{"workers", "list", "--server", "http://127.0.0.1:7420/v1/"}, `--server "http://127.0.0.1:7420/v1/" ends in /v1: pass the daemon's base URL, e.g. http://127.0.0.1:7420`},
+		{"id with a first character over 7", nil, []string{"jobs", "get", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ"}, "the first 0 to 7"},
 		{"bad env value", []string{"LEASEHOLD_COUNT=many"}, []string{"enqueue", "echo"}, "LEASEHOLD_COUNT"},
 		{"delay and at from env", []string{"LEASEHOLD_DELAY=1s", "LEASEHOLD_AT=2030-01-02T15:04:05Z"}, []string{"enqueue", "echo"}, "LEASEHOLD_DELAY and LEASEHOLD_AT"},
 		{"daemon etcd without scheme", []string{"LEASEHOLD_DATA=" + data}, []string{"daemon", "--etcd", "127.0.0.1:2379"}, "is not an http:// or https:// URL"},

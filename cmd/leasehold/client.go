@@ -44,6 +44,10 @@ func newClient(server string) (*client, error) {
 		return nil, usagef("--server %q is not an http:// or https:// URL: use e.g. %s", server, defaultServer)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
+	if strings.HasSuffix(u.Path, "/v1") {
+		// The client adds /v1/ itself: a request would go to /v1/v1/.
+		return nil, usagef("--server %q ends in /v1: pass the daemon's base URL, e.g. %s", server, strings.TrimSuffix(strings.TrimSuffix(server, "/"), "/v1"))
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil // the daemon is local or addressed directly
 	return &client{server: server, base: u, hc: &http.Client{Transport: tr}}, nil
