@@ -45,3 +45,32 @@ func TestEnqueueErrorsNameTheirSource(t *testing.T) {
 		}
 	}
 }
+
+// Every command's usage errors name a value set by an environment
+// variable by that variable, messages that name the flag included
+// (relabelEnvFlags); the flag given on the command line keeps its name.
+func TestUsageErrorsNameTheEnvironmentVariable(t *testing.T) {
+	server := "http://" + closedPort(t)
+	data := t.TempDir()
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"LEASEHOLD_LIMIT=0"}, []string{"jobs", "list", "--server", server}, "jobs list: LEASEHOLD_LIMIT 0: want 1 to 10000"},
+		{[]string{"LEASEHOLD_LIMIT=5"}, []string{"jobs", "list", "--server", server, "--limit", "0"}, "jobs list: --limit 0: want 1 to 10000"},
+		{[]string{"LEASEHOLD_STATE=bogus"}, []string{"jobs", "list", "--server", server}, `LEASEHOLD_STATE: unknown state "bogus"`},
+		{[]string{"LEASEHOLD_CONCURRENCY=0"}, []string{"daemon", "--data", data, "--listen", "127.0.0.1:0"}, "daemon: LEASEHOLD_CONCURRENCY 0: want 1 to 100000"},
+		{[]string{"LEASEHOLD_LEASE_TTL=1s"}, []string{"daemon", "--data", data, "--listen", "127.0.0.1:0"}, "daemon: LEASEHOLD_LEASE_TTL 1s: want whole seconds"},
+	} {
+		what := strings.Join(append(append([]string(nil), c.env...), c.args...), " ")
+		checkOneLineError(t, what, runCLI(t, c.env, "", c.args...), exitUsage, c.want)
+	}
+}
+
+func TestReplaceFlagMatchesWholeNames(t *testing.T) {
+	got := replaceFlag("--name x, --namespace y, --name: z, --name", "--name", "LEASEHOLD_NAME")
+	if want := "LEASEHOLD_NAME x, --namespace y, LEASEHOLD_NAME: z, LEASEHOLD_NAME"; got != want {
+		t.Errorf("replaceFlag: %q, want %q", got, want)
+	}
+}

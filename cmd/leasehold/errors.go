@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // Exit codes, part of the CLI contract.
@@ -81,6 +83,44 @@ func refusedNotBadInput(err error) error {
 }
 
 // reportError prints err on one line to w.
+// relabelEnvFlags names, in a usage error of cmd, each flag that only its
+// environment variable set by that variable: "--limit 0" becomes
+// "LEASEHOLD_LIMIT 0" when LEASEHOLD_LIMIT=0 is what the user wrote. (Most
+// messages name flags with flagLabel already; this covers the rest.)
+func relabelEnvFlags(cmd *cobra.Command, err error) {
+	var ce *cliError
+	if cmd == nil || !errors.As(err, &ce) || ce.code != exitUsage {
+		return
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		env, ok := fromEnv(cmd, f.Name)
+		if !ok || flagSource(cmd, f.Name) != 2 {
+			return
+		}
+		ce.msg = replaceFlag(ce.msg, "--"+f.Name, env)
+	})
+}
+
+// replaceFlag replaces each whole occurrence of flag (not a prefix of a
+// longer flag name) in msg by label.
+func replaceFlag(msg, flag, label string) string {
+	var b strings.Builder
+	for {
+		i := strings.Index(msg, flag)
+		if i < 0 {
+			b.WriteString(msg)
+			return b.String()
+		}
+		end := i + len(flag)
+		if end < len(msg) && (msg[end] == '-' || msg[end] >= 'a' && msg[end] <= 'z') {
+			b.WriteString(msg[:end])
+		} else {
+			b.WriteString(msg[:i] + label)
+		}
+		msg = msg[end:]
+	}
+}
+
 func reportError(w io.Writer, err error) {
 	msg := err.Error()
 	var ce *cliError

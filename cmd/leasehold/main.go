@@ -22,10 +22,11 @@ func main() {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdin, stdout, stderr)
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return exitOK
 	}
+	relabelEnvFlags(cmd, err)
 	reportError(stderr, err)
 	return exitCode(err)
 }
