@@ -304,6 +304,17 @@ func setFlag(fs *pflag.FlagSet, f *pflag.Flag, values []string) string {
 			if _, after, ok := strings.Cut(msg, " flag: "); ok {
 				msg = after
 			}
+			switch f.Value.Type() {
+			case "duration":
+				if strings.Contains(msg, "missing unit") {
+					return fmt.Sprintf("%q is not %s: add a unit (%ss)", apiserver.TruncateString(v, 60), typeHint(f), apiserver.TruncateString(v, 60))
+				}
+				return fmt.Sprintf("%q is not %s", apiserver.TruncateString(v, 60), typeHint(f))
+			case "int", "float64", "bool":
+				// The hint says it all; Go's parse error adds only
+				// its own words ("strconv.ParseInt: parsing ...").
+				return fmt.Sprintf("%q is not %s", apiserver.TruncateString(v, 60), typeHint(f))
+			}
 			return fmt.Sprintf("%q is not %s (%s)", apiserver.TruncateString(v, 60), typeHint(f), msg)
 		}
 	}
