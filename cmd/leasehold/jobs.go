@@ -151,6 +151,9 @@ func (o *listOpts) nextPage(next string) string {
 			fmt.Fprintf(&b, "%s %s ", f.flag, f.v)
 		}
 	}
+	if o.limit != 100 {
+		fmt.Fprintf(&b, "--limit %d ", o.limit)
+	}
 	fmt.Fprintf(&b, "--after %s", next)
 	return b.String()
 }
@@ -162,11 +165,13 @@ func stateLabel(j *coordinator.Job) string {
 	return string(j.State)
 }
 
+// fmtTime shows t in the local time zone, named: a schedule's next run
+// in another zone (CRON_TZ) reads right.
 func fmtTime(t time.Time) string {
 	if t.IsZero() {
 		return "-"
 	}
-	return t.Local().Format("2006-01-02 15:04:05")
+	return t.Local().Format("2006-01-02 15:04:05 MST")
 }
 
 func fmtTimePtr(t *time.Time) string {

@@ -37,7 +37,7 @@ func TestJobsListShortPageSaysHowToContinue(t *testing.T) {
 			t.Errorf("%v: stdout %q, want []", args, out)
 		}
 		if strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "leasehold: jobs list: ") ||
-			!strings.Contains(errs, "more may match: run again with --state discarded --after "+next+"\n") {
+			!strings.Contains(errs, "more may match: run again with --state discarded --limit 1 --after "+next+"\n") {
 			t.Errorf("%v: stderr %q, want one line saying more may match and how to continue", args, errs)
 		}
 	}
@@ -69,7 +69,7 @@ func TestJobsListPagesOnToTheLimit(t *testing.T) {
 		jobs          int
 		asked, stderr string
 	}{
-		{"2", 2, "/2 c1/2 c2/1", "more jobs: run again with --state discarded --after c3"},
+		{"2", 2, "/2 c1/2 c2/1", "more jobs: run again with --state discarded --limit 2 --after c3"},
 		{"5", 3, "/5 c1/5 c2/4 c3/3", ""},
 	} {
 		asked = nil
