@@ -43,3 +43,22 @@ func TestAPIRefusesAnnouncedTooLargeBodyUnread(t *testing.T) {
 		}
 	}
 }
+
+// repeatedKey finds a key given twice at the top of an object, spelled
+// the same once decoded, and not keys of nested objects.
+func TestRepeatedKey(t *testing.T) {
+	for _, c := range []struct {
+		in string
+		k  string
+		ok bool
+	}{
+		{`{"a":1,"b":{"a":2},"c":[{"a":1}]}`, "", false},
+		{`{"a":1,"b":2,"a":3}`, "a", true},
+		{`{"a":1,"\u0061":2}`, "a", true},
+		{`{"jobs":[{"kind":"x","kind":"y"}]}`, "", false},
+	} {
+		if k, ok := repeatedKey([]byte(c.in)); k != c.k || ok != c.ok {
+			t.Errorf("repeatedKey(%s) = %q, %v; want %q, %v", c.in, k, ok, c.k, c.ok)
+		}
+	}
+}
