@@ -74,6 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, runReviewTests...)
 	tests = append(tests, watchLoopReviewTests...)
 	tests = append(tests, reapLogReviewTests...)
+	tests = append(tests, chaosTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
@@ -828,6 +829,11 @@ type flakyStore struct {
 	kv.Store
 	fail atomic.Int32 // number of upcoming writes to "lose"
 	drop atomic.Int32 // number of upcoming writes to fail without applying them
+	// loseEvery, if positive, loses the reply of every loseEvery-th
+	// write too; lost counts the replies lost.
+	loseEvery int64
+	writes    atomic.Int64
+	lost      atomic.Int64
 }
 
 var errReplyLost = errors.New("reply lost")
@@ -837,7 +843,8 @@ func (f *flakyStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 		return kv.TxnResult{}, errReplyLost
 	}
 	res, err := f.Store.Txn(ctx, t)
-	if err == nil && kvtest.Writes(t) && f.fail.Add(-1) >= 0 {
+	if err == nil && kvtest.Writes(t) && (f.fail.Add(-1) >= 0 || f.loseEvery > 0 && f.writes.Add(1)%f.loseEvery == 0) {
+		f.lost.Add(1)
 		return kv.TxnResult{}, errReplyLost
 	}
 	return res, err
