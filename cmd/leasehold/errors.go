@@ -82,7 +82,6 @@ func refusedNotBadInput(err error) error {
 	return err
 }
 
-// reportError prints err on one line to w.
 // relabelEnvFlags names, in a usage error of cmd, each flag that only its
 // environment variable set by that variable: "--limit 0" becomes
 // "LEASEHOLD_LIMIT 0" when LEASEHOLD_LIMIT=0 is what the user wrote. (Most
@@ -121,6 +120,7 @@ func replaceFlag(msg, flag, label string) string {
 	}
 }
 
+// reportError prints err on one line to w.
 func reportError(w io.Writer, err error) {
 	msg := err.Error()
 	var ce *cliError
