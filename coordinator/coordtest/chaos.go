@@ -53,12 +53,12 @@ func testChaos(t *testing.T, h *harness) {
 	}
 	chk := newChaosChecker(h.keysRoot(), queue, limit)
 	wctx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
 		chk.watch(wctx, h.store, start.Revision+1)
 	}()
+	defer func() { stopWatch(); <-watched }()
 
 	load, endLoad := context.WithTimeout(ctx, chaosFor)
 	defer endLoad()
@@ -76,26 +76,6 @@ func testChaos(t *testing.T, h *harness) {
 		}
 	}
 	ids := &chaosIDs{}
-
-	for range 2 {
-		spawn(func(r *rand.Rand) {
-			for load.Err() == nil {
-				p := coordinator.EnqueueParams{Kind: "k", Queue: queue, MaxAttempts: 1 + r.IntN(3)}
-				if r.IntN(3) > 0 {
-					p.UniqueKey = fmt.Sprintf("key%d", r.IntN(6))
-				}
-				if r.IntN(5) == 0 {
-					p.Unique = &coordinator.UniqueOpts{ByState: []coordinator.State{coordinator.StateCancelled}}
-				}
-				res, err := h.c.Enqueue(load, p)
-				if err == nil {
-					ids.add(res.Job.ID)
-				}
-				note("enqueue", err)
-				pause(r, 3*time.Millisecond)
-			}
-		})
-	}
 
 	type daemon struct {
 		c    *coordinator.Coordinator
@@ -116,13 +96,41 @@ func testChaos(t *testing.T, h *harness) {
 		}
 	}
 	daemons := make([]*daemon, 4)
-	var runs, lostRuns atomic.Int64
 	for i := range daemons {
+		// Before any goroutine starts: a failure here returns at once.
 		d := &daemon{c: h.coordinator(lossy, noWait)}
 		if d.sess = newSession(d.c); d.sess == nil {
 			return
 		}
 		daemons[i] = d
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = d.sess.Close(ctx) // the last one: the others were closed when replaced
+		})
+	}
+	for range 2 {
+		spawn(func(r *rand.Rand) {
+			for load.Err() == nil {
+				p := coordinator.EnqueueParams{Kind: "k", Queue: queue, MaxAttempts: 1 + r.IntN(3)}
+				if r.IntN(3) > 0 {
+					p.UniqueKey = fmt.Sprintf("key%d", r.IntN(6))
+				}
+				if r.IntN(5) == 0 {
+					p.Unique = &coordinator.UniqueOpts{ByState: []coordinator.State{coordinator.StateCancelled}}
+				}
+				res, err := h.c.Enqueue(load, p)
+				if err == nil {
+					ids.add(res.Job.ID)
+				}
+				note("enqueue", err)
+				pause(r, 3*time.Millisecond)
+			}
+		})
+	}
+
+	var runs, lostRuns atomic.Int64
+	for _, d := range daemons {
 		for range 2 {
 			spawn(func(r *rand.Rand) {
 				for load.Err() == nil {
