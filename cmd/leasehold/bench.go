@@ -126,6 +126,9 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 		if r.FirstTenthJobsPerSec > 0 {
 			line += fmt.Sprintf("  (first/last tenth %.0f/%.0f jobs/s)", r.FirstTenthJobsPerSec, r.LastTenthJobsPerSec)
 		}
+		if r.CPUMicrosPerJob > 0 {
+			line += fmt.Sprintf("  (CPU %.0f µs a job, %.2f cores)", r.CPUMicrosPerJob, r.CPUCores)
+		}
 		if r.EnqueueP99MS > 0 {
 			line += fmt.Sprintf("  (enqueue call p50/p99 %.2f/%.2f ms)", r.EnqueueP50MS, r.EnqueueP99MS)
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,10 @@ func TestRunSmall(t *testing.T) {
 		}
 		if r.MaxRSSMB <= 0 || r.Concurrency <= 0 || r.CPUs <= 0 || r.GoVersion == "" || r.Date == "" || !strings.Contains(r.Store, dir) {
 			t.Errorf("%s: missing fields: %+v", r.Phase, r)
+		}
+		cpu := r.Phase != bench.PhaseLatency && runtime.GOOS == "linux"
+		if cpu != (r.CPUMicrosPerJob > 0 && r.CPUCores > 0) {
+			t.Errorf("%s: CPU %v µs a job on %v cores: want both on ceiling, insert and drain only", r.Phase, r.CPUMicrosPerJob, r.CPUCores)
 		}
 		tenths := r.Phase == bench.PhaseInsert || r.Phase == bench.PhaseDrain
 		if tenths != (r.FirstTenthJobsPerSec > 0 && r.LastTenthJobsPerSec > 0) {

@@ -75,6 +75,7 @@ func (r *runner) ceiling(ctx context.Context) (Result, error) {
 	lat := make([]time.Duration, txns)
 	var next atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
+	cpu := markCPU()
 	start := time.Now()
 	for range writers {
 		g.Go(func() error {
@@ -117,6 +118,7 @@ func (r *runner) ceiling(ctx context.Context) (Result, error) {
 	elapsed := time.Since(start)
 	stop()
 	res := r.result(PhaseCeiling, n, writers, elapsed, lat)
+	cpu.fill(&res, n, elapsed)
 	res.Detail = detail
 	return res, nil
 }

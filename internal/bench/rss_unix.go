@@ -5,6 +5,7 @@ package bench
 import (
 	"runtime"
 	"syscall"
+	"time"
 )
 
 // maxRSSMB returns the peak resident set of this process in MiB.
@@ -18,4 +19,13 @@ func maxRSSMB() float64 {
 		return maxrss / (1 << 20) // bytes
 	}
 	return maxrss / (1 << 10) // KiB (Linux, the BSDs)
+}
+
+// cpuTime returns the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
