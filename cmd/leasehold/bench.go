@@ -121,7 +121,7 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 			line += fmt.Sprintf("  (%d daemons)", r.Daemons)
 		}
 		if r.CeilingRatio > 0 {
-			line += fmt.Sprintf("  (%.0f%% of the store ceiling)", 100*r.CeilingRatio)
+			line += fmt.Sprintf("  (%.1f%% of the store ceiling)", 100*r.CeilingRatio)
 		}
 		if r.FirstTenthJobsPerSec > 0 {
 			line += fmt.Sprintf("  (first/last tenth %.0f/%.0f jobs/s)", r.FirstTenthJobsPerSec, r.LastTenthJobsPerSec)
