@@ -48,7 +48,7 @@ func newJobsListCmd() *cobra.Command {
 	f.StringVar(&o.state, "state", "", "only jobs in this state: scheduled, available, running, retryable, completed, discarded or cancelled")
 	f.StringVar(&o.kind, "kind", "", "only jobs of this kind")
 	f.StringVar(&o.queue, "queue", "", "only jobs in this queue")
-	f.IntVar(&o.limit, "limit", 100, fmt.Sprintf("at most this many jobs (1 to %d)", coordinator.MaxListLimit))
+	f.IntVar(&o.limit, "limit", defaultListLimit, fmt.Sprintf("at most this many jobs (1 to %d)", coordinator.MaxListLimit))
 	f.StringVar(&o.after, "after", "", "start after this cursor (printed on stderr when there are more jobs)")
 	f.BoolVar(&o.json, "json", false, "print the jobs as a JSON array")
 	return cmd
@@ -58,6 +58,9 @@ func newJobsListCmd() *cobra.Command {
 // few of many jobs looks through at most maxListPages*ListScanMax of them
 // before it prints what it found and the cursor to go on from.
 const maxListPages = 100
+
+// defaultListLimit is --limit's default.
+const defaultListLimit = 100
 
 // maxListBytes bounds the jobs one jobs list holds (their JSON) when
 // large jobs fill pages before the limit.
@@ -151,7 +154,7 @@ func (o *listOpts) nextPage(next string) string {
 			fmt.Fprintf(&b, "%s %s ", f.flag, f.v)
 		}
 	}
-	if o.limit != 100 {
+	if o.limit != defaultListLimit {
 		fmt.Fprintf(&b, "--limit %d ", o.limit)
 	}
 	fmt.Fprintf(&b, "--after %s", next)
