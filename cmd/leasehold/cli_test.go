@@ -263,6 +263,8 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"unknown state", nil, []string{"jobs", "list", "--state", "done"}, `unknown state "done"`},
 		{"bad limit", nil, []string{"jobs", "list", "--limit", "0"}, "--limit 0"},
 		{"jobs unknown command", nil, []string{"jobs", "frob"}, `unknown command "frob"`},
+		{"jobs unknown command with a subcommand's flag", nil, []string{"jobs", "lsit", "--server", srv, "--limit", "5"}, `unknown command "lsit": use list, get`},
+		{"jobs with only a subcommand's flag", nil, []string{"jobs", "--limit", "5", "--server", srv}, "missing command: use list, get"},
 		{"bad server URL", nil, []string{"workers", "list", "--server", "ftp://x"}, "--server"},
 		{"server URL with /v1", nil, []string{"workers", "list", "--server", "http://127.0.0.1:7420/v1/"}, `--server "http://127.0.0.1:7420/v1/" ends in /v1: pass the daemon's base URL, e.g. http://127.0.0.1:7420`},
 		{"id with a first character over 7", nil, []string{"jobs", "get", "8ZZZZZZZZZZZZZZZZZZZZZZZZZ"}, "the first 0 to 7"},

@@ -447,11 +447,14 @@ func isTerminal(w io.Writer) bool {
 
 // groupCmd is a command that only holds subcommands; run alone or with an
 // unknown word it says which subcommands exist (verbs: "list, get or ...").
+// Flags meant for a subcommand are let through, so that "jobs lsit
+// --server URL" says which word is wrong, not that jobs has no --server.
 func groupCmd(use, short, verbs string) *cobra.Command {
 	return &cobra.Command{
-		Use:   use,
-		Short: short,
-		Args:  cobra.ArbitraryArgs,
+		Use:                use,
+		Short:              short,
+		Args:               cobra.ArbitraryArgs,
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
 		RunE: action(func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unknown command %q: use %s", args[0], verbs)
