@@ -10,8 +10,8 @@ import (
 
 // maxRSSMB returns the peak resident set of this process in MiB.
 func maxRSSMB() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	ru, ok := rusage()
+	if !ok {
 		return 0
 	}
 	maxrss := float64(ru.Maxrss)
@@ -23,9 +23,15 @@ func maxRSSMB() float64 {
 
 // cpuTime returns the CPU time this process has used, user and system.
 func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	ru, ok := rusage()
+	if !ok {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// rusage returns this process's resource usage.
+func rusage() (syscall.Rusage, bool) {
+	var ru syscall.Rusage
+	return ru, syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil
 }
