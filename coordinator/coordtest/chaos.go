@@ -620,6 +620,3 @@ func setIf(m map[string]bool, k string, on bool) {
 		delete(m, k)
 	}
 }
-
-// keysRoot is the prefix of h's namespace.
-func (h *harness) keysRoot() string { return "/leasehold/" + h.ns + "/" }

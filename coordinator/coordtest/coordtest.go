@@ -114,6 +114,9 @@ func (h *harness) coordinator(store kv.Store, cfg coordinator.Config) *coordinat
 	return c
 }
 
+// keysRoot is the prefix of h's namespace's keys.
+func (h *harness) keysRoot() string { return "/leasehold/" + h.ns + "/" }
+
 func (h *harness) ctx() context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	h.t.Cleanup(cancel)

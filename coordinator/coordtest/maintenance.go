@@ -254,7 +254,7 @@ func testUniqueKeyNotUTF8(t *testing.T, h *harness) {
 // re-reading and re-logging what it left).
 func testMaintenanceWaitsPastLeftEntries(t *testing.T, h *harness) {
 	clk, c := h.clockedAt(h.clock.Now()) // its own clock: no other timers
-	root := "/leasehold/" + h.ns + "/"
+	root := h.keysRoot()
 	id := "01ZZZZZZZZZZZZZZZZZZZZZZZZ"
 	due := clk.Now().Add(-time.Hour).UnixNano()
 	if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{
@@ -389,7 +389,7 @@ func (w relayWatch) passRest() {
 // keeps its leadership when the leader key of another election whose name
 // it prefixes ("maint-eu") is deleted: the store's watches are by prefix.
 func testElectionIgnoresOtherKeys(t *testing.T, h *harness) {
-	root := "/leasehold/" + h.ns + "/"
+	root := h.keysRoot()
 	relay := &relayStore{Store: h.store, prefix: root + "e/maint", watches: make(chan relayWatch, 16)}
 	c := h.coordinator(relay, coordinator.Config{})
 	s := h.session(c)

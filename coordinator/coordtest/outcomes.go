@@ -132,7 +132,7 @@ func testReaperSeesDeathDuringPass(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	victim := h.session(h.c)
 	h.claimOne(victim)
-	ds := &deathStore{Store: h.store, workers: "/leasehold/" + h.ns + "/w/"}
+	ds := &deathStore{Store: h.store, workers: h.keysRoot() + "w/"}
 	ds.revoke = func() {
 		if err := h.store.Revoke(h.ctx(), victim.Lease()); err != nil {
 			t.Errorf("revoke: %v", err)
@@ -504,7 +504,7 @@ func testRunningByQueue(t *testing.T, h *harness) {
 	}
 	h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "c"}) // available, not running
 	// As a daemon of before 2026-12 wrote it.
-	key := "/leasehold/" + h.ns + "/r/" + old
+	key := h.keysRoot() + "r/" + old
 	if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Put(key, []byte(s.WorkerID()), 0)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -523,7 +523,7 @@ func testRunningByQueue(t *testing.T, h *harness) {
 func testPromotionPassesOverUnreadable(t *testing.T, h *harness) {
 	const bad = 1001 // more than one read of due entries (1000)
 	due := h.clock.Now().Add(-time.Hour).UnixNano()
-	root := "/leasehold/" + h.ns + "/"
+	root := h.keysRoot()
 	var ops []kv.Op
 	for i := range bad {
 		id := fmt.Sprintf("01ZZZZZZZZZZZZZZZZZZ%06d", i)

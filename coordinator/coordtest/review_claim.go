@@ -1078,7 +1078,7 @@ func (s *splitGetStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error)
 // are of two runs: the lost claim must not adopt the job.
 func testLostClaimSplitReadAdoptsNothing(t *testing.T, h *harness) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
-	sp := &splitGetStore{Store: h.store, key: "/leasehold/" + h.ns + "/o/" + j.ID}
+	sp := &splitGetStore{Store: h.store, key: h.keysRoot() + "o/" + j.ID}
 	a := newStaleLostClaim(t, h, sp, j)
 	first := a.first
 	// Daemon B, whose claims' times follow the same steps as A's.

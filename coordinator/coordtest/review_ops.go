@@ -128,7 +128,7 @@ func testCountsMissNoMovingJob(t *testing.T, h *harness) {
 	r := h.claimOne(h.session(h.c))
 	// The attempt fails once the retryable jobs have been counted, before
 	// the running ones are.
-	hs := &hookRangeStore{Store: h.store, start: "/leasehold/" + h.ns + "/r/"}
+	hs := &hookRangeStore{Store: h.store, start: h.keysRoot() + "r/"}
 	hs.hook = func() {
 		if err := r.Fail(h.ctx(), errors.New("boom"), coordinator.FailOpts{}); err != nil {
 			t.Errorf("Fail: %v", err)

@@ -42,7 +42,7 @@ const watchLoopInterval = time.Hour
 
 func watchLoops() []watchLoop {
 	const election = "wl"
-	electionKey := func(h *harness) string { return "/leasehold/" + h.ns + "/e/" + election }
+	electionKey := func(h *harness) string { return h.keysRoot() + "e/" + election }
 	// A key of another election that election "wl" prefixes: its watch
 	// sees it.
 	pokeElection := func(t *testing.T, h *harness) {
@@ -71,7 +71,7 @@ func watchLoops() []watchLoop {
 			return err
 		}, poke: func(t *testing.T, h *harness) {
 			// The record written again as it is: an event, not final.
-			key := "/leasehold/" + h.ns + "/j/" + waited.Load().(string)
+			key := h.keysRoot() + "j/" + waited.Load().(string)
 			rr, err := h.store.Range(h.ctx(), kv.RangeRequest{Start: key})
 			if err != nil || len(rr.KVs) != 1 {
 				t.Fatalf("read %s: %v", key, err)
@@ -342,7 +342,7 @@ func startWatchLoop(t *testing.T, h *harness, loop watchLoop, withErr bool) (*en
 	clock := &loopClock{Clock: NewClock(h.clock.Now()), log: log}
 	store := &endingStore{Store: h.store, log: log, withErr: withErr, cut: make(chan struct{})}
 	if loop.busy {
-		store.busy = "/leasehold/" + h.ns + "/busy"
+		store.busy = h.keysRoot() + "busy"
 	}
 	c, err := coordinator.New(store, coordinator.Config{Namespace: h.ns, Clock: clock, Logger: slog.New(log)})
 	if err != nil {
@@ -494,7 +494,7 @@ func testCandidatePausesStartOver(t *testing.T, h *harness) {
 			loop = l
 		}
 	}
-	key := "/leasehold/" + h.ns + "/e/wl"
+	key := h.keysRoot() + "e/wl"
 	put := func() {
 		if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Put(key, []byte("other"), 0)}}); err != nil {
 			t.Fatal(err)
