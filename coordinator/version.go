@@ -131,9 +131,17 @@ func (c *Coordinator) RaiseClusterVersion(ctx context.Context, v int) error {
 	if len(behind) > 0 {
 		return fmt.Errorf("%w: daemon %s cannot run at cluster version %d: upgrade it (or stop it) first", ErrClusterVersion, strings.Join(behind, ", "), v)
 	}
+	// Every version's key up to v, not v's alone: a build's gate looks
+	// for the key just above its own version, so a raise from 1 to 3
+	// that wrote only 3's would let a build that runs at 1 register (one
+	// whose session was lost while the raise read the registrations).
+	var puts []kv.Op
+	for k := 2; k <= v; k++ {
+		puts = append(puts, kv.Put(c.keys.clusterVersion(k), nil, 0))
+	}
 	res, err := c.store.Txn(ctx, kv.Txn{
 		If:   []kv.Cmp{kv.ModRevisionIs(c.keys.registrations(), kv.Equal, changed)},
-		Then: []kv.Op{kv.Put(c.keys.clusterVersion(v), nil, 0)},
+		Then: puts,
 	})
 	if err != nil {
 		return fmt.Errorf("coordinator: raise the cluster version to %d: %w", v, err)

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"testing"
 	"time"
@@ -146,6 +147,33 @@ func TestClusterVersionRaiseLosesToARegistration(t *testing.T) {
 		}
 		if err := next.RaiseClusterVersion(ctx, 2); !errors.Is(err, ErrClusterVersion) {
 			t.Fatalf("raise again: %v, want ErrClusterVersion (the late daemon runs at 1)", err)
+		}
+	})
+}
+
+// TestClusterVersionRaiseSkippingAVersionRefusesOldBuilds: a raise from 1
+// straight to 3 (by a build that runs at 3) refuses a daemon of a build
+// that runs at 1 and was not registered at the time (its session lost,
+// say): each build's gate looks for the key just above its own version,
+// and a raise that wrote only 3's let it register (found in review).
+func TestClusterVersionRaiseSkippingAVersionRefusesOldBuilds(t *testing.T) {
+	versionStores(t, func(t *testing.T, store kv.Store) {
+		ctx := context.Background()
+		old, mid, newest := versioned(t, store, 1), versioned(t, store, 2), versioned(t, store, 3)
+		if err := newest.RaiseClusterVersion(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+		if v, _ := old.ClusterVersionOf(ctx); v != 3 {
+			t.Fatalf("namespace at %d, want 3", v)
+		}
+		for _, c := range []*Coordinator{old, mid} {
+			s, err := versionSession(t, c, fmt.Sprintf("at-%d", c.maxVersion()))
+			if !errors.Is(err, ErrClusterVersion) {
+				t.Fatalf("a build that runs at %d registered in a namespace at 3 (session %v, err %v)", c.maxVersion(), s != nil, err)
+			}
+		}
+		if _, err := versionSession(t, newest, "at-3"); err != nil {
+			t.Fatalf("a build that runs at 3: %v", err)
 		}
 	})
 }
