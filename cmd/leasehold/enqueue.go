@@ -75,6 +75,9 @@ on stderr.`,
 	f.StringVar(&o.uniqueKey, "unique-key", "", "do not enqueue if a live job has this key")
 	f.BoolVar(&o.json, "json", false, "print the jobs as one JSON array")
 	addUniqueFlags(cmd, &o.uniq)
+	nonEmpty(cmd, "queue", fmt.Sprintf("leave it out for the %q queue, or name one", coordinator.DefaultQueue))
+	nonEmpty(cmd, "at", "leave it out to run the job now, or give a time such as 2030-01-02T15:04:05Z")
+	nonEmpty(cmd, "unique-key", "leave it out for a job without a key, or give the key")
 	return cmd
 }
 
@@ -111,9 +114,6 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (apiserve
 			return req, usagef("%s", jsontext.LoneSurrogateError("payload", at))
 		}
 		req.Payload = json.RawMessage(raw)
-	}
-	if o.queue == "" {
-		return req, usagef("%s is empty: leave it out for the %q queue, or name one", flagLabel(cmd, "queue"), coordinator.DefaultQueue)
 	}
 	if err := coordinator.ValidateQueue(o.queue); err != nil {
 		return req, usagef("%s", envLabeled(cmd, "queue", apiserver.CleanCoordError(err)))

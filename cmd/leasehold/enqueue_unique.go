@@ -27,6 +27,8 @@ func addUniqueFlags(cmd *cobra.Command, u *uniqueFlags) {
 	f.DurationVar(&u.period, "unique-period", 0, "unique within a period, e.g. 1h: one job per kind (and payload, queue) per hour")
 	f.StringSliceVar(&u.states, "unique-states", nil, "finished states in which an existing job still counts as a duplicate: completed, discarded, cancelled (unfinished jobs always count)")
 	f.StringVar(&u.metadata, "metadata", "", "JSON stored with the job for middleware (trace ids, tenants)")
+	nonEmpty(cmd, "unique-states", "leave it out to count only unfinished jobs as duplicates, or name finished states: completed, discarded, cancelled")
+	nonEmpty(cmd, "metadata", `leave it out for none, or give a JSON object such as '{"tenant":"acme"}'`)
 }
 
 // apply validates the flags and sets them on req.

@@ -51,6 +51,10 @@ func newJobsListCmd() *cobra.Command {
 	f.IntVar(&o.limit, "limit", defaultListLimit, fmt.Sprintf("at most this many jobs (1 to %d)", coordinator.MaxListLimit))
 	f.StringVar(&o.after, "after", "", "start after this cursor (printed on stderr when there are more jobs)")
 	f.BoolVar(&o.json, "json", false, "print the jobs as a JSON array")
+	nonEmpty(cmd, "state", "leave it out for jobs in every state, or name one")
+	nonEmpty(cmd, "kind", "leave it out for jobs of every kind, or name one")
+	nonEmpty(cmd, "queue", "leave it out for jobs in every queue, or name one")
+	nonEmpty(cmd, "after", "leave it out to start at the oldest job, or give the cursor that a page printed")
 	return cmd
 }
 

@@ -110,6 +110,9 @@ func addCancelManyFlags(cmd *cobra.Command, o *cancelManyOpts) {
 	f.StringVar(&o.kind, "kind", "", "cancel every unfinished job of this kind")
 	f.StringVar(&o.queue, "queue", "", "cancel every unfinished job in this queue")
 	f.BoolVar(&o.all, "all", false, "cancel every unfinished job")
+	for _, name := range []string{"state", "kind", "queue"} {
+		nonEmpty(cmd, name, "name one, or leave the flag out (an empty filter would match every job)")
+	}
 }
 
 func (o *cancelManyOpts) set() bool { return o.state != "" || o.kind != "" || o.queue != "" || o.all }

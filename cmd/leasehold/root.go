@@ -59,6 +59,9 @@ of 'jobs cancel' come from the command line only.) Exit codes: 0 success,
 			if err := checkEmptyToken(cmd); err != nil {
 				return err
 			}
+			if err := checkNonEmpty(cmd); err != nil {
+				return err
+			}
 			if err := checkStore(cmd); err != nil {
 				return err
 			}
@@ -279,12 +282,43 @@ func jobEnv(name string) bool {
 
 // envAnnotation marks a flag set from its environment variable;
 // configAnnotation one set from the config file (config.go);
-// noEnvAnnotation one that its variable does not set (noEnv).
+// noEnvAnnotation one that its variable does not set (noEnv);
+// nonEmptyAnnotation one that may not be given empty (nonEmpty).
 const (
-	envAnnotation    = "leasehold-from-env"
-	configAnnotation = "leasehold-from-config"
-	noEnvAnnotation  = "leasehold-no-env"
+	envAnnotation      = "leasehold-from-env"
+	configAnnotation   = "leasehold-from-config"
+	noEnvAnnotation    = "leasehold-no-env"
+	nonEmptyAnnotation = "leasehold-non-empty"
 )
+
+// nonEmpty makes flag name of cmd one that may not be given an empty
+// value, which would otherwise read as the flag left out: a filter that
+// matches everything, a job that runs now, a job without its unique key
+// (a script's unset variable, --kind "$KIND"). hint says what to do, after
+// "--name is empty: ". An empty environment variable is unset, as for
+// every flag.
+func nonEmpty(cmd *cobra.Command, name, hint string) {
+	_ = cmd.Flags().SetAnnotation(name, nonEmptyAnnotation, []string{hint})
+}
+
+// checkNonEmpty refuses a nonEmpty flag given empty.
+func checkNonEmpty(cmd *cobra.Command) error {
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		hint := f.Annotations[nonEmptyAnnotation]
+		if err != nil || !f.Changed || len(hint) == 0 {
+			return
+		}
+		empty := strings.TrimSpace(f.Value.String()) == ""
+		if sv, ok := f.Value.(pflag.SliceValue); ok {
+			empty = len(sv.GetSlice()) == 0
+		}
+		if empty {
+			err = withCommand(cmdName(cmd), usagef("%s is empty: %s", flagLabel(cmd, f.Name), hint[0]))
+		}
+	})
+	return err
+}
 
 // noEnv makes flag name of cmd one that no environment variable sets: the
 // --data of bench and etcd, whose LEASEHOLD_DATA, exported for the daemon,

@@ -598,20 +598,26 @@ func jsonFields(v any) string {
 	return strings.Join(names, ", ")
 }
 
-// jsonNames yields the JSON name and type of each field of struct t that
-// encoding/json decodes, in order.
-func jsonNames(t reflect.Type) iter.Seq2[string, reflect.Type] {
-	return func(yield func(string, reflect.Type) bool) {
+// jsonNames yields the JSON name and the field of each field of struct t
+// that encoding/json decodes, in order.
+func jsonNames(t reflect.Type) iter.Seq2[string, reflect.StructField] {
+	return func(yield func(string, reflect.StructField) bool) {
 		for f := range t.Fields() {
 			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
 			if !f.IsExported() || name == "-" {
 				continue
 			}
-			if !yield(cmp.Or(name, f.Name), f.Type) {
+			if !yield(cmp.Or(name, f.Name), f) {
 				return
 			}
 		}
 	}
+}
+
+// optional reports a field that a request may leave out (omitempty).
+func optional(f reflect.StructField) bool {
+	_, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return slices.Contains(strings.Split(opts, ","), "omitempty")
 }
 
 // jobLimit bounds the JSON of one create request: room for the largest
@@ -670,8 +676,8 @@ func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) er
 	}
 	// The field names first (of a body that parses): an unknown field in
 	// a nested object is then named with that object's fields.
-	var nested *nestedFieldError
-	if err := exactFields(body, reflect.TypeOf(v), ""); errors.As(err, &nested) {
+	var whole *wholeFieldError
+	if err := exactFields(body, reflect.TypeOf(v), ""); errors.As(err, &whole) {
 		return badRequest("%s", err)
 	} else if err != nil {
 		return badRequest("%s: %s", err, spec.fields)
@@ -687,11 +693,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, spec bodySpec, v any) er
 	return nil
 }
 
-// nestedFieldError is an unknown field of a nested object; it names that
-// object's fields.
-type nestedFieldError struct{ msg string }
+// wholeFieldError is an error of exactFields whose message needs no list
+// of the body's fields after it: an unknown field of a nested object
+// (it names that object's fields), an empty field.
+type wholeFieldError struct{ msg string }
 
-func (e *nestedFieldError) Error() string { return e.msg }
+func (e *wholeFieldError) Error() string { return e.msg }
 
 // exactFields refuses a key of the JSON object data that is not exactly
 // the name of a field of t (nor of its nested objects): encoding/json
@@ -713,7 +720,7 @@ func exactFields(data []byte, t reflect.Type, where string) error {
 		}
 		fields := maps.Collect(jsonNames(t))
 		for _, k := range SortedKeys(obj) {
-			ft, ok := fields[k]
+			f, ok := fields[k]
 			if !ok {
 				for name := range fields {
 					if strings.EqualFold(name, k) {
@@ -722,11 +729,17 @@ func exactFields(data []byte, t reflect.Type, where string) error {
 				}
 				if where != "" {
 					names := SortedKeys(fields)
-					return &nestedFieldError{fmt.Sprintf("unknown field %q: the fields of %s are %s", where+k, strings.TrimSuffix(where, "."), strings.Join(names, ", "))}
+					return &wholeFieldError{fmt.Sprintf("unknown field %q: the fields of %s are %s", where+k, strings.TrimSuffix(where, "."), strings.Join(names, ", "))}
 				}
 				return fmt.Errorf("unknown field %q", where+k)
 			}
-			if err := exactFields(obj[k], ft, where+k+"."); err != nil {
+			if f.Type.Kind() == reflect.String && optional(f) && string(bytes.TrimSpace(obj[k])) == `""` {
+				// Read as left out, it would quietly mean the default:
+				// a filter that matches everything, a job without its
+				// unique key, a job that runs now.
+				return &wholeFieldError{fmt.Sprintf("field %q is empty: leave it out, or give a value", where+k)}
+			}
+			if err := exactFields(obj[k], f.Type, where+k+"."); err != nil {
 				return err
 			}
 		}
@@ -1036,7 +1049,7 @@ func checkQuery(r *http.Request, allowed ...string) error {
 			return badRequest("query parameter %q is given %d times: give it once", TruncateString(k, 40), n)
 		}
 	}
-	for k := range q {
+	for _, k := range SortedKeys(q) {
 		ok := false
 		for _, a := range allowed {
 			ok = ok || k == a
@@ -1046,6 +1059,10 @@ func checkQuery(r *http.Request, allowed ...string) error {
 				return badRequest("unknown query parameter %q: this endpoint takes none", k)
 			}
 			return badRequest("unknown query parameter %q: use %s", k, strings.Join(allowed, ", "))
+		}
+		if q.Get(k) == "" {
+			// Read as left out, an empty filter would match everything.
+			return badRequest("query parameter %q is empty: leave it out, or give a value", k)
 		}
 	}
 	return nil
