@@ -33,9 +33,9 @@
 //     holding the directory lock proves that the process that held those
 //     leases is gone ([Store.RecoveredLeasedKeys] says how many). This is
 //     how embedded mode re-queues every job left running by a crash, at
-//     once: with their ownership keys gone, one coordinator.Reap(ctx, nil,
-//     nil) after opening re-queues them all (the daemon makes that call at
-//     start; a program that embeds leasehold makes it itself). Lease ids
+//     once: with their ownership keys gone, worker.Worker's Start
+//     re-queues them all (one coordinator.Reap(ctx, nil, nil) call, which
+//     a program that runs no worker can make itself). Lease ids
 //     come from a persisted counter and are never reused.
 //   - Backups keep revisions growing. [Store.Backup] writes a consistent,
 //     durable copy while the store serves; [Open] refuses it (and a

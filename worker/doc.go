@@ -47,7 +47,7 @@
 // suffices); in shared mode the jobs of a daemon whose lease expired are
 // re-queued only by a worker with Config.Reap. In embedded mode leases do
 // not expire while the process lives: what a crashed process left running
-// is re-queued by one coordinator.Reap call after opening the store.
+// is re-queued by Start.
 // Start's ctx bounds only the start; Stop stops the worker, with a ctx
 // whose deadline bounds the drain, and goes before closing the store:
 //
@@ -56,9 +56,6 @@
 //	defer store.Close() // runs after w.Stop below
 //	c, err := coordinator.New(store, coordinator.Config{})
 //	...
-//	if _, err := c.Reap(ctx, nil, nil); err != nil { // embedded mode only
-//		...
-//	}
 //	w, err := worker.New(c, worker.Config{Maintain: true})
 //	...
 //	w.Handle("resize", resize)

@@ -71,9 +71,8 @@ type Config struct {
 	// re-queued only by a worker with Reap; with none on the store they
 	// stay running for ever. The daemon sets it in shared mode. In
 	// embedded mode leases do not expire while the process lives, and
-	// the jobs a crashed process left running are re-queued by one
-	// coordinator.Reap(ctx, nil, nil) call after opening the store and
-	// before starting workers, as the daemon does. Default: false.
+	// Start re-queues the jobs a crashed process left running, whatever
+	// Reap says. Default: false.
 	Reap bool
 	// ReapInterval is the reaper's periodic scan. Default: 10s.
 	ReapInterval time.Duration
@@ -374,6 +373,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.wrapHandlers(); err != nil {
 		return fmt.Errorf("worker: start: %w", err)
 	}
+	if err := w.requeueLeftRunning(ctx); err != nil {
+		return fmt.Errorf("worker: start: %w", err)
+	}
 	// ctx bounds the start only: the session must outlive it.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopBound := context.AfterFunc(ctx, scancel)
@@ -421,6 +423,28 @@ func (w *Worker) Start(ctx context.Context) error {
 		// stay scheduled or retryable and nothing saying why.
 		w.log.Info("worker does not maintain (Config.Maintain is false): scheduled, retryable and snoozed jobs become available only while another worker on the store maintains")
 	}
+	return nil
+}
+
+// requeueLeftRunning re-queues, on a store whose leases do not expire
+// (embedded mode), the jobs left running by a process that is gone: the
+// store deleted their ownership keys at its open (the directory lock
+// proves that process gone), and nothing else would ever re-queue them.
+// Jobs of this process's live workers keep their ownership keys and are
+// not touched. It checks the cluster version first, so that a build too
+// old for the namespace writes nothing.
+func (w *Worker) requeueLeftRunning(ctx context.Context) error {
+	if w.c.Store().Limits().LeasesExpire {
+		return nil // shared mode: reapers (Config.Reap) take them
+	}
+	if err := w.c.CheckClusterVersion(ctx); err != nil {
+		return err
+	}
+	n, err := w.c.Reap(ctx, nil, nil)
+	if err != nil {
+		return fmt.Errorf("re-queue the jobs left running: %w", err)
+	}
+	w.log.Info("re-queued the jobs left running", slog.Int("jobs", n))
 	return nil
 }
 

@@ -102,7 +102,7 @@ func TestBackupRestoreEndToEnd(t *testing.T) {
 
 	// The held job's kind now ends at once, so that its second run ends.
 	d2 := startDaemon(t, restored, "--exec", "sleep=cat >/dev/null")
-	if !strings.Contains(d2.log.String(), `"msg":"re-queued the jobs left running","jobs":1`) {
+	if d2.log.requeued() != 1 {
 		t.Errorf("the restored daemon did not re-queue the job running at the backup:\n%s", d2.log)
 	}
 	jobs := listAll(t, d2.server)

@@ -148,6 +148,21 @@ func (l *logWatcher) String() string {
 	return l.buf.String()
 }
 
+// requeued returns the "jobs" field of the daemon's line saying how many
+// jobs left running it re-queued at start, or -1 if it has none.
+func (l *logWatcher) requeued() int {
+	for line := range strings.Lines(l.String()) {
+		var rec struct {
+			Msg  string `json:"msg"`
+			Jobs int    `json:"jobs"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "re-queued the jobs left running" {
+			return rec.Jobs
+		}
+	}
+	return -1
+}
+
 func startDaemon(t *testing.T, dir string, args ...string) *daemonProc {
 	t.Helper()
 	return startDaemonStdin(t, dir, nil, args...)
@@ -520,7 +535,7 @@ func TestCLIRecoveryAndGracefulStop(t *testing.T) {
 	a.stop(t, syscall.SIGKILL)
 
 	b := startDaemon(t, dir, "--shutdown-timeout", "100ms")
-	if !strings.Contains(b.log.String(), `"msg":"re-queued the jobs left running","jobs":1`) {
+	if b.log.requeued() != 1 {
 		t.Errorf("restart did not re-queue the job:\n%s", b.log)
 	}
 	okCLI(t, "jobs", "wait", id, "--timeout", "20s", "--server", b.server)

@@ -305,21 +305,6 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		}
 		return failf("%v", apiserver.CleanCoordError(err))
 	}
-	if !shared {
-		// The directory lock proves that whoever ran the jobs left
-		// running is gone: re-queue them all now, in one batch.
-		n, err := coord.Reap(ctx, nil, nil)
-		if err != nil {
-			if ctx.Err() != nil {
-				// A signal cut the re-queueing short; the next start
-				// re-queues what is left.
-				log.Info("stopped: signal received while re-queueing the jobs left running")
-				return nil
-			}
-			return failf("re-queueing the jobs left running: %v", apiserver.CleanCoordError(err))
-		}
-		log.Info("re-queued the jobs left running", slog.Int("jobs", n))
-	}
 
 	workerID := coordinator.NewWorkerID()
 	var onOutcome func(worker.Outcome)
