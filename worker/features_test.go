@@ -103,6 +103,13 @@ func TestKindOptions(t *testing.T) {
 	if j.State != coordinator.StateDiscarded || j.Attempt != 2 || j.MaxAttempts != 2 || attempts.Load() != 2 {
 		t.Fatalf("flaky: %s after %d attempts (max %d, ran %d)", j.State, j.Attempt, j.MaxAttempts, attempts.Load())
 	}
+	// A job's own max attempts win over the kind's: one enqueued to run
+	// once was retried up to the kind's 2.
+	attempts.Store(0)
+	id = e.enqueue(coordinator.EnqueueParams{Kind: "flaky", Queue: "kinds", MaxAttempts: 1})
+	if j = e.wait(id); j.State != coordinator.StateDiscarded || j.Attempt != 1 || j.MaxAttempts != 1 || attempts.Load() != 1 {
+		t.Fatalf("flaky with max attempts 1: %s after %d attempts (max %d, ran %d)", j.State, j.Attempt, j.MaxAttempts, attempts.Load())
+	}
 	start := time.Now()
 	id = e.enqueue(coordinator.EnqueueParams{Kind: "slow", Queue: "kinds"})
 	j = e.wait(id)

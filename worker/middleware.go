@@ -18,9 +18,14 @@ type Middleware func(next Handler) Handler
 
 // KindOptions are per-kind settings of a worker (HandleWith).
 type KindOptions struct {
-	// MaxAttempts, if positive, replaces the max attempts of jobs of the
-	// kind: the handler's owner knows best what it can survive. It is
-	// applied (and written to the job) when an attempt fails.
+	// MaxAttempts, if positive, replaces the default max attempts
+	// (coordinator.DefaultMaxAttempts) of jobs of the kind: the handler's
+	// owner knows best what it can survive. A job enqueued with max
+	// attempts of its own keeps them, as a job's own Timeout wins over
+	// the kind's: a job enqueued to run once (MaxAttempts 1) is not
+	// retried. It is applied (and written to the job) when an attempt
+	// fails. Since the default is not told apart from the same number
+	// given, a job enqueued with MaxAttempts 25 takes the kind's too.
 	MaxAttempts int
 	// Timeout bounds each attempt of a job of the kind that sets no
 	// timeout of its own (before Config.DefaultTimeout).
@@ -124,11 +129,13 @@ func (w *Worker) timeoutOf(j *coordinator.Job) time.Duration {
 }
 
 // failOpts returns the options of a failed attempt of j: its kind's max
-// attempts and, unless the handler chose a retry time, its kind's retry
-// policy.
+// attempts, if j has the default ones, and, unless the handler chose a
+// retry time, its kind's retry policy.
 func (w *Worker) failOpts(j *coordinator.Job, o coordinator.FailOpts) coordinator.FailOpts {
 	ko := w.kindOpts[j.Kind]
-	o.MaxAttempts = ko.MaxAttempts
+	if j.MaxAttempts == coordinator.DefaultMaxAttempts {
+		o.MaxAttempts = ko.MaxAttempts
+	}
 	if o.RetryAt.IsZero() && ko.RetryPolicy != nil {
 		o.RetryAt = w.c.Clock().Now().Add(ko.RetryPolicy(j.Attempt, j))
 	}
