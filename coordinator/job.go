@@ -100,9 +100,15 @@ type Job struct {
 // Timeout returns the per-attempt timeout, zero if unset.
 func (j *Job) Timeout() time.Duration { return time.Duration(j.TimeoutMS) * time.Millisecond }
 
-// IdempotencyKey is stable across retries of the same attempt number and
-// distinct between attempts: job id and attempt. Handlers use it to make
-// side effects replay-safe.
+// IdempotencyKey is the job id and the attempt number: the same for every
+// run of one attempt (a run lost with its daemon runs again under the same
+// attempt), different for the attempt after a failure. Handlers use it to
+// make side effects replay-safe against a downstream service that
+// remembers each key's answer, failures included, so that a retry after a
+// failure is not answered with the failure remembered. A side effect that
+// must happen at most once over all attempts (a charge that may have gone
+// through before its attempt failed or timed out) is keyed on the job's
+// ID instead, the same for every attempt.
 func (j *Job) IdempotencyKey() string { return fmt.Sprintf("%s-%d", j.ID, j.Attempt) }
 
 // MaxScheduledAt is the latest time a job can be scheduled for: the store

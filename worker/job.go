@@ -27,6 +27,7 @@ type Job struct {
 	run    *coordinator.Run
 	mu     sync.Mutex
 	result json.RawMessage
+	ended  bool // the run's outcome is being recorded: SetResult is too late
 }
 
 // Checkpoint records v (marshalled to JSON) under the run's fence. A later
@@ -34,6 +35,18 @@ type Job struct {
 // with LastCheckpoint, or raw as j.Job.Checkpoint (this method hides that
 // field). An error wrapping fence.ErrLeaseLost means the run is over:
 // return.
+//
+// The write is bounded by ctx, so it fails once the handler's context is
+// done (Stop's drain deadline, a cancel, the attempt's timeout), which is
+// when a long handler most wants its progress kept: give it a context of
+// its own then, such as
+//
+//	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+//	err := j.Checkpoint(cctx, progress)
+//	cancel()
+//
+// The fence still applies: a run that is over is refused, whatever the
+// context.
 func (j *Job) Checkpoint(ctx context.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -64,16 +77,28 @@ func (j *Job) LastCheckpoint(v any) (ok bool, err error) {
 }
 
 // SetResult sets what is recorded as the job's result when the handler
-// returns nil.
+// returns nil. Called once the handler returned (from a goroutine it left
+// behind, or after it was abandoned), it records nothing and returns an
+// error wrapping fence.ErrLeaseLost: the run is over.
 func (j *Job) SetResult(v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("worker: marshal result of job %s: %w", j.ID, err)
 	}
 	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.ended {
+		return fmt.Errorf("%w: worker: result of job %s set after its run ended: set it before the handler returns", fence.ErrLeaseLost, j.ID)
+	}
 	j.result = b
-	j.mu.Unlock()
 	return nil
+}
+
+// end marks the run's outcome as being recorded.
+func (j *Job) end() {
+	j.mu.Lock()
+	j.ended = true
+	j.mu.Unlock()
 }
 
 // Fence returns the run's fencing token, the same as j.Token, for

@@ -125,6 +125,28 @@ func TestCompletesWithResultAndCheckpoint(t *testing.T) {
 	}
 }
 
+// TestSetResultAfterTheRunEndedIsRefused: a result set once the handler
+// returned (by a goroutine it left behind) is not recorded, and SetResult
+// says so with fence.ErrLeaseLost, as Checkpoint does; it returned nil
+// and the result was silently lost.
+func TestSetResultAfterTheRunEndedIsRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	kept := make(chan *worker.Job, 1)
+	e.worker(worker.Config{}, map[string]worker.Handler{
+		"k": func(ctx context.Context, j *worker.Job) error {
+			kept <- j
+			return j.SetResult("in time")
+		},
+	})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if j := e.wait(id); j.State != coordinator.StateCompleted || string(j.Result) != `"in time"` {
+		t.Fatalf("job = %s result %s", j.State, j.Result)
+	}
+	if err := (<-kept).SetResult("late"); !errors.Is(err, fence.ErrLeaseLost) {
+		t.Fatalf("SetResult after the run ended: %v, want fence.ErrLeaseLost", err)
+	}
+}
+
 func TestPanicBecomesAttemptErrorWithStack(t *testing.T) {
 	e := newEnv(t, nil)
 	e.worker(worker.Config{}, map[string]worker.Handler{
