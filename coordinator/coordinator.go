@@ -97,6 +97,9 @@ type Coordinator struct {
 
 // New returns a coordinator on store. It validates cfg.
 func New(store kv.Store, cfg Config) (*Coordinator, error) {
+	if store == nil {
+		return nil, fmt.Errorf("%w: no store: pass a localstore.Store or an etcdkv store", ErrInvalid)
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = RealClock
 	}

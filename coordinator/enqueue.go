@@ -95,7 +95,7 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("coordinator: enqueue %d jobs: %w", len(jobs), err)
+		return nil, fmt.Errorf("coordinator: enqueue %s: %w", jobCount(len(jobs)), err)
 	}
 
 	out := make([]EnqueueResult, 0, len(jobs))
@@ -139,7 +139,7 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		}
 		rs, _, err := c.runUnits(ctx, retry)
 		if err != nil {
-			return nil, fmt.Errorf("coordinator: enqueue %d jobs: %w", len(again), err)
+			return nil, fmt.Errorf("coordinator: enqueue %s: %w", jobCount(len(again)), err)
 		}
 		for k, r := range rs {
 			i := again[k]
@@ -208,4 +208,12 @@ func (c *Coordinator) buildJob(ctx context.Context, p *EnqueueParams, now time.T
 		j.ScheduledAt = p.ScheduledAt.UTC()
 	}
 	return j, nil
+}
+
+// jobCount is "1 job" or "N jobs", for messages.
+func jobCount(n int) string {
+	if n == 1 {
+		return "1 job"
+	}
+	return fmt.Sprintf("%d jobs", n)
 }

@@ -58,6 +58,22 @@ func ValidateLeaseTTL(ttl time.Duration) error {
 	return nil
 }
 
+// ValidateLeaseMargin checks a session's Margin against its TTL (a valid
+// one): TTL - margin must leave more than one and a half renewal
+// intervals, so that a session renews at least once before its deadline,
+// with time to spare. Margin 0 is the default, DefaultLeaseMargin. The
+// error wraps ErrInvalid.
+func ValidateLeaseMargin(ttl, margin time.Duration) error {
+	if margin == 0 {
+		margin = DefaultLeaseMargin(ttl)
+	}
+	renew := SessionConfig{TTL: ttl}.RenewInterval()
+	if margin < 0 || ttl-margin <= renew*3/2 {
+		return fmt.Errorf("%w: lease margin %s leaves too little of TTL %s beyond one renewal every %s: want under %s", ErrInvalid, margin, ttl, renew, ttl-renew*3/2)
+	}
+	return nil
+}
+
 // DefaultLeaseMargin is a session's Margin when its config sets none: a
 // fifth of ttl. It is also the least time between the session's deadline,
 // when its handlers are cancelled, and the earliest moment the store can
@@ -77,11 +93,11 @@ func (cfg SessionConfig) withDefaults() (SessionConfig, error) {
 	if err := ValidateLeaseTTL(cfg.TTL); err != nil {
 		return cfg, err
 	}
+	if err := ValidateLeaseMargin(cfg.TTL, cfg.Margin); err != nil {
+		return cfg, err
+	}
 	if cfg.Margin == 0 {
 		cfg.Margin = DefaultLeaseMargin(cfg.TTL)
-	}
-	if cfg.Margin < 0 || cfg.TTL-cfg.Margin <= cfg.RenewInterval()*3/2 {
-		return cfg, fmt.Errorf("%w: lease margin %s leaves too little of TTL %s beyond one renewal every %s", ErrInvalid, cfg.Margin, cfg.TTL, cfg.RenewInterval())
 	}
 	if cfg.Worker.ID == "" {
 		return cfg, fmt.Errorf("%w: session without a worker id", ErrInvalid)

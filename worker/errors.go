@@ -12,7 +12,13 @@ var (
 	ErrCancelRequested = errors.New("worker: job cancel requested")
 	// ErrShutdown: the worker is stopping and the drain deadline passed.
 	ErrShutdown = errors.New("worker: shutting down")
-	// ErrUnknownKind: no handler is registered for the job's kind.
+)
+
+var (
+	// ErrUnknownKind fails an attempt of a job whose kind no handler of
+	// the worker runs. The attempt's error is recorded as text in the
+	// job's Errors (errors.Is does not apply there); an OnOutcome hook
+	// sees it as Outcome.HandlerErr.
 	ErrUnknownKind = errors.New("worker: no handler for kind")
 	// ErrStopped is returned by Start on a stopped worker.
 	ErrStopped = errors.New("worker: stopped")
@@ -55,4 +61,22 @@ func JobRetryAt(t time.Time, err error) error {
 		err = errors.New("retry requested")
 	}
 	return &retryAtError{at: t, err: err}
+}
+
+// IsSnooze reports whether err, a handler's error as a middleware sees it,
+// asks for a snooze (JobSnooze, wrapped or not), and for how long: a
+// snooze is not a failure, and uses no attempt.
+func IsSnooze(err error) (time.Duration, bool) {
+	var s *snoozeError
+	if errors.As(err, &s) {
+		return s.d, true
+	}
+	return 0, false
+}
+
+// IsCancel reports whether err, a handler's error as a middleware sees it,
+// ends the job cancelled (JobCancel, wrapped or joined): no more attempts.
+func IsCancel(err error) bool {
+	var c *cancelError
+	return errors.As(err, &c)
 }

@@ -1,9 +1,12 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,5 +238,83 @@ func TestPeriodicAndTypedArgs(t *testing.T) {
 		if _, err := worker.New(e.c, cfg); !errors.Is(err, coordinator.ErrInvalid) {
 			t.Errorf("worker.New(%+v): %v, want ErrInvalid", cfg, err)
 		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestPeriodicKindWithoutHandlerWarnsEmbedded: in embedded mode, a
+// periodic job whose kind this worker has no handler for is warned about
+// at Start, naming it (its jobs would fail every attempt unless another
+// worker of the process runs the kind); one with a handler is not.
+func TestPeriodicKindWithoutHandlerWarnsEmbedded(t *testing.T) {
+	e := newEnv(t, nil)
+	var logged lockedBuffer
+	e.worker(worker.Config{Maintain: true, Logger: slog.New(slog.NewTextHandler(&logged, nil)), Periodic: []coordinator.PeriodicJob{
+		{Name: "nightly", Spec: "@daily", Job: coordinator.EnqueueParams{Kind: "report"}},
+		{Name: "hourly", Spec: "@hourly", Job: coordinator.EnqueueParams{Kind: "k"}},
+	}}, map[string]worker.Handler{"k": func(context.Context, *worker.Job) error { return nil }})
+	out := logged.String()
+	if !strings.Contains(out, "periodic job's kind has no handler on this worker") || !strings.Contains(out, "periodic=nightly kind=report") {
+		t.Fatalf("no warning naming the periodic job without a handler:\n%s", out)
+	}
+	if strings.Contains(out, "periodic=hourly") {
+		t.Fatalf("warned about a periodic job whose kind has a handler:\n%s", out)
+	}
+}
+
+// TestMiddlewareTellsSnoozeAndCancel: a middleware tells a snooze and a
+// JobCancel from a failure with IsSnooze and IsCancel, wrapped or not
+// (a metrics middleware counted snoozes as errors: nothing said which
+// they were).
+func TestMiddlewareTellsSnoozeAndCancel(t *testing.T) {
+	if d, ok := worker.IsSnooze(fmt.Errorf("later: %w", worker.JobSnooze(time.Minute))); !ok || d != time.Minute {
+		t.Fatalf("IsSnooze of a wrapped JobSnooze(1m) = %s, %v", d, ok)
+	}
+	if !worker.IsCancel(errors.Join(errors.New("x"), worker.JobCancel(nil))) {
+		t.Fatal("IsCancel of a joined JobCancel = false")
+	}
+	for _, err := range []error{nil, errors.New("down"), worker.JobRetryAt(time.Now(), nil)} {
+		if _, ok := worker.IsSnooze(err); ok || worker.IsCancel(err) {
+			t.Fatalf("%v read as a snooze or a cancel", err)
+		}
+	}
+	e := newEnv(t, nil)
+	seen := make(chan string, 2)
+	classify := func(next worker.Handler) worker.Handler {
+		return func(ctx context.Context, j *worker.Job) error {
+			err := next(ctx, j)
+			_, snoozed := worker.IsSnooze(err)
+			seen <- fmt.Sprintf("%s snooze=%v cancel=%v", j.Kind, snoozed, worker.IsCancel(err))
+			return err
+		}
+	}
+	e.worker(worker.Config{Middleware: []worker.Middleware{classify}}, map[string]worker.Handler{
+		"s": func(context.Context, *worker.Job) error { return worker.JobSnooze(time.Hour) },
+		"c": func(context.Context, *worker.Job) error { return worker.JobCancel(errors.New("bad input")) },
+	})
+	e.wait(e.enqueue(coordinator.EnqueueParams{Kind: "c"}))
+	if got := <-seen; got != "c snooze=false cancel=true" {
+		t.Fatalf("middleware saw %q", got)
+	}
+	e.enqueue(coordinator.EnqueueParams{Kind: "s"})
+	if got := <-seen; got != "s snooze=true cancel=false" {
+		t.Fatalf("middleware saw %q", got)
 	}
 }

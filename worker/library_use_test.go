@@ -187,6 +187,36 @@ func TestHandleArgsRefusesSeveralKindOptions(t *testing.T) {
 	worker.HandleArgs(w, func(context.Context, *worker.Job, twoOpts) error { return nil }, worker.KindOptions{MaxAttempts: 3})
 }
 
+type valueKind struct{ N int }
+
+func (valueKind) Kind() string { return "value-kind" }
+
+// TestMisuseSaysWhatToChange: HandleArgs given a pointer type whose Kind
+// has a value receiver panics saying to use the value type (it panicked
+// with the runtime's nil dereference), and New without a coordinator or a
+// store is ErrInvalid (it was a nil dereference).
+func TestMisuseSaysWhatToChange(t *testing.T) {
+	e := newEnv(t, nil)
+	w, err := worker.New(e.c, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p any
+	func() {
+		defer func() { p = recover() }()
+		worker.HandleArgs(w, func(context.Context, *worker.Job, *valueKind) error { return nil })
+	}()
+	if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, "*worker_test.valueKind") || !strings.Contains(msg, "use a value type") {
+		t.Fatalf("HandleArgs with a pointer type: panic %v, want one saying to use the value type", p)
+	}
+	if _, err := worker.New(nil, worker.Config{}); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("worker.New(nil) = %v, want ErrInvalid", err)
+	}
+	if _, err := coordinator.New(nil, coordinator.Config{}); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("coordinator.New(nil) = %v, want ErrInvalid", err)
+	}
+}
+
 // TestWrappedJobCancelRecordsWholeError: a JobCancel that the handler
 // wrapped, or joined with other errors, records the handler's whole error;
 // only the error given to JobCancel was recorded, dropping the rest.

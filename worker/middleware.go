@@ -56,7 +56,16 @@ func (w *Worker) HandleWith(kind string, h Handler, o KindOptions) {
 // than one KindOptions, as all are programming errors.
 func HandleArgs[T interface{ Kind() string }](w *Worker, fn func(ctx context.Context, j *Job, args T) error, o ...KindOptions) {
 	var zero T
-	kind := zero.Kind()
+	kind := func() string {
+		defer func() {
+			if p := recover(); p != nil {
+				// A pointer T whose Kind has a value receiver: the
+				// runtime's words would not say what to change.
+				panic(fmt.Sprintf("worker: HandleArgs: %T.Kind() panicked on the zero %T (%v): use a value type whose Kind does not depend on the value, as River's JobArgs", zero, zero, p))
+			}
+		}()
+		return zero.Kind()
+	}()
 	if len(o) > 1 {
 		// Which one was meant cannot be told: merging or picking one
 		// would silently drop settings.

@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,11 +78,24 @@ func TestStopGivesUpOutcomeTheStoreKeepsRefusing(t *testing.T) {
 // other negative settings are; it was accepted, and the claim loop then
 // looked for orphaned claims before every claim (and a reaper scanned
 // without pause).
+//
+// Each refusal names the setting, and a lease margin that leaves too
+// little of the TTL is refused by New, not only by Start (found in
+// review: New accepted LeaseMargin 1h, Start refused it).
 func TestNegativeIntervalsRefused(t *testing.T) {
 	e := newEnv(t, nil)
-	for _, cfg := range []worker.Config{{PollInterval: -time.Second}, {ReapInterval: -time.Second}} {
-		if _, err := worker.New(e.c, cfg); !errors.Is(err, coordinator.ErrInvalid) {
-			t.Errorf("worker.New(poll %s, reap %s) = %v, want ErrInvalid", cfg.PollInterval, cfg.ReapInterval, err)
+	for _, c := range []struct {
+		cfg  worker.Config
+		want string
+	}{
+		{worker.Config{PollInterval: -time.Second}, "worker.Config.PollInterval is negative"},
+		{worker.Config{ReapInterval: -time.Second}, "worker.Config.ReapInterval is negative"},
+		{worker.Config{AbandonGrace: -1}, "worker.Config.AbandonGrace is negative"},
+		{worker.Config{LeaseMargin: -time.Second}, "worker.Config.LeaseMargin is negative"},
+		{worker.Config{LeaseMargin: time.Hour}, "lease margin 1h0m0s leaves too little of TTL 30s beyond one renewal every 10s: want under 15s"},
+	} {
+		if _, err := worker.New(e.c, c.cfg); !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("worker.New(%+v) = %v, want ErrInvalid saying %q", c.cfg, err, c.want)
 		}
 	}
 }

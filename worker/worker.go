@@ -134,12 +134,24 @@ func (cfg Config) withDefaults(c *coordinator.Coordinator) (Config, error) {
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = coordinator.NewWorkerID()
 	}
-	if cfg.Concurrency < 0 || cfg.DefaultTimeout < 0 || cfg.AbandonGrace < 0 || cfg.PollInterval < 0 || cfg.ReapInterval < 0 {
-		return cfg, fmt.Errorf("%w: negative worker setting", coordinator.ErrInvalid)
+	for _, s := range []struct {
+		name string
+		v    int64
+	}{
+		{"Concurrency", int64(cfg.Concurrency)}, {"DefaultTimeout", int64(cfg.DefaultTimeout)},
+		{"AbandonGrace", int64(cfg.AbandonGrace)}, {"PollInterval", int64(cfg.PollInterval)},
+		{"ReapInterval", int64(cfg.ReapInterval)}, {"LeaseMargin", int64(cfg.LeaseMargin)},
+	} {
+		if s.v < 0 {
+			return cfg, fmt.Errorf("%w: worker.Config.%s is negative: want 0 (the default) or more", coordinator.ErrInvalid, s.name)
+		}
 	}
 	// Checked here as the session will at Start, so that New refuses
 	// what Start would.
 	if err := coordinator.ValidateLeaseTTL(cfg.LeaseTTL); err != nil {
+		return cfg, err
+	}
+	if err := coordinator.ValidateLeaseMargin(cfg.LeaseTTL, cfg.LeaseMargin); err != nil {
 		return cfg, err
 	}
 	for _, q := range cfg.Queues {
@@ -254,6 +266,9 @@ type active struct {
 
 // New returns a worker over c. It validates cfg.
 func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: worker.New without a coordinator: pass one from coordinator.New", coordinator.ErrInvalid)
+	}
 	cfg, err := cfg.withDefaults(c)
 	if err != nil {
 		return nil, err
@@ -418,6 +433,15 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.goLoop(func() { _ = w.c.RunReaper(w.loopCtx, w.isRunning, w.cfg.ReapInterval) })
 	}
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Any("queues", w.cfg.Queues), slog.Any("kinds", w.Kinds()))
+	if !w.c.Store().Limits().LeasesExpire {
+		for _, pj := range w.cfg.Periodic {
+			if _, ok := w.handlers[pj.Job.Kind]; !ok {
+				// The daemon refuses this; a program may run the kind
+				// on another worker of its own, so only warn.
+				w.log.Warn("periodic job's kind has no handler on this worker: in embedded mode only this process's workers can run it", slog.String("periodic", pj.Name), slog.String("kind", pj.Job.Kind))
+			}
+		}
+	}
 	if !w.cfg.Maintain {
 		// Silent otherwise: a library user who left it unset sees jobs
 		// stay scheduled or retryable and nothing saying why.
@@ -1148,6 +1172,7 @@ func (w *Worker) runLog(r *coordinator.Run) *slog.Logger {
 // record writes the outcome of a run under its fence. cause is what had
 // ended the run's context when its handler returned (nil if nothing had).
 func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, cause error, herr error, trace string, a *active) {
+	j.end()
 	out := Outcome{Job: j.Job, Token: r.Token(), HandlerErr: herr, Started: a.started, Ended: time.Now()}
 	defer func() {
 		if w.cfg.OnOutcome != nil {
@@ -1328,6 +1353,9 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 // revoked). A Stop called while another runs waits for it, but cuts the
 // drain short as its own ctx ends.
 //
+// Do not call Stop from a handler: it waits for that handler too, until
+// ctx ends and AbandonGrace more.
+//
 // ctx is the drain's deadline: with one that never ends
 // (context.Background()), Stop waits as long as a handler runs, for ever
 // for one that waits on its own context. Pass one with a deadline, such
@@ -1336,8 +1364,8 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 // Stop the worker before closing the store. A Stop that finds the store
 // closed cuts the drain at once (nothing can be recorded any more) and
 // returns an error wrapping kv.ErrClosed; the jobs it was running stay
-// running until they are re-queued (coordinator.Reap after the next open,
-// or a reaper once the lease expires).
+// running until they are re-queued (by a worker's Start after the next
+// open, or by a reaper once the lease expires).
 func (w *Worker) Stop(ctx context.Context) error {
 	if !w.stopBegun.CompareAndSwap(false, true) {
 		select {
