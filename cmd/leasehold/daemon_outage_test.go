@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"syscall"
 	"testing"
 	"time"
@@ -31,4 +32,27 @@ func TestDaemonStartedDuringAnOutageWaitsForIt(t *testing.T) {
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("daemon exit %d after SIGTERM:\n%s", code, p.log)
 	}
+}
+
+// A daemon whose --etcd list names a member that does not answer (stopped,
+// hung, or removed from the cluster and its URL left behind) starts with
+// the others within moments: its check of the servers' versions waited
+// for every endpoint for the dial's whole 15 s bound, saying nothing.
+func TestDaemonStartsBesideAnEtcdEndpointThatDoesNotAnswer(t *testing.T) {
+	c := etcdtest.Start(t)
+	// Connections are accepted (by the kernel) and never answered, as a
+	// stopped process's are.
+	hung, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = hung.Close() }()
+	start := time.Now()
+	p := spStart(t, "daemon", binPath, "daemon", "--etcd", "http://"+hung.Addr().String()+","+c.Endpoint(), "--listen", "127.0.0.1:0", "--log-format", "json")
+	p.waitLog(t, 0, "the worker's start", func(l spLine) bool { return l.Msg == "worker started" })
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the daemon took %s to start beside an endpoint that does not answer, want well under the 15 s it took", took.Round(time.Millisecond))
+	}
+	p.signal(t, syscall.SIGTERM)
+	<-p.done
 }

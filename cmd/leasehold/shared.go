@@ -113,6 +113,11 @@ func (e *etcdFlags) validate() error {
 	return nil
 }
 
+// versionCheckFor bounds a daemon's check of the etcd servers' versions
+// for known lease bugs at start: members that do not answer within it are
+// not counted.
+const versionCheckFor = 2 * time.Second
+
 // leaveOutFor is how long a daemon leaves an etcd member that looks hung
 // out of its client's endpoints.
 const leaveOutFor = 15 * time.Second
@@ -145,7 +150,13 @@ func (e *etcdFlags) dial(ctx context.Context, log *slog.Logger) (*clientv3.Clien
 	}
 	store := etcdkv.New(cli, opts)
 	if log != nil {
-		if v, err := store.ServerVersion(dctx); err == nil {
+		// A warning only, so it waits little: ServerVersion waits for
+		// every endpoint, and one member down held every daemon's start
+		// for the whole dial bound (15 s), saying nothing.
+		vctx, vcancel := context.WithTimeout(ctx, versionCheckFor)
+		v, err := store.ServerVersion(vctx)
+		vcancel()
+		if err == nil {
 			for _, warning := range etcdkv.KnownLeaseBugs(v) {
 				log.Warn("etcd server has a known lease bug; leasehold stays safe through fencing, but upgrade it", slog.String("version", v), slog.String("bug", warning))
 			}
