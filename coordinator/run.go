@@ -350,7 +350,8 @@ func (r *Run) loseLocked(err *fence.LostError, why string) error {
 	if err.Current == 0 && !err.Local {
 		r.sess.RenewNow() // the lease may be gone: find out now
 	}
-	r.c.log.Warn("fenced write refused: abandoning run", slog.String("job", err.JobID), slog.String("op", err.Op),
+	r.c.log.Warn("fenced write refused: abandoning run", slog.String("worker", r.sess.WorkerID()), slog.String("job", err.JobID),
+		slog.String("kind", r.job.Kind), slog.Int("attempt", r.job.Attempt), slog.String("op", err.Op),
 		slog.Int64("token", int64(err.Token)), slog.Int64("current", err.Current), slog.String("why", why))
 	return err
 }

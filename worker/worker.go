@@ -1285,7 +1285,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			}
 			return
 		case errors.Is(err, fence.ErrLeaseLost):
-			w.runLog(r).Warn("outcome refused: another run owns the job; recording nothing", slog.Any("err", err))
+			w.runLog(r).Warn("outcome refused: the run no longer owns the job (its lease ended, or another run took it); recording nothing", slog.Any("err", err))
 			return
 		case out.Op == "complete" && errors.Is(err, coordinator.ErrInvalid):
 			// The result cannot be stored (too large, say): the attempt

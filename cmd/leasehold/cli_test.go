@@ -323,7 +323,7 @@ func TestCLIUsageErrors(t *testing.T) {
 		{"client log format from env", []string{"LEASEHOLD_LOG_FORMAT=xml"}, []string{"workers", "list"}, `LEASEHOLD_LOG_FORMAT "xml"`},
 		{"namespace through a daemon", nil, []string{"enqueue", "echo", "--namespace", "other", "--server", srv}, "--namespace applies with --etcd: through a daemon (--server) the daemon's namespace is used"},
 		{"server and etcd", nil, []string{"jobs", "list", "--server", srv, "--etcd", "http://" + closedPort(t)}, "--server and --etcd are both set: pass one of them"},
-		{"cancel filter only from env", []string{"LEASEHOLD_QUEUE=q2", "LEASEHOLD_ALL=true"}, []string{"jobs", "cancel"}, "nothing to cancel"},
+		{"cancel filter only from env", []string{"LEASEHOLD_QUEUE=q2", "LEASEHOLD_ALL=true"}, []string{"jobs", "cancel"}, "nothing to cancel: pass a job ID, or filters --state, --kind, --queue (or --all)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

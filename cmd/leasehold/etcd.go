@@ -101,9 +101,13 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	// while, or the first member started looks hung.
 	stopWaiting := func() bool { return false }
 	if members := strings.Count(o.cfg.InitialCluster, "="); members > 1 {
+		msg := "waiting for a quorum of the members of --initial-cluster: start the others (this one gives up after 60 s)"
+		if o.cfg.InitialClusterState == "existing" {
+			// Its peers run already: it catches up with them.
+			msg = "joining the running cluster: waiting for its members to take this one in (this one gives up after 60 s)"
+		}
 		stopWaiting = time.AfterFunc(waitingForPeers, func() {
-			log.Info("waiting for a quorum of the members of --initial-cluster: start the others (this one gives up after 60 s)",
-				"member", o.cfg.Name, "members", members)
+			log.Info(msg, "member", o.cfg.Name, "members", members)
 		}).Stop
 	}
 	n, err := etcdnode.Start(sctx, o.cfg)

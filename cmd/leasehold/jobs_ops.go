@@ -122,13 +122,8 @@ func (o *cancelManyOpts) set() bool { return o.state != "" || o.kind != "" || o.
 // exported LEASEHOLD_QUEUE (meant for enqueue, say) neither turns a
 // forgotten ID into the cancel of a whole queue nor refuses a given one.
 func (o *cancelManyOpts) dropEnv(cmd *cobra.Command) {
-	for name, v := range map[string]*string{"state": &o.state, "kind": &o.kind, "queue": &o.queue} {
-		if _, env := fromEnv(cmd, name); env {
-			*v = ""
-		}
-	}
-	if _, env := fromEnv(cmd, "all"); env {
-		o.all = false
+	for _, name := range []string{"state", "kind", "queue", "all"} {
+		unsetFromEnv(cmd, name)
 	}
 }
 

@@ -327,6 +327,19 @@ func noEnv(cmd *cobra.Command, name string) {
 	_ = cmd.Flags().SetAnnotation(name, noEnvAnnotation, []string{"true"})
 }
 
+// unsetFromEnv puts flag name of cmd back to its default if its
+// environment variable set it, as if the variable were unset: errors then
+// name the flag, not a variable that was not used.
+func unsetFromEnv(cmd *cobra.Command, name string) {
+	f := cmd.Flags().Lookup(name)
+	if _, env := fromEnv(cmd, name); !env {
+		return
+	}
+	_ = f.Value.Set(f.DefValue)
+	f.Changed = false
+	delete(f.Annotations, envAnnotation)
+}
+
 // fromEnv returns the environment variable that set flag name, if one did.
 func fromEnv(cmd *cobra.Command, name string) (string, bool) {
 	f := cmd.Flags().Lookup(name)

@@ -284,7 +284,7 @@ func (s *Store) writeErr(what string, ctx context.Context, err error) error {
 	case err == nil:
 		return nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w to a %s within %v (a member may hang; the write may still be applied): %w", ErrNoAnswer, what, s.writeTimeout, context.DeadlineExceeded)
+		return fmt.Errorf("%w to a %s within %v (a member may hang, or the cluster may have lost its quorum; the write may still be applied): %w", ErrNoAnswer, what, s.writeTimeout, context.DeadlineExceeded)
 	}
 	return mapErr(what, err)
 }

@@ -517,7 +517,7 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		// A write that an etcd member did not answer (it may hang): it
 		// may have been applied, and the next request goes elsewhere.
 		w.Header().Set("Retry-After", retryAfter)
-		msg := "an etcd member did not answer in time (it may hang; the next request goes to another)"
+		msg := "an etcd member did not answer in time (it may hang, and the next request goes to another; or the cluster lost its quorum)"
 		if u := UnknownOutcome(r.Method, r.URL.Path); u != "" {
 			msg += ": " + u
 		} else {
