@@ -14,6 +14,8 @@
 //	srv.RegisterOnShutdown(h.StopWaits) // long-polls answer at once
 //	go srv.ListenAndServe()
 //	...
+//	h.Drain()      // /readyz 503, long-polls answer; the rest serves on
+//	_ = w.Stop(ctx) // the drain, with /healthz and /metrics answered
 //	_ = srv.Shutdown(ctx)
 //	_ = h.Close(ctx)
 //

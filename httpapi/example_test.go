@@ -66,11 +66,12 @@ func ExampleNew() {
 
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	h.Drain() // /readyz answers 503 while the worker drains; the rest serves on
+	_ = w.Stop(sctx)
 	_ = srv.Shutdown(sctx)
 	<-served
 	_ = h.Close(sctx)
 	_ = c.Close()
-	_ = w.Stop(sctx)
 	// Output:
 	// email completed
 	// coordinator: invalid request: unknown kind sms: this daemon runs email

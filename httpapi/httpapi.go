@@ -177,6 +177,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.h.ServeH
 // out.
 func (h *Handler) StopWaits() { h.h.StopWaits() }
 
+// Drain says that the program is stopping its worker: /readyz answers
+// 503, so that a load balancer sends requests elsewhere, while the rest
+// goes on serving, and the long-polls answer at once. Call it before the
+// worker's Stop, and Shutdown the server after, so that health checks and
+// metrics are answered through the drain.
+func (h *Handler) Drain() { h.h.Drain() }
+
 // Close stops the long-polls and waits, until ctx is done, for a
 // /readyz read that outlived its request (a store that stalls) to
 // return. Call it after the server's Shutdown.

@@ -331,11 +331,12 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		w.Handle(kind, spec.handler)
 	}
 
-	srv, stopHTTP := newHTTPServer(apiserver.New(apiserver.Config{
+	api := apiserver.New(apiserver.Config{
 		Coord: coord, Kinds: payloadChecks(kinds), KnownChecks: payloadChecks(builtinKinds()), Shared: shared,
 		MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(), Worker: w, Metrics: m,
 		Auth: apiserver.AuthConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)}, Backup: backup,
-	}), tlsCfg, log)
+	})
+	srv, stopHTTP := newHTTPServer(api, tlsCfg, log)
 
 	// The session the worker opens in Start derives from Start's context:
 	// give it one that outlives the signal, so that a signal leads to the
@@ -384,15 +385,18 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		cancel() // a signal now stops the daemon at once
 	}
 
-	// Stop taking requests (waking long-polls, finishing the others), then
-	// drain the worker.
-	stopHTTP()
+	// Drain the worker while HTTP goes on serving (/readyz answers 503,
+	// long-polls at once; /healthz, /metrics and the API answer, so that
+	// a liveness probe does not kill the drain and the operator sees it),
+	// then stop taking requests.
+	api.Drain()
 	wctx, wcancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
 	if err := w.Stop(wctx); err != nil {
 		log.Warn("running jobs did not finish within the shutdown timeout; they were interrupted and re-queued",
 			slog.String("shutdown_timeout", o.shutdownTimeout.String()), slog.Any("err", err))
 	}
 	wcancel()
+	stopHTTP()
 	log.Info("stopped")
 	return runErr
 }

@@ -78,6 +78,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -236,6 +237,8 @@ type Handler struct {
 	// long-polls then answer at once.
 	waits     context.Context
 	stopWaits context.CancelFunc
+	// draining is set by Drain: /readyz answers 503.
+	draining atomic.Bool
 	// probe reads the store for /readyz (health.go).
 	probe *storeProbe
 }
@@ -286,6 +289,16 @@ func New(cfg Config) *Handler {
 // and to come: they answer at once with the job as it is. The daemon
 // calls it when it stops.
 func (a *Handler) StopWaits() { a.stopWaits() }
+
+// Drain says that the worker is stopping: /readyz answers 503 (so that
+// a load balancer sends requests elsewhere) while /healthz, /metrics, the
+// API and the dashboard go on serving through the drain, and the
+// long-polls answer at once (StopWaits). The daemon calls it at its first
+// signal, before it stops the worker; the HTTP server stops after.
+func (a *Handler) Drain() {
+	a.draining.Store(true)
+	a.stopWaits()
+}
 
 // StopProbe cancels the store read of /readyz in flight (one may outlive
 // its request while the store stalls), starts no other, and waits for it

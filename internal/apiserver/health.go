@@ -43,6 +43,9 @@ func readyMargin(ttl time.Duration) time.Duration { return ttl / 4 }
 func (a *Handler) ready(w http.ResponseWriter, r *http.Request) {
 	resp := ReadyResponse{Status: "ready", Store: "ok"}
 	var problems []string
+	if a.draining.Load() {
+		problems = append(problems, "the daemon is stopping: it drains its running jobs and claims no more")
+	}
 	if err := a.probe.check(r.Context()); err != nil {
 		resp.Store = "unreachable: " + OneLine(err.Error())
 		problems = append(problems, "the store did not answer a read within "+a.probe.timeout.String())
