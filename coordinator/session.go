@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -150,6 +151,9 @@ type Session struct {
 	done   chan struct{} // closed when the heartbeat goroutine has exited
 
 	kick chan struct{} // renew now
+	// registered is the revision of the worker's registration (watched
+	// from, where leases expire: see watchRegistration).
+	registered int64
 	// validUntil keeps the clock's monotonic reading (RealClock's times
 	// have one): the deadline is compared and waited for in elapsed
 	// time, as the server counts the lease's TTL, and a step of the wall
@@ -244,6 +248,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 		return nil, fmt.Errorf("coordinator: register worker %s: %w", info.ID, err)
 	}
 	s.ctx, s.cancel = context.WithCancelCause(parent)
+	s.registered = res.Revision
 	go s.heartbeat()
 	c.log.Info("session started", slog.String("worker", info.ID), slog.Int64("lease", int64(lease)), slog.Duration("ttl", cfg.TTL))
 	return s, nil
@@ -344,10 +349,13 @@ func (s *Session) fence(log *slog.Logger, msg string, attrs ...any) {
 // point the session ends.
 func (s *Session) heartbeat() {
 	defer close(s.done)
+	var wg sync.WaitGroup
+	defer wg.Wait() // the watches end with s.ctx, as every return here does
 	if s.cfg.BootClock != nil {
-		var wg sync.WaitGroup
-		defer wg.Wait() // the watch ends with s.ctx, as every return here does
 		wg.Go(s.watchSuspend)
+	}
+	if s.c.store.Limits().LeasesExpire {
+		wg.Go(s.watchRegistration)
 	}
 	log := s.c.log.With(slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)))
 	next := s.cfg.RenewInterval()
@@ -490,6 +498,56 @@ func (s *Session) watchSuspend() {
 			s.fence(s.c.log, "session lease not renewed before its validity deadline: fencing self",
 				slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)), slog.String("clock", "boottime"))
 			return
+		}
+	}
+}
+
+// watchRegistration asks for a renewal at once (RenewNow) when the
+// worker's registration, a key on the session's lease, is deleted: the
+// lease ended without this process (an operator's revoke, an etcd leader
+// that revoked it after losing its leadership, etcd-io/etcd#15247), and
+// the renewal that finds it gone fences the session within moments. The
+// next renewal would, up to a third of the TTL later, while the reapers,
+// which watch the registrations too, have handed its jobs to others at
+// once: for that long, handlers of two runs of a job ran side by side
+// (the older one's writes refused). A deletion the watch misses (it
+// ended, and the key went meanwhile) is found by a read before the next
+// watch, or by the next renewal. It returns when the session ends.
+func (s *Session) watchRegistration() {
+	key := s.c.keys.worker(s.cfg.Worker.ID)
+	gone := func(evs []kv.Event) bool {
+		return slices.ContainsFunc(evs, func(ev kv.Event) bool { return ev.Type == kv.EventDelete && ev.KV.Key == key })
+	}
+	retry := newWatchRetry(s.c)
+	rev := s.registered + 1
+	for {
+		retry.begin()
+		var werr error
+		for resp := range s.c.store.Watch(s.ctx, key, rev) {
+			if resp.Err != nil {
+				werr = resp.Err
+				break
+			}
+			retry.delivered()
+			if gone(resp.Events) {
+				s.RenewNow()
+				return
+			}
+		}
+		if retry.wait(s.ctx, "session registration "+key, werr) != nil {
+			return
+		}
+		rr, err := s.c.store.Range(s.ctx, kv.RangeRequest{Start: key, KeysOnly: true})
+		switch {
+		case s.ctx.Err() != nil:
+			return
+		case err != nil:
+			rev = 0 // watch from now; the renewals go on meanwhile
+		case len(rr.KVs) == 0:
+			s.RenewNow()
+			return
+		default:
+			rev = rr.Revision + 1
 		}
 	}
 }

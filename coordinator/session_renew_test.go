@@ -13,6 +13,8 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/coordtest"
+	"github.com/leasehold/leasehold/coordinator/etcdkv"
+	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/localstore"
 )
@@ -335,5 +337,33 @@ func TestBootClockOnlyWhereLeasesExpire(t *testing.T) {
 	s := sessionOn(t, expiringStore{openLocalstore(t)}, coordinator.SessionConfig{})
 	if got := s.Config().BootClock != nil; got != (runtime.GOOS == "linux") {
 		t.Errorf("a session on a store whose leases expire has a boot clock: %v, want %v on %s", got, runtime.GOOS == "linux", runtime.GOOS)
+	}
+}
+
+// A lease ended without the session (an operator's revoke, an etcd leader
+// that revoked it after losing its leadership) ends the session within
+// moments: its registration's deletion makes it renew at once, and the
+// renewal finds the lease gone. It ended at the next renewal, up to a
+// third of the TTL later (10 s here), while reapers had already handed
+// its jobs to others.
+func TestSessionEndsAtOnceWhenItsLeaseIsRevokedElsewhere(t *testing.T) {
+	srv := etcdtest.Start(t)
+	etcdStore := etcdkv.New(srv.Client(t), etcdkv.Options{})
+	t.Cleanup(func() { _ = etcdStore.Close() })
+	for name, store := range map[string]kv.Store{"etcd": etcdStore, "expiring localstore": expiringStore{openLocalstore(t)}} {
+		t.Run(name, func(t *testing.T) {
+			s := sessionOn(t, store, coordinator.SessionConfig{TTL: 30 * time.Second})
+			if err := store.Revoke(context.Background(), s.Lease()); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-s.Ctx().Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the session lives on 5 s after its lease was revoked (its next renewal is 10 s away)")
+			}
+			if cause := context.Cause(s.Ctx()); !errors.Is(cause, coordinator.ErrSessionExpired) {
+				t.Fatalf("session ended with %v, want ErrSessionExpired", cause)
+			}
+		})
 	}
 }
