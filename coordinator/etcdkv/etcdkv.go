@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
@@ -251,10 +252,11 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 			err = mapErr("txn", clientv3.ContextError(ctx, err))
 		}
 	} else {
-		wctx, cancel := context.WithTimeout(ctx, s.writeTimeout)
+		timeout := s.txnTimeout(proto.Size(req))
+		wctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		resp, err = send(wctx, s.callOpts)
-		err = s.writeErr("txn", ctx, clientv3.ContextError(wctx, err))
+		err = s.writeErr(ctx, "txn", timeout, clientv3.ContextError(wctx, err))
 	}
 	if err != nil {
 		return kv.TxnResult{}, err
@@ -275,16 +277,25 @@ func readOnly(t *kv.Txn) bool {
 	return true
 }
 
-// writeErr is mapErr for a write made with a context of s.writeTimeout
-// from ctx; if that timeout ended it, the error says so (ErrNoAnswer), and
-// wraps context.DeadlineExceeded too, as a write that ran out of its
-// caller's time does: its outcome is unknown either way.
-func (s *Store) writeErr(what string, ctx context.Context, err error) error {
+// txnTimeout is how long a write transaction of size bytes waits for its
+// answer: WriteTimeout, and a second more per MiB, since a member takes
+// longer to receive, log, sync and apply a large one (three jobs of
+// 1.5 MiB, six copies in one transaction, took over 3 s on a loaded
+// machine, and were reported as a member that may hang).
+func (s *Store) txnTimeout(size int) time.Duration {
+	return s.writeTimeout + time.Duration(size)*time.Second/(1<<20)
+}
+
+// writeErr is mapErr for a write made with a context of timeout from ctx;
+// if that timeout ended it, the error says so (ErrNoAnswer), and wraps
+// context.DeadlineExceeded too, as a write that ran out of its caller's
+// time does: its outcome is unknown either way.
+func (s *Store) writeErr(ctx context.Context, what string, timeout time.Duration, err error) error {
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w to a %s within %v (a member may hang, or the cluster may have lost its quorum; the write may still be applied): %w", ErrNoAnswer, what, s.writeTimeout, context.DeadlineExceeded)
+		return fmt.Errorf("%w to a %s within %v (a member may hang, or the cluster may have lost its quorum; the write may still be applied): %w", ErrNoAnswer, what, timeout.Round(time.Millisecond), context.DeadlineExceeded)
 	}
 	return mapErr(what, err)
 }
@@ -617,7 +628,7 @@ func (s *Store) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error
 	defer cancel()
 	resp, err := s.cli.Grant(wctx, ttlSeconds(ttl))
 	if err != nil {
-		return 0, s.writeErr("grant", ctx, err)
+		return 0, s.writeErr(ctx, "grant", s.writeTimeout, err)
 	}
 	return kv.LeaseID(resp.ID), nil
 }
