@@ -176,6 +176,10 @@ func (c *Coordinator) waitGone(ctx context.Context, sess *Session, key string, r
 	return wctx.Err() == nil, nil
 }
 
+// MaintenanceElection is the election whose leader runs maintenance:
+// promotions, retention, periodic jobs.
+const MaintenanceElection = "maintenance"
+
 // Leader returns the worker id holding the named election, or "".
 func (c *Coordinator) Leader(ctx context.Context, name string) (string, error) {
 	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.root + "e/" + name})

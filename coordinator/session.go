@@ -116,6 +116,12 @@ type WorkerInfo struct {
 	Kinds       []string  `json:"kinds"`
 	Concurrency int       `json:"concurrency"`
 	LeaseTTLMS  int64     `json:"lease_ttl_ms"`
+	// Periodic names the schedules the daemon enqueues while it leads
+	// maintenance (none if it does not maintain): only the leader's run,
+	// so a schedule that the leader does not declare waits for one that
+	// does (periodic list says so). Empty in registrations of versions
+	// before it.
+	Periodic []string `json:"periodic,omitempty"`
 	// Running is filled in by Workers from the ownership keys.
 	Running int `json:"running"`
 	// Lease is the worker's current session lease.

@@ -233,6 +233,7 @@ type Worker struct {
 	fenceWatch sync.WaitGroup
 	fenceSeen  <-chan struct{}
 	abandoned  atomic.Int64
+	startedAt  time.Time // of Start, registered by every session
 }
 
 // Outcome says how one run ended (see Config.OnOutcome).
@@ -391,6 +392,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.requeueLeftRunning(ctx); err != nil {
 		return fmt.Errorf("worker: start: %w", err)
 	}
+	// Registered by every session: a new session after a lost one is
+	// not a new start.
+	w.startedAt = time.Now().UTC()
 	// ctx bounds the start only: the session must outlive it.
 	sctx, scancel := context.WithCancel(context.WithoutCancel(ctx))
 	stopBound := context.AfterFunc(ctx, scancel)
@@ -426,7 +430,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}
 	if w.cfg.Maintain {
 		w.goLoop(func() {
-			_ = w.c.RunElected(w.loopCtx, "maintenance", w.Session, w.runMaintenance)
+			_ = w.c.RunElected(w.loopCtx, coordinator.MaintenanceElection, w.Session, w.runMaintenance)
 		})
 	}
 	if w.cfg.Reap {
@@ -472,6 +476,19 @@ func (w *Worker) requeueLeftRunning(ctx context.Context) error {
 	return nil
 }
 
+// periodicNames names the schedules this worker enqueues while it leads
+// maintenance, for its registration.
+func (w *Worker) periodicNames() []string {
+	if !w.cfg.Maintain {
+		return nil
+	}
+	var names []string
+	for _, pj := range w.cfg.Periodic {
+		names = append(names, pj.Name)
+	}
+	return names
+}
+
 func (w *Worker) goLoop(f func()) {
 	w.loops.Add(1)
 	go func() {
@@ -486,8 +503,9 @@ func (w *Worker) newSession(ctx context.Context) (*coordinator.Session, error) {
 		TTL:    w.cfg.LeaseTTL,
 		Margin: w.cfg.LeaseMargin,
 		Worker: coordinator.WorkerInfo{
-			ID: w.cfg.WorkerID, Host: host, PID: os.Getpid(), StartedAt: time.Now().UTC(),
+			ID: w.cfg.WorkerID, Host: host, PID: os.Getpid(), StartedAt: w.startedAt,
 			Queues: w.cfg.Queues, Kinds: w.Kinds(), Concurrency: w.cfg.Concurrency,
+			Periodic: w.periodicNames(),
 		},
 	})
 }

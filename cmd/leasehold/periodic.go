@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -160,17 +161,48 @@ schedule now.`,
 			if asJSON {
 				return printJSON(out, res.Periodic)
 			}
-			if len(res.Periodic) == 0 {
+			notes := periodicNotes(res)
+			if len(res.Periodic) == 0 && len(notes) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "leasehold: periodic list: no periodic jobs yet: declare them with 'leasehold daemon --periodic NAME|SPEC|KIND'")
 				return nil
 			}
-			return printPeriodic(out, res.Periodic, time.Now())
+			if len(res.Periodic) > 0 {
+				if err := printPeriodic(out, res.Periodic, time.Now()); err != nil {
+					return err
+				}
+			}
+			for _, n := range notes {
+				fmt.Fprintln(cmd.ErrOrStderr(), "leasehold: periodic list: "+n)
+			}
+			return nil
 		}),
 	}
 	addTargetFlags(list, &tgt)
 	list.Flags().BoolVar(&asJSON, "json", false, "print the schedules as a JSON array")
 	cmd.AddCommand(list)
 	return cmd
+}
+
+// periodicNotes says which schedules that live daemons declare will not
+// run while the present maintenance leader leads: only the leader
+// enqueues, its own schedules (a daemon added with a new schedule waits
+// for the leader to be one that declares it, and said nothing).
+func periodicNotes(res apiserver.PeriodicResponse) []string {
+	if len(res.Declared) == 0 {
+		return nil
+	}
+	if res.Leader == "" {
+		return []string{"no daemon leads maintenance now: no schedule runs until one does"}
+	}
+	var notes []string
+	for _, name := range apiserver.SortedKeys(res.Declared) {
+		by := res.Declared[name]
+		if slices.Contains(by, res.Leader) {
+			continue
+		}
+		notes = append(notes, fmt.Sprintf("schedule %s is declared by %s but not by the maintenance leader %s: it runs only while a daemon that declares it leads; declare the same schedules on every daemon", name, strings.Join(by, ", "), res.Leader))
+	}
+	return notes
 }
 
 func printPeriodic(w io.Writer, ps []coordinator.PeriodicState, now time.Time) error {

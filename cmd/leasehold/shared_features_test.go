@@ -2,12 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // TestSharedPeriodicAcrossLeaderKills: daemons over one etcd member declare
@@ -95,4 +97,31 @@ func TestSharedPeriodicAcrossLeaderKills(t *testing.T) {
 		t.Errorf("%d ticks enqueued, state %+v", len(ticks), ps[0])
 	}
 	t.Logf("%d ticks, one each, across %d leader kills", len(ticks), killed)
+}
+
+// A schedule that a daemon declares but the maintenance leader does not
+// never runs while that leader leads (only the leader enqueues, its own
+// schedules): periodic list says so, naming both, where it said "no
+// periodic jobs yet: declare them", though one was declared; the API
+// gives the leader and who declares what.
+func TestSharedPeriodicListNamesSchedulesTheLeaderDoesNotDeclare(t *testing.T) {
+	if testing.Short() {
+		t.Skip("process test")
+	}
+	c := newSPCluster(t, "periodic-declared", spTTL)
+	a := c.daemon(t, "a")
+	a.waitLog(t, 0, "leadership", func(l spLine) bool { return l.Msg == "leader acquired" })
+	b := c.daemon(t, "b", "--periodic", "nightly|@daily|echo")
+	r := runCLI(t, nil, "", "periodic", "list", "--etcd", c.etcd, "--namespace", c.ns)
+	want := "schedule nightly is declared by " + b.id + " but not by the maintenance leader " + a.id
+	if r.code != 0 || !strings.Contains(r.stderr, want) || strings.Contains(r.stderr, "declare them with") {
+		t.Fatalf("periodic list: exit %d, stderr %q; want it to say %q", r.code, r.stderr, want)
+	}
+	var resp apiserver.PeriodicResponse
+	if err := json.Unmarshal([]byte(httpGet(t, "http://"+b.addr+"/v1/periodic")), &resp); err != nil {
+		t.Fatal(err)
+	}
+	if resp.Leader != a.id || !slices.Equal(resp.Declared["nightly"], []string{b.id}) {
+		t.Fatalf("GET /v1/periodic: leader %q, declared %v; want %s, nightly by %s", resp.Leader, resp.Declared, a.id, b.id)
+	}
 }

@@ -109,6 +109,13 @@ var limitBody = bodySpec{
 // PeriodicResponse answers GET /v1/periodic.
 type PeriodicResponse struct {
 	Periodic []coordinator.PeriodicState `json:"periodic"`
+	// Leader is the worker that leads maintenance, and so enqueues its
+	// own schedules ("": none leads now).
+	Leader string `json:"leader,omitempty"`
+	// Declared maps each schedule name that live daemons declare to
+	// their worker ids (registrations of builds from before 2026-12-05
+	// declare none).
+	Declared map[string][]string `json:"declared,omitempty"`
 }
 
 func (a *Handler) routeOps() {
@@ -296,5 +303,23 @@ func (a *Handler) listPeriodic(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, fmt.Errorf("list periodic jobs: %w", err))
 		return
 	}
-	WriteJSON(w, http.StatusOK, PeriodicResponse{Periodic: ps})
+	resp := PeriodicResponse{Periodic: ps}
+	if resp.Leader, err = a.cfg.Coord.Leader(r.Context(), coordinator.MaintenanceElection); err != nil {
+		a.fail(w, r, fmt.Errorf("list periodic jobs: %w", err))
+		return
+	}
+	ws, err := a.cfg.Coord.Workers(r.Context())
+	if err != nil {
+		a.fail(w, r, fmt.Errorf("list periodic jobs: %w", err))
+		return
+	}
+	for _, wk := range ws {
+		for _, name := range wk.Periodic {
+			if resp.Declared == nil {
+				resp.Declared = map[string][]string{}
+			}
+			resp.Declared[name] = append(resp.Declared[name], wk.ID)
+		}
+	}
+	WriteJSON(w, http.StatusOK, resp)
 }
