@@ -201,6 +201,53 @@ func TestCancelRequestCancelsHandler(t *testing.T) {
 	}
 }
 
+// TestRetriedJobNotCancelledByEarlierRequest: a cancel request is for the
+// run it was made during (promise 4: what another party writes applies to
+// what it was written for). A job cancelled on request, then retried by an
+// operator, runs again on the same worker within the minute the worker
+// remembers requests for runs that have not started yet: the old request,
+// older than the new run's token, must not cancel the new run.
+func TestRetriedJobNotCancelledByEarlierRequest(t *testing.T) {
+	e := newEnv(t, nil)
+	var runs atomic.Int32
+	started := make(chan struct{}, 2)
+	e.worker(worker.Config{}, map[string]worker.Handler{
+		"long": func(ctx context.Context, j *worker.Job) error {
+			first := runs.Add(1) == 1
+			started <- struct{}{}
+			if first {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-time.After(500 * time.Millisecond):
+				return nil
+			}
+		},
+	})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "long"})
+	<-started
+	if _, err := e.c.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	if j := e.wait(id); j.State != coordinator.StateCancelled {
+		t.Fatalf("after the cancel request: %s, want cancelled", j.State)
+	}
+	if _, err := e.c.Retry(context.Background(), id); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the retried job did not run again")
+	}
+	if j := e.wait(id); j.State != coordinator.StateCompleted {
+		t.Fatalf("retried job ended %s (errors %+v), want completed: the cancel request of its earlier run cancelled the new run (token %d)", j.State, j.Errors, j.Token)
+	}
+}
+
 func TestControlFlowErrors(t *testing.T) {
 	e := newEnv(t, nil)
 	var snoozes atomic.Int32

@@ -23,6 +23,7 @@ var outcomeTests = []suiteTest{
 	{"CancelRequestOutranksRunAgain", testCancelOutranksRunAgain},
 	{"ReapKeepsCancelRequestWrittenMeanwhile", testReapKeepsLateCancel},
 	{"ReaperSeesDeathDuringItsPass", testReaperSeesDeathDuringPass},
+	{"ReaperSeesDeathAfterItsPassRead", testReaperSeesDeathAfterPassRead},
 	{"JobOverStoreLimitRefused", testJobOverStoreLimit},
 	{"OversizedJobBlocksNoMaintenance", testOversizedJobBlocksNoMaintenance},
 	{"DefaultPayloadLimitFitsTheStore", testDefaultPayloadLimitFits},
@@ -152,6 +153,64 @@ func testReaperSeesDeathDuringPass(t *testing.T, h *harness) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Error("the job of a daemon that died as the reaper started was not reaped (it waits for the next periodic scan)")
+	}
+	cancel()
+	if err := <-stopped; !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunReaper returned %v", err)
+	}
+	if !t.Failed() {
+		h.wantState(j.ID, coordinator.StateAvailable)
+	}
+}
+
+// lateDeathStore revokes a lease just after the reaper's first pass has
+// read the ownership keys (the pass saw the daemon alive, and will reap
+// nothing of it), before the reaper's watch begins: the lease ends between
+// the pass's read and the watch.
+type lateDeathStore struct {
+	kv.Store
+	owners string
+	once   sync.Once
+	revoke func()
+}
+
+func (s *lateDeathStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	rr, err := s.Store.Range(ctx, r)
+	if err == nil && r.Start == s.owners {
+		s.once.Do(s.revoke)
+	}
+	return rr, err
+}
+
+// testReaperSeesDeathAfterPassRead (promise 7): a daemon whose lease ends
+// after the reaper's pass read its ownership keys, but before the reaper's
+// watch starts, is seen by that watch: it starts from the revision read
+// before the pass, not from the store's revision when it starts (the
+// death would then wait for the next periodic scan, an hour here).
+func testReaperSeesDeathAfterPassRead(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	victim := h.session(h.c)
+	h.claimOne(victim)
+	ds := &lateDeathStore{Store: h.store, owners: h.keysRoot() + "o/"}
+	ds.revoke = func() {
+		if err := h.store.Revoke(h.ctx(), victim.Lease()); err != nil {
+			t.Errorf("revoke: %v", err)
+		}
+	}
+	reaped := make(chan string, 1)
+	reaper := h.coordinator(ds, coordinator.Config{OnReap: func(j *coordinator.Job) { reaped <- j.ID }})
+	ctx, cancel := context.WithCancel(h.ctx())
+	stopped := make(chan error, 1)
+	// The interval never passes on the test's clock: only the watch can
+	// reap (the first pass read the daemon's ownership key).
+	go func() { stopped <- reaper.RunReaper(ctx, nil, time.Hour) }()
+	select {
+	case id := <-reaped:
+		if id != j.ID {
+			t.Errorf("reaped %s, want %s", id, j.ID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the job of a daemon that died after the reaper's pass read its ownership key was not reaped: the watch began after the death")
 	}
 	cancel()
 	if err := <-stopped; !errors.Is(err, context.Canceled) {

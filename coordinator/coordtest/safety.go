@@ -28,6 +28,7 @@ var safetyTests = []suiteTest{
 	{"LostFinalReplyAppliedThenDeletedIsNotLost", testLostFinalReplyAppliedThenDeleted},
 	{"SecondOutcomeIsWrongState", testSecondOutcome},
 	{"SessionDeadlineFromSendTimeMinusMargin", testSessionDeadline},
+	{"SessionFirstDeadlineFromGrantSendTime", testSessionFirstDeadline},
 	{"SessionRenewsEveryThirdOfTTL", testSessionCadence},
 	{"SessionEndsAtOnceWhenRenewalFindsLeaseGone", testSessionLeaseGone},
 	{"ReaperWatchReactsToLeaseLoss", testReaperWatch},
@@ -230,6 +231,41 @@ func testSessionDeadline(t *testing.T, h *harness) {
 	want := sent.Add(ttl - ttl/5)
 	if got := s.ValidUntil(); !got.Equal(want) {
 		t.Fatalf("after a renewal sent at %v: valid until %v, want send time + TTL − margin = %v (off by %v)",
+			sent.Format(time.StampMilli), got.Format(time.StampMilli), want.Format(time.StampMilli), got.Sub(want))
+	}
+}
+
+// grantStore runs onGrant once the store has granted a lease, before the
+// grant's reply reaches the caller.
+type grantStore struct {
+	kv.Store
+	onGrant func()
+}
+
+func (s *grantStore) Grant(ctx context.Context, ttl time.Duration) (kv.LeaseID, error) {
+	id, err := s.Store.Grant(ctx, ttl)
+	if err == nil && s.onGrant != nil {
+		s.onGrant()
+	}
+	return id, err
+}
+
+// testSessionFirstDeadline (promise 6): before its first renewal, a
+// session's validity deadline is the send time of its lease's grant + TTL
+// − margin, not the time the grant's reply arrived: the store starts the
+// TTL when it grants, and a reply that takes longer than the margin would
+// otherwise leave the session valid after its lease can have expired (its
+// renewals failing meanwhile). The grant's reply here takes 3 s of a 10 s
+// TTL (margin 2 s) on the session's clock.
+func testSessionFirstDeadline(t *testing.T, h *harness) {
+	const ttl = 10 * time.Second
+	clock := NewClock(time.Now())
+	sent := clock.Now()
+	gs := &grantStore{Store: h.store, onGrant: func() { clock.Advance(3 * time.Second) }}
+	s := h.clockSession(h.coordinator(gs, coordinator.Config{}), clock, ttl)
+	want := sent.Add(ttl - ttl/5)
+	if got := s.ValidUntil(); !got.Equal(want) {
+		t.Fatalf("session whose grant was sent at %v: valid until %v, want grant send time + TTL − margin = %v (off by %v)",
 			sent.Format(time.StampMilli), got.Format(time.StampMilli), want.Format(time.StampMilli), got.Sub(want))
 	}
 }
