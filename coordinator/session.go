@@ -256,7 +256,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	s.ctx, s.cancel = context.WithCancelCause(parent)
 	s.registered = res.Revision
 	go s.heartbeat()
-	c.log.Info("session started", slog.String("worker", info.ID), slog.Int64("lease", int64(lease)), slog.Duration("ttl", cfg.TTL))
+	c.log.Info("session started", slog.String("worker", info.ID), slog.Int64("lease", int64(lease)), slog.String("lease_id", info.LeaseID), slog.Duration("ttl", cfg.TTL))
 	return s, nil
 }
 
@@ -363,7 +363,7 @@ func (s *Session) heartbeat() {
 	if s.c.store.Limits().LeasesExpire {
 		wg.Go(s.watchRegistration)
 	}
-	log := s.c.log.With(slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)))
+	log := s.c.log.With(slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)), slog.String("lease_id", strconv.FormatInt(int64(s.lease), 16)))
 	next := s.cfg.RenewInterval()
 	retry := min(500*time.Millisecond, s.cfg.RenewInterval()/2)
 	for {
@@ -502,7 +502,7 @@ func (s *Session) watchSuspend() {
 			// Same line as the heartbeat's: the boot clock counts time
 			// suspended, which is why the heartbeat has not noticed.
 			s.fence(s.c.log, "session lease not renewed before its validity deadline: fencing self",
-				slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)), slog.String("clock", "boottime"))
+				slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)), slog.String("lease_id", strconv.FormatInt(int64(s.lease), 16)), slog.String("clock", "boottime"))
 			return
 		}
 	}

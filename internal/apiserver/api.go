@@ -571,6 +571,9 @@ func (a *Handler) payloadHint() string {
 	if a.cfg.CLI {
 		return "send a smaller payload (or, if the cluster runs with a larger --max-payload, pass it as --max-payload; if the etcd servers run with a larger --max-request-bytes, pass that as --etcd-max-request-bytes)"
 	}
+	if a.cfg.Shared {
+		return "send a smaller payload (or raise the daemons' --max-payload, which past 664KiB needs the etcd servers' --max-request-bytes raised and passed to the daemons as --etcd-max-request-bytes)"
+	}
 	return "send a smaller payload (or raise the daemon's --max-payload)"
 }
 
