@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
@@ -252,7 +251,7 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 			err = mapErr("txn", clientv3.ContextError(ctx, err))
 		}
 	} else {
-		timeout := s.txnTimeout(proto.Size(req))
+		timeout := s.txnTimeout(t.Bytes())
 		wctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		resp, err = send(wctx, s.callOpts)
@@ -277,11 +276,11 @@ func readOnly(t *kv.Txn) bool {
 	return true
 }
 
-// txnTimeout is how long a write transaction of size bytes waits for its
-// answer: WriteTimeout, and a second more per MiB, since a member takes
-// longer to receive, log, sync and apply a large one (three jobs of
-// 1.5 MiB, six copies in one transaction, took over 3 s on a loaded
-// machine, and were reported as a member that may hang).
+// txnTimeout is how long a write transaction of size bytes (its keys and
+// values) waits for its answer: WriteTimeout, and a second more per MiB,
+// since a member takes longer to receive, log, sync and apply a large one
+// (three jobs of 1.5 MiB, six copies in one transaction, took over 3 s on
+// a loaded machine, and were reported as a member that may hang).
 func (s *Store) txnTimeout(size int) time.Duration {
 	return s.writeTimeout + time.Duration(size)*time.Second/(1<<20)
 }

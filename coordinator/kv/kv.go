@@ -155,6 +155,24 @@ type Txn struct {
 	Else []Op
 }
 
+// Bytes counts the keys and values of t, nested transactions included:
+// most of its size as a request.
+func (t *Txn) Bytes() int {
+	n := 0
+	for _, c := range t.If {
+		n += len(c.Key) + len(c.Bytes)
+	}
+	for _, ops := range [][]Op{t.Then, t.Else} {
+		for _, op := range ops {
+			n += len(op.Key) + len(op.Value)
+			if op.Txn != nil {
+				n += op.Txn.Bytes()
+			}
+		}
+	}
+	return n
+}
+
 // OpResult is the result of one op of the branch that ran.
 type OpResult struct {
 	// KV is the key read by an OpGet, nil if it was missing.

@@ -24,25 +24,8 @@ func (s *Limit) Limits() kv.Limits {
 
 // Txn implements kv.Store.
 func (s *Limit) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
-	if n := txnBytes(t); n > s.MaxBytes {
+	if n := t.Bytes(); n > s.MaxBytes {
 		return kv.TxnResult{}, fmt.Errorf("%w: %d bytes, the limit is %d", kv.ErrTxnTooLarge, n, s.MaxBytes)
 	}
 	return s.Store.Txn(ctx, t)
-}
-
-// txnBytes counts the keys and values of t, nested transactions included.
-func txnBytes(t kv.Txn) int {
-	n := 0
-	for _, c := range t.If {
-		n += len(c.Key) + len(c.Bytes)
-	}
-	for _, ops := range [][]kv.Op{t.Then, t.Else} {
-		for _, op := range ops {
-			n += len(op.Key) + len(op.Value)
-			if op.Txn != nil {
-				n += txnBytes(*op.Txn)
-			}
-		}
-	}
-	return n
 }
