@@ -1,7 +1,6 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -241,31 +241,13 @@ func TestPeriodicAndTypedArgs(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestPeriodicKindWithoutHandlerWarnsEmbedded: in embedded mode, a
 // periodic job whose kind this worker has no handler for is warned about
 // at Start, naming it (its jobs would fail every attempt unless another
 // worker of the process runs the kind); one with a handler is not.
 func TestPeriodicKindWithoutHandlerWarnsEmbedded(t *testing.T) {
 	e := newEnv(t, nil)
-	var logged lockedBuffer
+	var logged testutil.SyncBuffer
 	e.worker(worker.Config{Maintain: true, Logger: slog.New(slog.NewTextHandler(&logged, nil)), Periodic: []coordinator.PeriodicJob{
 		{Name: "nightly", Spec: "@daily", Job: coordinator.EnqueueParams{Kind: "report"}},
 		{Name: "hourly", Spec: "@hourly", Job: coordinator.EnqueueParams{Kind: "k"}},

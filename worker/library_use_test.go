@@ -158,6 +158,13 @@ func TestStopIdleAfterStoreClosed(t *testing.T) {
 	}
 }
 
+// panicOf returns what f panicked with, or nil.
+func panicOf(f func()) (p any) {
+	defer func() { p = recover() }()
+	f()
+	return nil
+}
+
 type twoOpts struct{}
 
 func (twoOpts) Kind() string { return "two-opts" }
@@ -171,12 +178,10 @@ func TestHandleArgsRefusesSeveralKindOptions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var p any
-	func() {
-		defer func() { p = recover() }()
+	p := panicOf(func() {
 		worker.HandleArgs(w, func(context.Context, *worker.Job, twoOpts) error { return nil },
 			worker.KindOptions{Timeout: time.Second}, worker.KindOptions{MaxAttempts: 3})
-	}()
+	})
 	if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, "two-opts") || !strings.Contains(msg, "at most one") {
 		t.Fatalf("HandleArgs with two KindOptions: panic %v, want one naming the kind and saying at most one", p)
 	}
@@ -201,11 +206,7 @@ func TestMisuseSaysWhatToChange(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var p any
-	func() {
-		defer func() { p = recover() }()
-		worker.HandleArgs(w, func(context.Context, *worker.Job, *valueKind) error { return nil })
-	}()
+	p := panicOf(func() { worker.HandleArgs(w, func(context.Context, *worker.Job, *valueKind) error { return nil }) })
 	if msg := fmt.Sprint(p); p == nil || !strings.Contains(msg, "*worker_test.valueKind") || !strings.Contains(msg, "use a value type") {
 		t.Fatalf("HandleArgs with a pointer type: panic %v, want one saying to use the value type", p)
 	}

@@ -109,89 +109,58 @@ func testReapKeepsLateCancel(t *testing.T, h *harness) {
 	}
 }
 
-// deathStore revokes a lease during the first read of the worker
-// registrations that asks for one key (the reaper's read of the revision
-// it watches from), as if that daemon's lease expired at that moment.
+// deathStore revokes a lease once, at a read that its at picks out, as if
+// that daemon's lease expired at that moment: before the read when before
+// is set, else once it has returned.
 type deathStore struct {
 	kv.Store
-	workers string
-	once    sync.Once
-	revoke  func()
+	at     func(r kv.RangeRequest) bool
+	before bool
+	once   sync.Once
+	revoke func()
 }
 
 func (s *deathStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
-	if r.Start == s.workers && r.Limit == 1 {
+	if s.before && s.at(r) {
 		s.once.Do(s.revoke)
 	}
-	return s.Store.Range(ctx, r)
+	rr, err := s.Store.Range(ctx, r)
+	if !s.before && err == nil && s.at(r) {
+		s.once.Do(s.revoke)
+	}
+	return rr, err
 }
 
 // testReaperSeesDeathDuringPass: a daemon whose lease ends while the reaper
 // starts (between its scan and the revision it watches from) has its jobs
 // reaped at once, not at the next periodic scan.
 func testReaperSeesDeathDuringPass(t *testing.T, h *harness) {
-	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
-	victim := h.session(h.c)
-	h.claimOne(victim)
-	ds := &deathStore{Store: h.store, workers: h.keysRoot() + "w/"}
-	ds.revoke = func() {
-		if err := h.store.Revoke(h.ctx(), victim.Lease()); err != nil {
-			t.Errorf("revoke: %v", err)
-		}
-	}
-	reaped := make(chan string, 1)
-	reaper := h.coordinator(ds, coordinator.Config{OnReap: func(j *coordinator.Job) { reaped <- j.ID }})
-	ctx, cancel := context.WithCancel(h.ctx())
-	stopped := make(chan error, 1)
-	// The interval never passes on the test's clock: only the watch (or
-	// the first pass) can reap.
-	go func() { stopped <- reaper.RunReaper(ctx, nil, time.Hour) }()
-	select {
-	case id := <-reaped:
-		if id != j.ID {
-			t.Errorf("reaped %s, want %s", id, j.ID)
-		}
-	case <-time.After(10 * time.Second):
-		t.Error("the job of a daemon that died as the reaper started was not reaped (it waits for the next periodic scan)")
-	}
-	cancel()
-	if err := <-stopped; !errors.Is(err, context.Canceled) {
-		t.Fatalf("RunReaper returned %v", err)
-	}
-	if !t.Failed() {
-		h.wantState(j.ID, coordinator.StateAvailable)
-	}
-}
-
-// lateDeathStore revokes a lease just after the reaper's first pass has
-// read the ownership keys (the pass saw the daemon alive, and will reap
-// nothing of it), before the reaper's watch begins: the lease ends between
-// the pass's read and the watch.
-type lateDeathStore struct {
-	kv.Store
-	owners string
-	once   sync.Once
-	revoke func()
-}
-
-func (s *lateDeathStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
-	rr, err := s.Store.Range(ctx, r)
-	if err == nil && r.Start == s.owners {
-		s.once.Do(s.revoke)
-	}
-	return rr, err
+	workers := h.keysRoot() + "w/"
+	reaperSeesDeath(t, h, &deathStore{before: true, at: func(r kv.RangeRequest) bool { return r.Start == workers && r.Limit == 1 }},
+		"the job of a daemon that died as the reaper started was not reaped (it waits for the next periodic scan)")
 }
 
 // testReaperSeesDeathAfterPassRead (promise 7): a daemon whose lease ends
-// after the reaper's pass read its ownership keys, but before the reaper's
-// watch starts, is seen by that watch: it starts from the revision read
-// before the pass, not from the store's revision when it starts (the
-// death would then wait for the next periodic scan, an hour here).
+// after the reaper's pass read its ownership keys (the pass saw it alive,
+// and reaps nothing of it), but before the reaper's watch starts, is seen
+// by that watch: it starts from the revision read before the pass, not
+// from the store's revision when it starts (the death would then wait for
+// the next periodic scan, an hour here). Found by mutation (2026-12-05).
 func testReaperSeesDeathAfterPassRead(t *testing.T, h *harness) {
+	owners := h.keysRoot() + "o/"
+	reaperSeesDeath(t, h, &deathStore{at: func(r kv.RangeRequest) bool { return r.Start == owners }},
+		"the job of a daemon that died after the reaper's pass read its ownership key was not reaped: the watch began after the death")
+}
+
+// reaperSeesDeath runs a reaper over ds, which revokes the lease of a
+// daemon that runs a job at the read ds picks out, and checks that the
+// job is reaped without a periodic scan (an hour away on the test's
+// clock); failure says what went wrong.
+func reaperSeesDeath(t *testing.T, h *harness, ds *deathStore, failure string) {
 	j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	victim := h.session(h.c)
 	h.claimOne(victim)
-	ds := &lateDeathStore{Store: h.store, owners: h.keysRoot() + "o/"}
+	ds.Store = h.store
 	ds.revoke = func() {
 		if err := h.store.Revoke(h.ctx(), victim.Lease()); err != nil {
 			t.Errorf("revoke: %v", err)
@@ -201,8 +170,6 @@ func testReaperSeesDeathAfterPassRead(t *testing.T, h *harness) {
 	reaper := h.coordinator(ds, coordinator.Config{OnReap: func(j *coordinator.Job) { reaped <- j.ID }})
 	ctx, cancel := context.WithCancel(h.ctx())
 	stopped := make(chan error, 1)
-	// The interval never passes on the test's clock: only the watch can
-	// reap (the first pass read the daemon's ownership key).
 	go func() { stopped <- reaper.RunReaper(ctx, nil, time.Hour) }()
 	select {
 	case id := <-reaped:
@@ -210,7 +177,7 @@ func testReaperSeesDeathAfterPassRead(t *testing.T, h *harness) {
 			t.Errorf("reaped %s, want %s", id, j.ID)
 		}
 	case <-time.After(10 * time.Second):
-		t.Error("the job of a daemon that died after the reaper's pass read its ownership key was not reaped: the watch began after the death")
+		t.Error(failure)
 	}
 	cancel()
 	if err := <-stopped; !errors.Is(err, context.Canceled) {
