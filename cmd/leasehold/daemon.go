@@ -338,6 +338,26 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	})
 	srv, stopHTTP := newHTTPServer(api, tlsCfg, log)
 
+	// HTTP serves from here on, while the worker starts (a shared daemon
+	// waits out an etcd outage there): /healthz answers and /readyz says
+	// why the daemon is not ready, so that an orchestrator's probes see
+	// it waiting rather than nothing. The "listening" line still comes
+	// once the worker runs.
+	serveErr := make(chan error, 1)
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { serveErr <- srv.Serve(ln) }()
+	}
+	started := false
+	defer func() {
+		if !started {
+			stopHTTP()
+		}
+	}()
+
 	// The session the worker opens in Start derives from Start's context:
 	// give it one that outlives the signal, so that a signal leads to the
 	// graceful Stop below rather than to a lost session.
@@ -362,15 +382,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		case <-time.After(delay):
 		}
 	}
-	serveErr := make(chan error, 1)
+	started = true
 	m.RegisterWorker(w)
-	scheme := "http"
-	if tlsCfg != nil {
-		scheme = "https"
-		go func() { serveErr <- srv.ServeTLS(ln, "", "") }()
-	} else {
-		go func() { serveErr <- srv.Serve(ln) }()
-	}
 	addr := ln.Addr().String()
 	log.Info("listening", slog.String("addr", addr), slog.String("url", scheme+"://"+addr), slog.Bool("api_token", token != ""),
 		slog.String("worker", w.ID()), slog.Any("kinds", w.Kinds()), slog.Int("concurrency", o.concurrency))

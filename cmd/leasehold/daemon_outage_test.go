@@ -2,6 +2,8 @@ package main
 
 import (
 	"net"
+	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -10,16 +12,26 @@ import (
 )
 
 // A daemon started while etcd has no quorum waits for it, as a running
-// daemon does, and starts once the quorum is back: it does not exit, and
-// says at each retry what it is waiting for.
+// daemon does, and starts once the quorum is back: it does not exit, says
+// at each retry what it is waiting for, and answers /healthz and /readyz
+// meanwhile.
 func TestDaemonStartedDuringAnOutageWaitsForIt(t *testing.T) {
 	c := etcdtest.StartCluster(t, 3, etcdtest.WithElectionTimeout(50*time.Millisecond, 500*time.Millisecond))
 	c.Stop(1)
 	c.Stop(2)
-	p := spStart(t, "daemon", binPath, "daemon", "--etcd", c.Member(0).ClientURL(), "--listen", "127.0.0.1:0", "--lease-ttl", "2s", "--log-format", "json")
+	addr := closedPort(t)
+	p := spStart(t, "daemon", binPath, "daemon", "--etcd", c.Member(0).ClientURL(), "--listen", addr, "--lease-ttl", "2s", "--log-format", "json")
 	_, at := p.waitLog(t, 0, "a warning that it waits for etcd", func(l spLine) bool {
 		return l.Msg == "cannot start a session: etcd does not answer (no quorum?); retrying"
 	})
+	// It serves HTTP meanwhile: alive, not ready, saying why (it served
+	// nothing until its session started).
+	if code := httpStatus(t, "http://"+addr+"/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz while the daemon waits for etcd: %d, want 200", code)
+	}
+	if code, r := getReady(t, "http://"+addr); code != http.StatusServiceUnavailable || !strings.Contains(r.Error, "no session yet") {
+		t.Errorf("/readyz while the daemon waits for etcd: %d %+v, want 503 saying it has no session yet", code, r)
+	}
 	c.Restart(1)
 	c.Restart(2)
 	p.waitLog(t, at, "the worker's start", func(l spLine) bool { return l.Msg == "worker started" })
@@ -55,4 +67,18 @@ func TestDaemonStartsBesideAnEtcdEndpointThatDoesNotAnswer(t *testing.T) {
 	}
 	p.signal(t, syscall.SIGTERM)
 	<-p.done
+}
+
+// httpStatus GETs url and returns its status code (0, with the test
+// failed, if it did not answer).
+func httpStatus(t *testing.T, url string) int {
+	t.Helper()
+	hc := &http.Client{Timeout: 30 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		t.Errorf("GET %s: %v", url, err)
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }
