@@ -107,7 +107,7 @@ func (h *harness) coordinator(store kv.Store, cfg coordinator.Config) *coordinat
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	c, err := coordinator.New(unwatchedRegistrations(store), cfg)
+	c, err := coordinator.New(unwatchedRegistrations(store, h.keysRoot()+"w/"), cfg)
 	if err != nil {
 		h.t.Fatalf("coordinator.New: %v", err)
 	}
@@ -123,8 +123,8 @@ func (h *harness) coordinator(store kv.Store, cfg coordinator.Config) *coordinat
 // their renewals from noticing it; the watch itself is tested on its own
 // (TestSessionEndsAtOnceWhenItsLeaseIsRevokedElsewhere). Other watches,
 // the reapers' of every registration among them, go through.
-func unwatchedRegistrations(store kv.Store) kv.Store {
-	q := quietRegistration{store}
+func unwatchedRegistrations(store kv.Store, workers string) kv.Store {
+	q := quietRegistration{store, workers}
 	if sc, ok := store.(kv.Scanner); ok {
 		return struct {
 			quietRegistration
@@ -134,10 +134,15 @@ func unwatchedRegistrations(store kv.Store) kv.Store {
 	return q
 }
 
-type quietRegistration struct{ kv.Store }
+// quietRegistration silences watches of one key under workers, the
+// registrations' prefix (not of the prefix itself: the reapers').
+type quietRegistration struct {
+	kv.Store
+	workers string
+}
 
 func (s quietRegistration) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
-	if i := strings.LastIndex(prefix, "/w/"); i >= 0 && i+len("/w/") < len(prefix) {
+	if len(prefix) > len(s.workers) && strings.HasPrefix(prefix, s.workers) {
 		ch := make(chan kv.WatchResponse)
 		context.AfterFunc(ctx, func() { close(ch) })
 		return ch
