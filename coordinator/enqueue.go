@@ -22,7 +22,9 @@ func (c *Coordinator) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResu
 
 // EnqueueBatch validates every job first, so that bad input writes nothing,
 // then inserts them and returns once they are durable. A job with a unique
-// key that matches a live job returns that job with Existed set. Batches
+// key that matches a live job returns that job with Existed set; so does a
+// job whose key an earlier job of the batch has: it is answered with what
+// that job's enqueue returned, and nothing is written for it. Batches
 // larger than one transaction of the store are applied in several
 // transactions, concurrently; if one fails, the error says how many jobs were
 // not acknowledged and none of them should be assumed inserted.
@@ -31,7 +33,10 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		return nil, nil
 	}
 	now := c.clock.Now().UTC()
-	jobs := make([]*Job, len(ps))
+	all := make([]*Job, len(ps))
+	// The batch's later duplicates: job index -> the earlier job with its
+	// unique key, which answers for it. Only the others are written.
+	dupOf := map[int]int{}
 	seen := make(map[string]int)
 	for i := range ps {
 		p := ps[i]
@@ -42,17 +47,18 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 			}
 			return nil, err
 		}
+		all[i] = j
 		if j.UniqueKey != "" {
 			if k, dup := seen[j.UniqueKey]; dup {
-				return nil, fmt.Errorf("%w: jobs %d and %d have the same unique key %q: enqueue only one of them", ErrInvalid, k, i, j.UniqueKey)
+				dupOf[i] = k
+				continue
 			}
 			seen[j.UniqueKey] = i
 		}
-		jobs[i] = j
 	}
 
-	units := make([]unit, len(jobs))
-	for i, j := range jobs {
+	units := make([]unit, len(all))
+	for i, j := range all {
 		_, puts := c.keys.put(j)
 		t := kv.Txn{Then: puts}
 		if j.UniqueKey != "" {
@@ -81,6 +87,18 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		}
 	}
 
+	jobs, at := all, []int(nil) // at[n]: the batch index of jobs[n]
+	if len(dupOf) > 0 {
+		jobs, at = make([]*Job, 0, len(all)-len(dupOf)), make([]int, 0, len(all)-len(dupOf))
+		kept := make([]unit, 0, cap(jobs))
+		for i, j := range all {
+			if _, dup := dupOf[i]; !dup {
+				jobs, at, kept = append(jobs, j), append(at, i), append(kept, units[i])
+			}
+		}
+		units = kept
+	}
+
 	// Chunks are independent: apply them concurrently so a large batch on
 	// etcd is not a chain of round trips.
 	chunks := c.chunk(units)
@@ -99,7 +117,7 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 	}
 
 	out := make([]EnqueueResult, 0, len(jobs))
-	existing := map[int]string{} // job index -> the id holding its unique key
+	existing := map[int]string{} // index in jobs -> the id holding its unique key
 	for _, rs := range results {
 		for _, r := range rs {
 			i := len(out)
@@ -150,7 +168,20 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 			existing[i] = string(r.Results[0].KV.Value)
 		}
 	}
-	return out, nil
+	if at == nil {
+		return out, nil
+	}
+	// Spread the written jobs' results over the batch; each duplicate gets
+	// its earlier job's, as an existing job.
+	full := make([]EnqueueResult, len(all))
+	for n, i := range at {
+		full[i] = out[n]
+	}
+	for i, k := range dupOf {
+		j := *full[k].Job
+		full[i] = EnqueueResult{Job: &j, Existed: true}
+	}
+	return full, nil
 }
 
 // dueBytes is the size of the transaction that makes scheduled job j

@@ -27,6 +27,7 @@ var featureTests = []suiteTest{
 	{"PeriodicBadSpecRefused", testPeriodicBadSpec},
 	{"UniqueByArgsRaceInsertsOne", testUniqueByArgsRace},
 	{"UniqueByQueuePeriodAndState", testUniqueOptions},
+	{"UniqueDuplicatesInOneBatch", testUniqueDuplicatesInOneBatch},
 	{"PausedQueueNotClaimedAcrossRestart", testPauseAcrossRestart},
 	{"PauseRefusesClaimInFlight", testPauseRefusesClaimInFlight},
 	{"RefusedCandidatesStayClaimable", testRefusedCandidatesStayClaimable},
@@ -364,6 +365,59 @@ func testUniqueByArgsRace(t *testing.T, h *harness) {
 		Unique: &coordinator.UniqueOpts{ByArgs: true, ByPeriod: time.Hour}})
 	if err != nil || r.Existed {
 		t.Fatalf("other args: %+v, %v", r, err)
+	}
+}
+
+// A batch holding two jobs of one unique key inserts the first and answers
+// the second with it, as an existing job, whatever transactions the batch
+// is split into; a key held before the batch answers every job of it.
+func testUniqueDuplicatesInOneBatch(t *testing.T, h *harness) {
+	held, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "dup", UniqueKey: "held"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 150 // keys; the batch is twice as long, past one etcd transaction
+	var ps []coordinator.EnqueueParams
+	for round := range 2 {
+		for i := range n {
+			ps = append(ps, coordinator.EnqueueParams{Kind: "dup", UniqueKey: fmt.Sprintf("k%d", i),
+				Payload: json.RawMessage(fmt.Sprintf(`{"round":%d}`, round))})
+		}
+	}
+	ps = append(ps, coordinator.EnqueueParams{Kind: "dup", UniqueKey: "held"},
+		coordinator.EnqueueParams{Kind: "dup", UniqueKey: "held"},
+		coordinator.EnqueueParams{Kind: "dup", Unique: &coordinator.UniqueOpts{ByArgs: true}, Payload: json.RawMessage(`{"a":1,"b":2}`)},
+		coordinator.EnqueueParams{Kind: "dup", Unique: &coordinator.UniqueOpts{ByArgs: true}, Payload: json.RawMessage(`{"b":2, "a":1}`)},
+		coordinator.EnqueueParams{Kind: "dup"}, coordinator.EnqueueParams{Kind: "dup"})
+	rs, err := h.c.EnqueueBatch(h.ctx(), ps)
+	if err != nil {
+		t.Fatalf("a batch with duplicate unique keys: %v", err)
+	}
+	if len(rs) != len(ps) {
+		t.Fatalf("%d results for %d jobs", len(rs), len(ps))
+	}
+	for i := range n {
+		first, second := rs[i], rs[n+i]
+		if first.Existed || second.Job == nil || !second.Existed || second.Job.ID != first.Job.ID {
+			t.Fatalf("key k%d: first existed=%v, second existed=%v %+v; want the second answered by the first (%s)", i, first.Existed, second.Existed, second.Job, first.Job.ID)
+		}
+		if string(second.Job.Payload) != `{"round":0}` {
+			t.Fatalf("key k%d: the second was answered with payload %s, want the first's", i, second.Job.Payload)
+		}
+	}
+	for _, r := range rs[2*n : 2*n+2] {
+		if !r.Existed || r.Job.ID != held.Job.ID {
+			t.Fatalf("a key held before the batch: existed=%v job %+v, want %s", r.Existed, r.Job, held.Job.ID)
+		}
+	}
+	if a, b := rs[2*n+2], rs[2*n+3]; a.Existed || !b.Existed || b.Job.ID != a.Job.ID {
+		t.Fatalf("equal payloads by args: existed %v/%v, ids %s/%s", a.Existed, b.Existed, a.Job.ID, b.Job.ID)
+	}
+	if a, b := rs[2*n+4], rs[2*n+5]; a.Existed || b.Existed || a.Job.ID == b.Job.ID {
+		t.Fatal("two jobs without a unique key were not both inserted")
+	}
+	if got, want := len(h.jobsOf("dup")), 1+n+1+2; got != want {
+		t.Fatalf("%d jobs stored, want %d", got, want)
 	}
 }
 

@@ -171,10 +171,6 @@ func testRefusalsSayWhatToDo(t *testing.T, h *harness) {
 	if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "use a positive period") {
 		t.Errorf("Enqueue with a negative unique period: %v", err)
 	}
-	_, err = h.c.EnqueueBatch(h.ctx(), []coordinator.EnqueueParams{{Kind: "k", UniqueKey: "a"}, {Kind: "k", UniqueKey: "a"}})
-	if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "enqueue only one of them") {
-		t.Errorf("EnqueueBatch of two jobs with one unique key: %v", err)
-	}
 }
 
 // testTextNotUTF8Refused: json.Valid takes invalid UTF-8 inside strings,
