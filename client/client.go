@@ -294,7 +294,8 @@ func (c *Client) Insert(ctx context.Context, args Args, opts *InsertOpts) (*Inse
 // input in any of them refuses them all, and nothing is written; except
 // over HTTP when the jobs need several requests (over 1,000 jobs or 16 MiB
 // encoded), which the daemon checks one at a time: an error in a later one
-// is returned with the results of the jobs inserted before it.
+// is returned with the results of the jobs inserted before it. A job with
+// the unique key of an earlier one is answered with that job, Existed set.
 func (c *Client) InsertMany(ctx context.Context, ps []InsertParams) ([]InsertResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
