@@ -154,14 +154,15 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 	moves := tracked && fs.tail != 0 && readRev >= fs.lowRev
 	read := avail
 	avail = c.floors.dropPending(queue, avail)
-	if len(avail) == 0 && start != c.keys.queue(queue) && c.floors.dueFullRead(queue, time.Now()) {
-		// Nothing after the floor. Every way a job becomes available
-		// lowers the floor (the watch), and so does every candidate a
-		// claim did not get (below); still, now and then (fullReadEvery)
-		// read from the queue's start, so that the floor could only delay
-		// a job, never hide it. Rarely: such a read steps over the
-		// deleted entry of every job claimed since the store last
-		// compacted, in etcd's index and in Pebble.
+	if start != c.keys.queue(queue) && c.floors.dueFullRead(queue, c.clock.Now()) {
+		// Every way a job becomes available lowers the floor (the
+		// watch), and so does every candidate a claim did not get
+		// (below); still, now and then (fullReadEvery) read from the
+		// queue's start, so that the floor could only delay a job, never
+		// hide it: also while jobs wait past the floor, or a queue that
+		// never runs dry would keep a hidden job for ever. Rarely: such a
+		// read steps over the deleted entry of every job claimed since
+		// the store last compacted, in etcd's index and in Pebble.
 		c.floors.reset(queue)
 		unlock()
 		return nil, st, claimAgain, nil

@@ -405,23 +405,23 @@ func (fl *floor) reset() {
 	fl.lowered("")
 }
 
-// watch is called as a WatchAvailable of queue begins, before its first
-// read: the next claim reads from the start anyway.
-func (f *floors) watch(queue string) {
+// watch is called as a WatchAvailable of queue begins (at now), before its
+// first read: the next claim reads from the start anyway.
+func (f *floors) watch(queue string, now time.Time) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.of(queue).lastFull = time.Now()
+	f.of(queue).lastFull = now
 }
 
-// fullReadEvery bounds how often a claim that found nothing past the floor
-// reads its queue from the start, as a safety net: the floor is lowered
-// wherever a job may be, so such a read should find nothing new.
+// fullReadEvery bounds how often a claim reads its queue from the start, as
+// a safety net: the floor is lowered wherever a job may be, so such a read
+// should find nothing new.
 const fullReadEvery = time.Minute
 
-// dueFullRead reports whether a claim that found nothing past the floor
-// should read the queue from its start (at most once per fullReadEvery
-// since the last such read, or since the watch started), and records that
-// it does.
+// dueFullRead reports whether a claim that read from the floor should read
+// the queue from its start instead (at most once per fullReadEvery since
+// the last such read, or since the watch started), and records that it
+// does.
 func (f *floors) dueFullRead(queue string, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -196,7 +196,7 @@ func (c *Coordinator) WatchAvailable(ctx context.Context, queue string, fn func(
 	if err := ValidateQueue(queue); err != nil {
 		return err
 	}
-	c.floors.watch(queue)
+	c.floors.watch(queue, c.clock.Now())
 	return c.follow(ctx, c.keys.queue(queue), func(rev int64) {
 		// The watch is (re)established: the floor starts over, and
 		// whatever became available while nobody watched, up to rev, is

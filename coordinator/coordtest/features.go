@@ -31,6 +31,7 @@ var featureTests = []suiteTest{
 	{"PausedQueueNotClaimedAcrossRestart", testPauseAcrossRestart},
 	{"PauseRefusesClaimInFlight", testPauseRefusesClaimInFlight},
 	{"RefusedCandidatesStayClaimable", testRefusedCandidatesStayClaimable},
+	{"FloorHidesNoJobInABusyQueue", testFloorHidesNoJobInABusyQueue},
 	{"FailedClaimLeavesItsJobsClaimable", testFailedClaimLeavesJobsClaimable},
 	{"GlobalQueueLimitUnderLeases", testGlobalLimit},
 	{"GlobalQueueLimitRace", testGlobalLimitRace},
@@ -609,6 +610,69 @@ func testRefusedCandidatesStayClaimable(t *testing.T, h *harness) {
 	if err != nil || len(runs) != 1 || runs[0].Job().ID != job.ID {
 		t.Fatalf("first claim after the resume: %d runs, %v; want job %s (the floor passed it)", len(runs), err, job.ID)
 	}
+}
+
+// blindWatch is a store whose watches miss the puts of keys under prefix,
+// as a bug could make a claim's floor miss a job.
+type blindWatch struct {
+	kv.Store
+	prefix string
+}
+
+func (b blindWatch) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	in := b.Store.Watch(ctx, prefix, fromRev)
+	out := make(chan kv.WatchResponse)
+	go func() {
+		defer close(out)
+		for r := range in {
+			evs := r.Events[:0:0]
+			for _, ev := range r.Events {
+				if !(ev.Type == kv.EventPut && strings.HasPrefix(ev.KV.Key, b.prefix)) {
+					evs = append(evs, ev)
+				}
+			}
+			r.Events = evs
+			select {
+			case out <- r:
+			case <-ctx.Done():
+				for range in {
+				}
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// testFloorHidesNoJobInABusyQueue: a job the floor of a watched queue has
+// passed (here its watch missed the job's put, as a bug could) is found by
+// the read from the queue's start that claims make once a minute, also
+// while the queue never runs dry.
+func testFloorHidesNoJobInABusyQueue(t *testing.T, h *harness) {
+	c := h.coordinator(blindWatch{h.store, h.keysRoot() + "q/" + coordinator.DefaultQueue + "/1/"}, coordinator.Config{})
+	h.watchWith(c)
+	s := h.session(c)
+	busy := func() { h.enqueue(coordinator.EnqueueParams{Kind: "busy", Priority: 2}) }
+	for range 3 {
+		busy()
+	}
+	h.claimOneFrom(c, s) // the floor moves into priority 2
+	hidden := h.enqueue(coordinator.EnqueueParams{Kind: "hidden", Priority: 1})
+	claimed := func() bool {
+		t.Helper()
+		busy() // the queue never runs dry
+		return h.claimOneFrom(c, s).Job().ID == hidden.ID
+	}
+	if claimed() {
+		t.Fatal("the claim found the job its floor should have passed: the test hides nothing")
+	}
+	h.clock.Advance(time.Minute + time.Second)
+	for range 3 {
+		if claimed() {
+			return
+		}
+	}
+	t.Fatalf("job %s (priority 1), passed by the floor, not claimed a minute later while the queue held jobs: the floor hides it", hidden.ID)
 }
 
 // failingClaimStore fails the first claim commit (a write transaction
