@@ -44,10 +44,11 @@
 // then reads are sent again to the next member after Options.ReadHedge,
 // writes fail after Options.WriteTimeout with [ErrNoAnswer] (ADR 0029), and
 // watches whose stream stays silent past Options.WatchCheck, even to a
-// progress request, end with [ErrNoAnswer] and are set up again by their
-// callers on a new stream (ADR 0030). With Options.LeaveOutFor, a member
-// that did not answer a read that another then answered at once is taken
-// out of the client's endpoints for that long (ADR 0031).
+// watch set up there to check it, end with [ErrNoAnswer] and are set up
+// again by their callers on a new stream (ADR 0030). With
+// Options.LeaveOutFor, a member that did not answer a read that another
+// then answered at once is taken out of the client's endpoints for that
+// long (ADR 0031).
 //
 // # Server versions
 //
