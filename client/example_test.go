@@ -36,12 +36,9 @@ func exampleDaemon() (*coordinator.Coordinator, func()) {
 		panic(err)
 	}
 	coord, _ := coordinator.New(store, coordinator.Config{Logger: quiet()})
-	// Embedded: re-queue what a crashed process left running (a new
+	// Maintain: retries and delayed jobs become available. Start
+	// re-queues what a crashed process left running (embedded mode; a new
 	// directory has none).
-	if _, err := coord.Reap(context.Background(), nil, nil); err != nil {
-		panic(err)
-	}
-	// Maintain: retries and delayed jobs become available.
 	w, _ := worker.New(coord, worker.Config{Queues: []string{"mail"}, Maintain: true})
 	worker.HandleArgs(w, func(ctx context.Context, j *worker.Job, a SendEmail) error {
 		return j.SetResult("sent " + a.Subject + " to " + a.To)

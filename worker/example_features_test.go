@@ -16,9 +16,8 @@ import (
 )
 
 // openExample opens an embedded store and a quiet coordinator for an
-// example, and re-queues what a previous process left running (in
-// embedded mode, once after opening the store); close releases them, after
-// the example's workers are stopped.
+// example (a worker's Start re-queues what a previous process left
+// running); close releases them, after the example's workers are stopped.
 func openExample(cfg coordinator.Config) (c *coordinator.Coordinator, close func()) {
 	dir, _ := os.MkdirTemp("", "leasehold-example")
 	store, err := localstore.Open(dir, localstore.Options{Logger: slog.New(slog.DiscardHandler)})
@@ -28,9 +27,6 @@ func openExample(cfg coordinator.Config) (c *coordinator.Coordinator, close func
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	c, err = coordinator.New(store, cfg)
 	if err != nil {
-		panic(err)
-	}
-	if _, err := c.Reap(context.Background(), nil, nil); err != nil {
 		panic(err)
 	}
 	return c, func() { _ = store.Close(); _ = os.RemoveAll(dir) }

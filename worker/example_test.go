@@ -30,11 +30,6 @@ func Example() {
 	defer store.Close()
 	coord, _ := coordinator.New(store, coordinator.Config{Logger: slog.New(slog.DiscardHandler)})
 	ctx := context.Background()
-	// Embedded mode: re-queue what a previous process left running (its
-	// leases ended with it), once, before starting workers.
-	if _, err := coord.Reap(ctx, nil, nil); err != nil {
-		panic(err)
-	}
 
 	// Maintain: without a maintaining worker, retried and snoozed jobs
 	// would never become available again.
@@ -43,6 +38,8 @@ func Example() {
 		// j.Token fences side effects; j.IdempotencyKey() is stable per attempt.
 		return j.SetResult(fmt.Sprintf("%s at %dpx", args.Path, args.Width))
 	}))
+	// Start re-queues what a previous process left running on this
+	// directory (embedded mode: its leases ended with it).
 	if err := w.Start(ctx); err != nil {
 		panic(err)
 	}
