@@ -426,8 +426,9 @@ mapping from flag names to values:
   api-token-file: /etc/leasehold/token
   log-format: json
 
-The daemon reads every key. The client commands (enqueue, jobs, workers)
-read only the connection settings: ` + strings.Join(connectionKeys, ", ") + `.
+The daemon reads every key. The other commands (enqueue, jobs, workers,
+queues, periodic, backup, restore) read only the connection settings they
+take: ` + strings.Join(connectionKeys, ", ") + `.
 bench and etcd read no config file. A flag on the command line wins, then
 its LEASEHOLD_* variable, then the file, then the default.`,
 		Args: argsBetween(0, 0, "check FILE"),
