@@ -1476,7 +1476,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 			storeClosed = storeClosed || errors.Is(cerr, kv.ErrClosed)
 		}
 		if storeClosed {
-			err = fmt.Errorf("worker: stop: %w: close the store only after Stop returns; any jobs the worker was running stay running until re-queued (coordinator.Reap after the next open, or a reaper once the lease expires)", kv.ErrClosed)
+			err = fmt.Errorf("worker: stop: %w: close the store only after Stop returns; any jobs the worker was running stay running until re-queued (by the next worker's Start on the reopened store in embedded mode, or by a reaper once the lease expires)", kv.ErrClosed)
 		}
 		w.sessCancel()
 		w.fenceWatch.Wait()
