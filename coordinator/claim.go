@@ -513,7 +513,13 @@ func (c *Coordinator) ReleaseOrphans(ctx context.Context, sess *Session, mine fu
 		}
 		j.Token = fence.Token(orphans[i].CreateRevision)
 		run := c.newRun(sess, j)
-		run.slot = c.slotOf(ctx, sess, j) // its queue's global-limit slot, freed with it
+		// Its queue's global-limit slot is freed with it. Unread, it
+		// would be held until the session ends: leave the job to the
+		// next call.
+		if run.slot, err = c.slotOf(ctx, sess, j); err != nil {
+			c.log.Warn("releasing an orphaned claim failed", slog.String("job", j.ID), slog.Any("err", err))
+			continue
+		}
 		if err := run.Release(ctx); err != nil {
 			c.log.Warn("releasing an orphaned claim failed", slog.String("job", j.ID), slog.Any("err", err))
 			continue

@@ -434,17 +434,16 @@ func (c *Coordinator) Queues(ctx context.Context) ([]QueueInfo, error) {
 }
 
 // slotOf returns the key of the global-limit slot that job j holds on
-// sess's lease, or "" (no limit, or the read failed: the slot is then freed
-// when the session ends).
-func (c *Coordinator) slotOf(ctx context.Context, sess *Session, j *Job) string {
+// sess's lease, or "" if it holds none.
+func (c *Coordinator) slotOf(ctx context.Context, sess *Session, j *Job) (string, error) {
 	rr, err := c.store.Range(ctx, kv.Prefix(c.keys.slots(j.Queue), 0))
 	if err != nil {
-		return ""
+		return "", fmt.Errorf("coordinator: read the global-limit slots of queue %s: %w", j.Queue, err)
 	}
 	for _, x := range rr.KVs {
 		if x.Lease == sess.lease && string(x.Value) == j.ID {
-			return x.Key
+			return x.Key, nil
 		}
 	}
-	return ""
+	return "", nil
 }

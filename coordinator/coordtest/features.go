@@ -1023,6 +1023,20 @@ func testFailMaxAttempts(t *testing.T, h *harness) {
 
 // testOrphanFreesSlot: a claim its claimer never learned of, released by
 // ReleaseOrphans, frees its queue slot too (not only when the session ends).
+// failingSlotRead fails the next range read under slots while fail is set.
+type failingSlotRead struct {
+	kv.Store
+	slots string
+	fail  atomic.Bool
+}
+
+func (f *failingSlotRead) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if strings.HasPrefix(r.Start, f.slots) && f.fail.CompareAndSwap(true, false) {
+		return kv.RangeResult{}, errors.New("store unreachable")
+	}
+	return f.Store.Range(ctx, r)
+}
+
 func testOrphanFreesSlot(t *testing.T, h *harness) {
 	h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "lim"})
 	if _, _, err := h.c.SetQueueLimit(h.ctx(), "lim", 1); err != nil {
@@ -1032,7 +1046,15 @@ func testOrphanFreesSlot(t *testing.T, h *harness) {
 	if runs, _, err := h.c.Claim(h.ctx(), s, "lim", 1, false); err != nil || len(runs) != 1 {
 		t.Fatalf("claim: %d, %v", len(runs), err)
 	}
-	if n, err := h.c.ReleaseOrphans(h.ctx(), s, func(string) bool { return false }); err != nil || n != 1 {
+	// A release that cannot read which slot the job holds waits for the
+	// next call: released without it, the slot stayed held.
+	blind := &failingSlotRead{Store: h.store, slots: h.keysRoot() + "qm/s/lim/"}
+	blind.fail.Store(true)
+	c := h.coordinator(blind, coordinator.Config{})
+	if n, _ := c.ReleaseOrphans(h.ctx(), s, func(string) bool { return false }); n != 0 || blind.fail.Load() {
+		t.Fatalf("ReleaseOrphans with the slot read failing = %d (slot read failed: %v), want 0 and a failed read", n, !blind.fail.Load())
+	}
+	if n, err := c.ReleaseOrphans(h.ctx(), s, func(string) bool { return false }); err != nil || n != 1 {
 		t.Fatalf("ReleaseOrphans = %d, %v", n, err)
 	}
 	s2 := h.session(h.coordinator(h.store, coordinator.Config{}))
