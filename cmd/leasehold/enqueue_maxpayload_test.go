@@ -5,18 +5,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"go.etcd.io/etcd/server/v3/embed"
-
-	"github.com/leasehold/leasehold/coordinator/etcdtest"
 )
 
 // In shared mode enqueue checks payloads against the --max-payload the
 // cluster's daemons run with (flag or LEASEHOLD_MAX_PAYLOAD), not the
 // default, and refuses one the store cannot fit, naming the flag.
 func TestEnqueueSharedMaxPayload(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.MaxRequestBytes = 8 << 20 }))
-	ep := strings.Join(srv.Endpoints(), ",")
+	// A `leasehold etcd` process, as an operator runs it, not a member
+	// embedded in this test process: under the race detector, on a loaded
+	// 2-core machine, that one took longer than the store's write deadline
+	// (3 s and a second per MiB) to apply the writes of the three 1.5 MiB
+	// jobs below (each stored twice), and the enqueue failed as if a
+	// member hung.
+	ep := spEtcd(t, "--max-request-bytes", "8MiB")
 	payload := `"` + strings.Repeat("x", 1536<<10) + `"` // over the default 1 MiB
 	base := []string{"enqueue", "echo", "-", "--etcd", ep, "--etcd-max-request-bytes", "8MiB"}
 

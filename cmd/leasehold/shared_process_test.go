@@ -244,15 +244,16 @@ func (p *spProc) logLines() []spLine {
 	return slices.Clone(p.log.lines)
 }
 
-// spEtcd starts a single `leasehold etcd` member on free loopback ports and
-// returns its client URL. It is stopped at cleanup, after the daemons
-// (cleanups run last-registered first).
-func spEtcd(t *testing.T) string {
+// spEtcd starts a single `leasehold etcd` member on free loopback ports,
+// with the extra flags given, and returns its client URL. It is stopped at
+// cleanup, after the daemons (cleanups run last-registered first).
+func spEtcd(t *testing.T, extra ...string) string {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		client, peer := "http://"+closedPort(t), "http://"+closedPort(t)
-		p := spStart(t, "etcd", binPath, "etcd", "--data", filepath.Join(t.TempDir(), "etcd"),
-			"--listen-client", client, "--listen-peer", peer, "--log-format", "json")
+		args := append([]string{"etcd", "--data", filepath.Join(t.TempDir(), "etcd"),
+			"--listen-client", client, "--listen-peer", peer, "--log-format", "json"}, extra...)
+		p := spStart(t, "etcd", binPath, args...)
 		ready := make(chan bool, 1)
 		go func() {
 			select {
