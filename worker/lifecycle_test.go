@@ -164,10 +164,12 @@ func isClaimCommit(t kv.Txn) bool {
 // and with no attempt used, and no handler starts after Stop returned.
 func TestStopGivesBackAClaimThatLandsLate(t *testing.T) {
 	var gate *kvtest.Gate
+	var probe *stopProbe
 	e := newEnv(t, func(s kv.Store) kv.Store {
 		gate = kvtest.NewGate(s)
 		gate.Match, gate.Land = isClaimCommit, true // the commit lands
-		return gate
+		probe = &stopProbe{Store: gate, seen: make(chan struct{})}
+		return probe
 	})
 	var started atomic.Int32
 	w, err := worker.New(e.c, worker.Config{})
@@ -190,10 +192,10 @@ func TestStopGivesBackAClaimThatLandsLate(t *testing.T) {
 		defer cancel()
 		stopped <- w.Stop(ctx)
 	}()
-	// Stop has begun once the claim loop's context is cancelled: its
-	// session is still open (closed last), so wait for the loop to notice
-	// through the claim that is in flight.
-	time.Sleep(50 * time.Millisecond)
+	// The claim may land once Stop has set the worker to give claims
+	// back: Stop cancels the claim loop's context (the held claim's), then
+	// does so, then reads the store to see if it is still open.
+	<-probe.seen
 	gate.Open()
 	if err := <-stopped; err != nil {
 		t.Fatalf("Stop: %v", err)
@@ -208,6 +210,28 @@ func TestStopGivesBackAClaimThatLandsLate(t *testing.T) {
 	if j.State != coordinator.StateAvailable || j.Attempt != 0 {
 		t.Fatalf("job after Stop: %s, attempt %d; want available, attempt 0", j.State, j.Attempt)
 	}
+}
+
+// stopProbe tells when Stop's drain has begun: the first read-only
+// transaction after the context of the first claim commit ended. Stop
+// cancels the claim loop's context first, then makes claims give their
+// jobs back, then probes the store with such a read (its context may
+// already be cancelled when it is sent: the drain need not wait for it);
+// a claim reads with ranges, and no other loop of this worker reads then.
+type stopProbe struct {
+	kv.Store
+	claimCtx atomic.Pointer[context.Context]
+	once     sync.Once
+	seen     chan struct{}
+}
+
+func (p *stopProbe) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if isClaimCommit(t) {
+		p.claimCtx.CompareAndSwap(nil, &ctx)
+	} else if cc := p.claimCtx.Load(); cc != nil && (*cc).Err() != nil && !kvtest.Writes(t) {
+		p.once.Do(func() { close(p.seen) })
+	}
+	return p.Store.Txn(ctx, t)
 }
 
 // failClaims fails the next claim commits while n > 0, as a store that is
