@@ -91,8 +91,10 @@ func TestEtcdMemberSaysItWaitsForItsPeers(t *testing.T) {
 	}
 }
 
-// Members that find their quorum before the waiting line is due never log
-// it: the line is for a member that is still waiting.
+// Members that found their quorum never log the waiting line after it:
+// the line is for a member that is still waiting. (On a loaded machine
+// members started together may take longer than the line's delay to find
+// each other; then they log it, before they serve.)
 func TestEtcdMembersThatServeDoNotSayTheyWait(t *testing.T) {
 	peerA, peerB := "http://"+closedPort(t), "http://"+closedPort(t)
 	cluster := "a=" + peerA + ",b=" + peerB
@@ -107,8 +109,10 @@ func TestEtcdMembersThatServeDoNotSayTheyWait(t *testing.T) {
 	// The timer would have fired by now had it not been stopped.
 	time.Sleep(waitingForPeers + time.Second)
 	for _, p := range ps {
+		serving := false
 		for _, l := range p.logLines() {
-			if strings.HasPrefix(l.Msg, "waiting for a quorum") {
+			serving = serving || l.Msg == "etcd member serving"
+			if serving && strings.HasPrefix(l.Msg, "waiting for a quorum") {
 				t.Errorf("a member that serves logged %s", l.Raw)
 			}
 		}
