@@ -620,28 +620,16 @@ type blindWatch struct {
 }
 
 func (b blindWatch) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
-	in := b.Store.Watch(ctx, prefix, fromRev)
-	out := make(chan kv.WatchResponse)
-	go func() {
-		defer close(out)
-		for r := range in {
-			evs := r.Events[:0:0]
-			for _, ev := range r.Events {
-				if !(ev.Type == kv.EventPut && strings.HasPrefix(ev.KV.Key, b.prefix)) {
-					evs = append(evs, ev)
-				}
-			}
-			r.Events = evs
-			select {
-			case out <- r:
-			case <-ctx.Done():
-				for range in {
-				}
-				return
+	return filterWatch(ctx, b.Store, prefix, fromRev, func(r kv.WatchResponse) (kv.WatchResponse, bool) {
+		evs := r.Events[:0:0]
+		for _, ev := range r.Events {
+			if !(ev.Type == kv.EventPut && strings.HasPrefix(ev.KV.Key, b.prefix)) {
+				evs = append(evs, ev)
 			}
 		}
-	}()
-	return out
+		r.Events = evs
+		return r, true
+	})
 }
 
 // testFloorHidesNoJobInABusyQueue: a job the floor of a watched queue has

@@ -273,8 +273,17 @@ func (s *dropWatchStore) Watch(ctx context.Context, prefix string, fromRev int64
 	if !strings.Contains(prefix, "/q/") {
 		return s.staleRangeStore.Watch(ctx, prefix, fromRev)
 	}
+	return filterWatch(ctx, s.staleRangeStore, prefix, fromRev, func(r kv.WatchResponse) (kv.WatchResponse, bool) {
+		return r, len(r.Events) == 0 || !s.drop.CompareAndSwap(true, false)
+	})
+}
+
+// filterWatch watches prefix on store and passes each response through f:
+// what f returns is sent on, until f says to stop (the watch then ends, as
+// a broken stream would) or ctx ends.
+func filterWatch(ctx context.Context, store kv.Store, prefix string, fromRev int64, f func(kv.WatchResponse) (kv.WatchResponse, bool)) <-chan kv.WatchResponse {
 	wctx, cancel := context.WithCancel(ctx)
-	in := s.staleRangeStore.Watch(wctx, prefix, fromRev)
+	in := store.Watch(wctx, prefix, fromRev)
 	out := make(chan kv.WatchResponse)
 	go func() {
 		defer close(out)
@@ -284,7 +293,8 @@ func (s *dropWatchStore) Watch(ctx context.Context, prefix string, fromRev int64
 			}
 		}()
 		for resp := range in {
-			if len(resp.Events) > 0 && s.drop.CompareAndSwap(true, false) {
+			resp, more := f(resp)
+			if !more {
 				return
 			}
 			select {
