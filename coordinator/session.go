@@ -157,6 +157,7 @@ type Session struct {
 	done   chan struct{} // closed when the heartbeat goroutine has exited
 
 	kick chan struct{} // renew now
+	log  *slog.Logger  // with the worker and the lease
 	// registered is the revision of the worker's registration (watched
 	// from, where leases expire: see watchRegistration).
 	registered int64
@@ -235,6 +236,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	info := cfg.Worker
 	info.Lease = int64(lease)
 	info.LeaseID = strconv.FormatInt(int64(lease), 16)
+	s.log = c.log.With(slog.String("worker", info.ID), slog.Int64("lease", info.Lease), slog.String("lease_id", info.LeaseID))
 	info.LeaseTTLMS = cfg.TTL.Milliseconds()
 	info.ClusterVersion = c.maxVersion()
 	b, _ := json.Marshal(info)
@@ -256,7 +258,7 @@ func (c *Coordinator) NewSession(parent context.Context, cfg SessionConfig) (*Se
 	s.ctx, s.cancel = context.WithCancelCause(parent)
 	s.registered = res.Revision
 	go s.heartbeat()
-	c.log.Info("session started", slog.String("worker", info.ID), slog.Int64("lease", int64(lease)), slog.String("lease_id", info.LeaseID), slog.Duration("ttl", cfg.TTL))
+	s.log.Info("session started", slog.Duration("ttl", cfg.TTL))
 	return s, nil
 }
 
@@ -342,9 +344,9 @@ func (s *Session) end(cause error) {
 // fence ends the session because its lease cannot be counted on, logging
 // why at warning level, once: the heartbeat and the boot-clock check may
 // both find the deadline passed as the process resumes from a pause.
-func (s *Session) fence(log *slog.Logger, msg string, attrs ...any) {
+func (s *Session) fence(msg string, attrs ...any) {
 	if s.fenced.CompareAndSwap(false, true) {
-		log.Warn(msg, attrs...)
+		s.log.Warn(msg, attrs...)
 	}
 	s.end(ErrSessionExpired)
 }
@@ -363,7 +365,6 @@ func (s *Session) heartbeat() {
 	if s.c.store.Limits().LeasesExpire {
 		wg.Go(s.watchRegistration)
 	}
-	log := s.c.log.With(slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)), slog.String("lease_id", strconv.FormatInt(int64(s.lease), 16)))
 	next := s.cfg.RenewInterval()
 	retry := min(500*time.Millisecond, s.cfg.RenewInterval()/2)
 	for {
@@ -379,7 +380,7 @@ func (s *Session) heartbeat() {
 		case <-s.kick:
 		}
 		if s.expired() {
-			s.fence(log, "session lease not renewed before its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
+			s.fence("session lease not renewed before its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
 			return
 		}
 		r := s.renew()
@@ -390,7 +391,7 @@ func (s *Session) heartbeat() {
 			// and their runs abandoned while their handlers ran on. The
 			// deadline passed without an acknowledged renewal: the session
 			// ends, as it would have had the reply come a moment later.
-			s.fence(log, "session lease renewal acknowledged after its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
+			s.fence("session lease renewal acknowledged after its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
 			return
 		case err == nil:
 			ttl := r.ttl
@@ -406,12 +407,12 @@ func (s *Session) heartbeat() {
 			s.renewals.Add(1)
 			next = s.cfg.RenewInterval()
 		case errors.Is(err, kv.ErrLeaseNotFound):
-			s.fence(log, "session lease is gone: fencing self")
+			s.fence("session lease is gone: fencing self")
 			return
 		case s.ctx.Err() != nil:
 			return
 		default:
-			log.Warn("session lease renewal failed", slog.Any("err", err), slog.Int("attempts", r.attempts), slog.Time("valid_until", s.ValidUntil()))
+			s.log.Warn("session lease renewal failed", slog.Any("err", err), slog.Int("attempts", r.attempts), slog.Time("valid_until", s.ValidUntil()))
 			next = retry
 		}
 	}
@@ -501,8 +502,7 @@ func (s *Session) watchSuspend() {
 		if s.bootExpired() {
 			// Same line as the heartbeat's: the boot clock counts time
 			// suspended, which is why the heartbeat has not noticed.
-			s.fence(s.c.log, "session lease not renewed before its validity deadline: fencing self",
-				slog.String("worker", s.cfg.Worker.ID), slog.Int64("lease", int64(s.lease)), slog.String("lease_id", strconv.FormatInt(int64(s.lease), 16)), slog.String("clock", "boottime"))
+			s.fence("session lease not renewed before its validity deadline: fencing self", slog.String("clock", "boottime"))
 			return
 		}
 	}
