@@ -27,7 +27,9 @@ func (c *Coordinator) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResu
 // that job's enqueue returned, and nothing is written for it. Batches
 // larger than one transaction of the store are applied in several
 // transactions, concurrently; if one fails, the error says how many jobs were
-// not acknowledged and none of them should be assumed inserted.
+// not acknowledged and none of them should be assumed inserted. A store
+// short of room ([kv.SpaceChecker]) refuses the batch whole, with an error
+// wrapping kv.ErrNoSpace, before writing anything.
 func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]EnqueueResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
@@ -97,6 +99,13 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 			}
 		}
 		units = kept
+	}
+
+	// A store short of room refuses new jobs here, after the input is
+	// known to be good and before anything is written; the jobs it holds
+	// go on (kv.SpaceChecker).
+	if err := c.checkSpace(len(jobs)); err != nil {
+		return nil, fmt.Errorf("coordinator: enqueue %s: %w", jobCount(len(jobs)), err)
 	}
 
 	// Chunks are independent: apply them concurrently so a large batch on
@@ -201,6 +210,15 @@ func (c *Coordinator) dueBytes(j *Job) int {
 // Config.EnqueueHooks). It may change p (set metadata, a queue, a unique
 // key); an error refuses the whole enqueue, and nothing is written.
 type EnqueueHook func(ctx context.Context, p *EnqueueParams) error
+
+// checkSpace asks a store that can run short of room ([kv.SpaceChecker])
+// whether it takes n new jobs; nil for none.
+func (c *Coordinator) checkSpace(n int) error {
+	if sc, ok := c.store.(kv.SpaceChecker); ok && n > 0 {
+		return sc.CheckSpace()
+	}
+	return nil
+}
 
 // buildJob runs the enqueue hooks on p, validates it, and returns the job
 // it describes. It writes nothing.

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -305,6 +306,9 @@ func (c *Coordinator) RunPeriodic(ctx context.Context, pjs []PeriodicJob) error 
 				}
 				c.log.Warn("periodic job: enqueueing due ticks failed; retrying", slog.String("periodic", entries[i].Name), slog.Any("err", err))
 				next = now.Add(time.Second)
+				if errors.Is(err, kv.ErrNoSpace) {
+					next = now.Add(periodicNoSpaceRetry)
+				}
 			}
 			if !next.IsZero() && next.Before(wake) {
 				wake = next
@@ -324,6 +328,12 @@ func (c *Coordinator) RunPeriodic(ctx context.Context, pjs []PeriodicJob) error 
 		}
 	}
 }
+
+// periodicNoSpaceRetry is how long RunPeriodic waits before it tries again
+// the ticks of a store short of room: space is freed by an operator or by
+// retention, not in a second, and each try logs a warning. A tick missed
+// meanwhile is caught up within its window.
+const periodicNoSpaceRetry = 15 * time.Second
 
 // periodicRecheck bounds how long RunPeriodic trusts one timer.
 const periodicRecheck = time.Second
@@ -451,6 +461,9 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 			st.Enqueued += len(jobs)
 		}
 		st.Skipped += len(due) - len(jobs)
+		if err := c.checkSpace(len(jobs)); err != nil {
+			return time.Time{}, fmt.Errorf("coordinator: enqueue ticks of periodic job %s: %w", e.Name, err)
+		}
 		b, _ := json.Marshal(st)
 		res, err := c.store.Txn(ctx, kv.Txn{
 			If:   cmps,

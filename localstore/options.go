@@ -22,6 +22,8 @@ const (
 	// WatchHistoryBytesDefault is the default of
 	// Options.WatchHistoryBytes: 64 MiB.
 	WatchHistoryBytesDefault = 64 << 20
+	// MinFreeBytesDefault is the default of Options.MinFreeBytes: 256 MiB.
+	MinFreeBytesDefault = 256 << 20
 )
 
 // Options configure a [Store]. The zero value is valid: every field has a
@@ -63,6 +65,15 @@ type Options struct {
 	// events). The events of the newest revision are always kept.
 	// Default: WatchHistoryBytesDefault (64 MiB).
 	WatchHistoryBytes int
+	// MinFreeBytes is the free space the store keeps on its file system
+	// for the work it holds: once less is free, [Store.CheckSpace] fails
+	// with kv.ErrNoSpace, and the coordinator refuses new jobs while the
+	// jobs held still claim, finish and expire. It is a reserve, not a
+	// quota: claims, outcomes and Pebble's compactions write into it,
+	// and without it a full disk stalls every write (Pebble cannot flush
+	// its memtables) until space is freed. Negative: no reserve.
+	// Default: MinFreeBytesDefault (256 MiB).
+	MinFreeBytes int64
 
 	// fs, when set (by this package's tests only), is the filesystem Pebble
 	// writes to: a crashable in-memory one that can be cloned as a power
@@ -92,6 +103,9 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.WatchHistoryBytes == 0 {
 		o.WatchHistoryBytes = WatchHistoryBytesDefault
+	}
+	if o.MinFreeBytes == 0 {
+		o.MinFreeBytes = MinFreeBytesDefault
 	}
 	return o
 }

@@ -64,6 +64,9 @@ type Store struct {
 
 	hist *history
 
+	fs    vfs.FS // what Pebble writes to
+	space spaceState
+
 	// misuse counts the single deletes that Pebble's compactions found
 	// without exactly one Set under them (see txnExec.batch): it stays 0.
 	misuse *atomic.Int64
@@ -144,11 +147,13 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 	// Keys written once and then deleted are deleted with SingleDelete
 	// (see txnExec.batch); a compaction that finds one misused reports it.
 	misuse := new(atomic.Int64)
+	bgErrs := &backgroundErrors{log: opts.Logger, now: time.Now}
 	popts.EventListener = &pebble.EventListener{
 		PossibleAPIMisuse: func(info pebble.PossibleAPIMisuseInfo) {
 			misuse.Add(1)
 			opts.Logger.Error("localstore: Pebble reports a possible misuse", slog.String("info", info.String()))
 		},
+		BackgroundError: bgErrs.report,
 	}
 	if opts.fs != nil {
 		popts.FS = opts.fs
@@ -173,6 +178,7 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 		done:   make(chan struct{}),
 		syncCh: make(chan struct{}),
 		misuse: misuse,
+		fs:     fs,
 	}
 	if err := s.load(); err != nil {
 		_ = db.Close()
@@ -449,7 +455,7 @@ func (s *Store) fail(err error) {
 	defer s.smu.Unlock()
 	if s.failed == nil {
 		s.failed = fmt.Errorf("localstore: store failed after a write error, reopen it: %w", err)
-		s.log.Error("localstore: write failed", "dir", s.lock.dir, "err", err)
+		s.log.Error("localstore: write failed", slog.String("dir", s.lock.dir), slog.String("err", err.Error())) // not %+v: see backgroundErrors
 		close(s.syncCh)
 		s.syncCh = make(chan struct{})
 	}

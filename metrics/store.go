@@ -28,7 +28,19 @@ type meteredStore struct {
 	backend string
 }
 
-var _ kv.Scanner = (*meteredStore)(nil)
+var (
+	_ kv.Scanner      = (*meteredStore)(nil)
+	_ kv.SpaceChecker = (*meteredStore)(nil)
+)
+
+// CheckSpace passes the check through to a store that can run short of
+// room (localstore); a store that cannot say has room.
+func (s *meteredStore) CheckSpace() error {
+	if sc, ok := s.Store.(kv.SpaceChecker); ok {
+		return sc.CheckSpace()
+	}
+	return nil
+}
 
 // count counts err, unless the caller cancelled the request: a request
 // whose deadline passed is counted, as the store did not answer in time.

@@ -51,6 +51,7 @@ type daemonOpts struct {
 	retention       time.Duration
 	defaultTimeout  time.Duration
 	maxPayload      sizeValue
+	minFreeDisk     sizeValue
 	execs           []string
 	reapInterval    time.Duration
 	historyDir      string
@@ -75,7 +76,7 @@ func newDaemonCmd(g *globalOpts) *cobra.Command {
 // newDaemonCommand returns the daemon command and the options its flags
 // set (which `config check` validates).
 func newDaemonCommand(g *globalOpts) (*cobra.Command, *daemonOpts) {
-	o := &daemonOpts{}
+	o := &daemonOpts{minFreeDisk: localstore.MinFreeBytesDefault}
 	cmd := &cobra.Command{
 		Use:   "daemon",
 		Short: "Run the daemon: claim and run jobs, serve the HTTP API",
@@ -108,6 +109,7 @@ interrupted and re-queued. A second signal stops it at once (exit code 1).`,
 	f.DurationVar(&o.retention, "retention", coordinator.DefaultRetention, "how long finished jobs are kept")
 	f.DurationVar(&o.defaultTimeout, "default-timeout", 0, "bound on an attempt of a job that sets no timeout (0: none)")
 	addMaxPayloadFlag(cmd, &o.maxPayload, "largest job payload accepted (e.g. 1MiB, 256KiB, 65536; default 1MiB embedded, 664KiB on etcd: a job is written twice in one request, under etcd's 1.5MiB limit)")
+	f.Var(&o.minFreeDisk, "min-free-disk", "embedded mode: disk space kept free for the jobs the daemon holds; with less free on the disk of --data, new jobs are refused (HTTP 507) while queued and running jobs go on (0: no reserve)")
 	f.StringVar(&o.apiToken, "api-token", "", "require this bearer token on every state-changing API request (prefer LEASEHOLD_API_TOKEN or --api-token-file)")
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "read the API token from this file (one line)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate (PEM; with --tls-key)")
@@ -273,7 +275,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		store = m.WrapStore(es, "etcd")
 		log.Info("shared mode: connected to etcd", slog.Any("endpoints", o.etcd.endpoints), slog.String("namespace", o.etcd.namespace))
 	} else {
-		ls, err := localstore.Open(o.data, localstore.Options{Logger: log})
+		ls, err := localstore.Open(o.data, localstore.Options{Logger: log, MinFreeBytes: o.minFreeBytes()})
 		if err != nil {
 			msg := strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: ")
 			if errors.Is(err, localstore.ErrLocked) {
@@ -526,6 +528,15 @@ func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger)
 		close(done)
 		<-exited
 	}
+}
+
+// minFreeBytes is --min-free-disk as localstore.Options.MinFreeBytes,
+// where 0 would mean the default: 0 is no reserve.
+func (o *daemonOpts) minFreeBytes() int64 {
+	if o.minFreeDisk == 0 {
+		return -1
+	}
+	return int64(o.minFreeDisk)
 }
 
 // sizeValue is a byte size flag: 1048576, 1MiB, 512KiB, 2MB, ...

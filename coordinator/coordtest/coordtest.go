@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, watchLoopReviewTests...)
 	tests = append(tests, reapLogReviewTests...)
 	tests = append(tests, chaosTests...)
+	tests = append(tests, spaceTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)

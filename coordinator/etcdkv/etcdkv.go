@@ -800,6 +800,8 @@ func mapErr(what string, err error) error {
 		sentinel = kv.ErrLeaseNotFound
 	case errors.Is(err, rpctypes.ErrTooManyOps), errors.Is(err, rpctypes.ErrRequestTooLarge), isMessageTooLarge(err):
 		sentinel = kv.ErrTxnTooLarge
+	case errors.Is(err, rpctypes.ErrNoSpace):
+		sentinel = kv.ErrNoSpace
 	}
 	if sentinel != nil {
 		return fmt.Errorf("etcdkv: %s: %w (%w)", what, sentinel, err)

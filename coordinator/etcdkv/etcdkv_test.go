@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
@@ -268,4 +270,23 @@ func TestWatchFromZeroSeesNextWrite(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// etcd over its backend quota (its NOSPACE alarm) refuses writes with
+// kv.ErrNoSpace, which the API answers 507.
+func TestNoSpaceIsErrNoSpace(t *testing.T) {
+	s, _ := newStore(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
+	val := strings.Repeat("x", 256<<10)
+	for i := range 64 {
+		_, err := s.Txn(ctxT(t, 10*time.Second), kv.Txn{Then: []kv.Op{kv.Put(fmt.Sprintf("big/%02d", i), []byte(val), 0)}})
+		switch {
+		case err == nil:
+			continue
+		case errors.Is(err, kv.ErrNoSpace) && errors.Is(err, rpctypes.ErrNoSpace):
+			return
+		default:
+			t.Fatalf("put %d of 256 KiB under a 4 MiB quota: %v, want success or kv.ErrNoSpace", i, err)
+		}
+	}
+	t.Fatal("16 MiB written under a 4 MiB backend quota, and no kv.ErrNoSpace")
 }

@@ -44,6 +44,12 @@ var (
 	// ErrScanUnsupported is returned by [Scanner.Scan], having visited
 	// nothing, when the store cannot scan in one pass: read in pages.
 	ErrScanUnsupported = errors.New("kv: scan in one pass not supported")
+	// ErrNoSpace is returned for a write the store has no room for: etcd
+	// over its backend quota (its NOSPACE alarm refuses every write until
+	// an operator defragments it and disarms the alarm), or, from
+	// [SpaceChecker.CheckSpace], a store short of its reserve. Nothing was
+	// written.
+	ErrNoSpace = errors.New("kv: store out of space")
 )
 
 // LeaseID names a lease. Zero means "no lease".
@@ -290,6 +296,16 @@ type Limits struct {
 // to read in pages instead.
 type Scanner interface {
 	Scan(ctx context.Context, r RangeRequest, visit func(KeyValue) error) (rev int64, err error)
+}
+
+// SpaceChecker is implemented by a store that can see its room running out
+// before its writes fail (localstore: the free space of its file system).
+// CheckSpace returns an error wrapping [ErrNoSpace] when the store has less
+// room than it keeps in reserve. The coordinator asks before it adds jobs,
+// so that a store short of room refuses new work while the work it holds
+// still runs: claims, outcomes and deletes are not checked.
+type SpaceChecker interface {
+	CheckSpace() error
 }
 
 // Store is the seam. Implementations must be safe for concurrent use.

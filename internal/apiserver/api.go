@@ -86,6 +86,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/jsontext"
+	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	segjson "github.com/segmentio/encoding/json"
@@ -526,6 +527,11 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		}
 		WriteError(w, http.StatusRequestEntityTooLarge, "the store refused the request as too large: "+hint)
 		a.log.Warn("the store refused a request as too large", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
+	case errors.Is(err, kv.ErrNoSpace):
+		// Nothing was written: say why, and what frees room. Not logged
+		// per request: the store logs the change (localstore), or the
+		// daemon's own writes fail and log (etcd's NOSPACE alarm).
+		WriteError(w, http.StatusInsufficientStorage, a.noSpaceMessage(err))
 	case errors.Is(err, etcdkv.ErrNoAnswer):
 		// A write that an etcd member did not answer (it may hang): it
 		// may have been applied, and the next request goes elsewhere.
@@ -560,6 +566,19 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.log.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
 		WriteError(w, http.StatusInternalServerError, CleanCoordError(err)+": see the daemon's log")
 	}
+}
+
+// noSpaceMessage says why a store out of space refused a request, and what
+// frees room.
+func (a *Handler) noSpaceMessage(err error) string {
+	if a.cfg.Shared {
+		return "etcd is out of space (over its --quota-backend-bytes, its NOSPACE alarm refuses every write, running jobs' outcomes too; nothing was written): compact and defragment every member (etcdctl defrag), then disarm the alarm (etcdctl alarm disarm), or raise the members' --quota-backend-bytes"
+	}
+	msg := "the daemon's disk is short of space"
+	if se := (*localstore.SpaceError)(nil); errors.As(err, &se) {
+		msg += " (" + se.Short() + ", --min-free-disk)"
+	}
+	return msg + ", and it takes no new jobs; nothing was written: free space on that disk (finished jobs are deleted after --retention; a shorter one frees room sooner), or lower --min-free-disk; the jobs already queued still run"
 }
 
 // checkEtcd is what to do about a store failure of a shared-mode CLI

@@ -1,0 +1,128 @@
+package coordtest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+)
+
+// Tests of a store short of room. Run adds them to the suite.
+var spaceTests = []suiteTest{
+	{"ShortStoreRefusesNewJobsOnly", testShortStoreRefusesNewJobsOnly},
+}
+
+// shortOfSpace is a store that says it is short of room while short is set
+// ([kv.SpaceChecker]), as localstore does when its disk's free space is
+// under its reserve. Its writes still succeed.
+type shortOfSpace struct {
+	kv.Store
+	short  atomic.Bool
+	checks atomic.Int64
+}
+
+var errShort = fmt.Errorf("coordtest: under the reserve: %w", kv.ErrNoSpace)
+
+func (s *shortOfSpace) CheckSpace() error {
+	s.checks.Add(1)
+	if s.short.Load() {
+		return errShort
+	}
+	return nil
+}
+
+// testShortStoreRefusesNewJobsOnly: a store short of room refuses new jobs
+// (one, a batch, a periodic tick) with kv.ErrNoSpace and writes nothing
+// for them, while the jobs it holds are claimed, finished, retried and
+// cancelled; once it has room, new jobs are taken, and the tick refused
+// is enqueued once.
+func testShortStoreRefusesNewJobsOnly(t *testing.T, h *harness) {
+	st := &shortOfSpace{Store: unwatchedRegistrations(h.store, h.keysRoot()+"w/")}
+	c, err := coordinator.New(st, coordinator.Config{Namespace: h.ns, Clock: h.clock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st.checks.Load() != 3 {
+		t.Fatalf("three enqueues asked the store for room %d times, want 3", st.checks.Load())
+	}
+
+	st.short.Store(true)
+	if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k"}); !errors.Is(err, kv.ErrNoSpace) {
+		t.Fatalf("enqueue on a store short of room: %v, want kv.ErrNoSpace", err)
+	}
+	if _, err := c.EnqueueBatch(h.ctx(), []coordinator.EnqueueParams{{Kind: "k"}, {Kind: "k", UniqueKey: "u"}}); !errors.Is(err, kv.ErrNoSpace) {
+		t.Fatalf("batch on a store short of room: %v, want kv.ErrNoSpace", err)
+	}
+	// Bad input is still told apart from a lack of room.
+	if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", Payload: json.RawMessage(`{`)}); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("bad input on a store short of room: %v, want ErrInvalid", err)
+	}
+	pj := coordinator.PeriodicJob{Name: "short", Spec: "@every 1m", Job: coordinator.EnqueueParams{Kind: "tick"}}
+	if _, err := c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+		t.Fatalf("first look at a schedule (nothing due): %v", err)
+	}
+	h.clock.Advance(90 * time.Second)
+	if _, err := c.EnqueueDueTicks(h.ctx(), pj); !errors.Is(err, kv.ErrNoSpace) {
+		t.Fatalf("a due tick on a store short of room: %v, want kv.ErrNoSpace", err)
+	}
+	if n := h.counts(); n[coordinator.StateAvailable] != 3 || total(n) != 3 {
+		t.Fatalf("after the refusals: %v, want the 3 jobs held, available", n)
+	}
+
+	// The jobs held go on.
+	s := h.session(c)
+	runs, _, err := c.Claim(h.ctx(), s, coordinator.DefaultQueue, 3, false)
+	if err != nil || len(runs) != 3 {
+		t.Fatalf("claim of the jobs held: %d runs, %v", len(runs), err)
+	}
+	if err := runs[0].Complete(h.ctx(), json.RawMessage(`{"ok":true}`)); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	if err := runs[1].Fail(h.ctx(), errors.New("boom"), coordinator.FailOpts{}); err != nil {
+		t.Fatalf("fail: %v", err)
+	}
+	if err := runs[2].Complete(h.ctx(), nil); err != nil {
+		t.Fatalf("complete: %v", err)
+	}
+	if _, err := c.Cancel(h.ctx(), runs[1].Job().ID); err != nil {
+		t.Fatalf("cancel of a retryable job: %v", err)
+	}
+	if _, err := c.Retry(h.ctx(), runs[1].Job().ID); err != nil {
+		t.Fatalf("retry of a cancelled job: %v", err)
+	}
+	if n := h.counts(); n[coordinator.StateCompleted] != 2 || n[coordinator.StateAvailable] != 1 || total(n) != 3 {
+		t.Fatalf("after the runs: %v, want two completed and one available again", n)
+	}
+
+	st.short.Store(false)
+	if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k"}); err != nil {
+		t.Fatalf("enqueue once there is room: %v", err)
+	}
+	ps, err := c.EnqueueDueTicks(h.ctx(), pj)
+	if err != nil {
+		t.Fatalf("the due tick once there is room: %v", err)
+	}
+	if ps.Enqueued != 1 {
+		t.Fatalf("the tick refused for lack of room: enqueued %d times, want once", ps.Enqueued)
+	}
+}
+
+// total adds up counts by state.
+func total(n map[coordinator.State]int) int {
+	sum := 0
+	for _, v := range n {
+		sum += v
+	}
+	return sum
+}
