@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,10 +17,11 @@ import (
 
 // heldSyncFS holds every sync of Pebble's write-ahead log while armed, as
 // a slow disk would: a batch is applied, visible in the memtable, and not
-// yet on disk.
+// yet on disk. While failing is set, the syncs fail, as on a full disk.
 type heldSyncFS struct {
 	vfs.FS
 	armed   atomic.Bool
+	failing atomic.Bool
 	holding chan struct{} // closed when a sync is first held
 	once    sync.Once
 	release chan struct{} // closed to let held syncs go on
@@ -47,11 +49,15 @@ func (fs *heldSyncFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts .
 	return fs.wrap(name, f, err)
 }
 
-func (fs *heldSyncFS) hold() {
+func (fs *heldSyncFS) hold() error {
+	if fs.failing.Load() {
+		return syscall.ENOSPC
+	}
 	if fs.armed.Load() {
 		fs.once.Do(func() { close(fs.holding) })
 		<-fs.release
 	}
+	return nil
 }
 
 type heldSyncFile struct {
@@ -59,10 +65,24 @@ type heldSyncFile struct {
 	fs *heldSyncFS
 }
 
-func (f *heldSyncFile) Sync() error     { f.fs.hold(); return f.File.Sync() }
-func (f *heldSyncFile) SyncData() error { f.fs.hold(); return f.File.SyncData() }
+func (f *heldSyncFile) Sync() error {
+	if err := f.fs.hold(); err != nil {
+		return err
+	}
+	return f.File.Sync()
+}
+
+func (f *heldSyncFile) SyncData() error {
+	if err := f.fs.hold(); err != nil {
+		return err
+	}
+	return f.File.SyncData()
+}
+
 func (f *heldSyncFile) SyncTo(n int64) (bool, error) {
-	f.fs.hold()
+	if err := f.fs.hold(); err != nil {
+		return false, err
+	}
 	return f.File.SyncTo(n)
 }
 

@@ -140,3 +140,35 @@ func TestBackgroundErrorsThrottled(t *testing.T) {
 		t.Fatalf("after %s: want a second line counting the 499 not logged, without the full-disk hint:\n%s", backgroundErrorEvery, logs.String())
 	}
 }
+
+// A write whose sync fails fails the store: Failed is closed, Err says why,
+// and every later call fails, until the store is opened again.
+func TestFailedAfterAWriteError(t *testing.T) {
+	fs := &heldSyncFS{FS: vfs.NewMem()}
+	s := openOn(t, fs)
+	defer func() { _ = s.Close() }()
+	mustPut(t, s, "k", "v", 0)
+	select {
+	case <-s.Failed():
+		t.Fatal("Failed is closed before any write failed")
+	default:
+	}
+	if s.Err() != nil {
+		t.Fatalf("Err before any failure: %v", s.Err())
+	}
+	fs.failing.Store(true)
+	if _, err := s.Txn(ctxT(t), kv.Txn{Then: []kv.Op{kv.Put("k", []byte("w"), 0)}}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a write whose sync fails: %v, want ENOSPC", err)
+	}
+	select {
+	case <-s.Failed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Failed is not closed after a write failed")
+	}
+	if err := s.Err(); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "reopen it") {
+		t.Fatalf("Err after the failure: %v", err)
+	}
+	if _, err := s.Range(ctxT(t), kv.RangeRequest{Start: "k"}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a read after the failure: %v, want the failure", err)
+	}
+}

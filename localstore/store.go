@@ -61,6 +61,7 @@ type Store struct {
 	synced int64
 	syncCh chan struct{} // closed and replaced when synced or failed changes
 	failed error         // a sync failed; the store refuses further calls
+	failCh chan struct{} // closed when failed is set
 
 	hist *history
 
@@ -177,6 +178,7 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 		leases: map[kv.LeaseID]*lease{},
 		done:   make(chan struct{}),
 		syncCh: make(chan struct{}),
+		failCh: make(chan struct{}),
 		misuse: misuse,
 		fs:     fs,
 	}
@@ -458,8 +460,19 @@ func (s *Store) fail(err error) {
 		s.log.Error("localstore: write failed", slog.String("dir", s.lock.dir), slog.String("err", err.Error())) // not %+v: see backgroundErrors
 		close(s.syncCh)
 		s.syncCh = make(chan struct{})
+		close(s.failCh)
 	}
 }
+
+// Failed returns a channel closed when the store fails after a write error
+// (a WAL write or sync that did not succeed: a full disk, an I/O error):
+// from then on every call fails until the store is closed and opened
+// again, and [Store.Err] says why. A program that owns the store should
+// stop and start again; the reopened store recovers what was synced.
+func (s *Store) Failed() <-chan struct{} { return s.failCh }
+
+// Err returns why the store failed, or nil (see [Store.Failed]).
+func (s *Store) Err() error { return s.failure() }
 
 // markSynced raises the durability watermark to rev. A batch's sync covers
 // every batch before it in the WAL, so the watermark is a maximum.

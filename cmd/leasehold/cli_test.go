@@ -172,10 +172,21 @@ func startDaemon(t *testing.T, dir string, args ...string) *daemonProc {
 // input.
 func startDaemonStdin(t *testing.T, dir string, stdin io.Reader, args ...string) *daemonProc {
 	t.Helper()
-	all := append([]string{"daemon", "--data", dir, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
-	cmd := exec.Command(binPath, all...)
-	cmd.Env = cliEnv()
+	cmd := exec.Command(binPath, daemonArgs(dir, args...)...)
 	cmd.Stdin = stdin
+	return startDaemonCmd(t, cmd)
+}
+
+// daemonArgs are the arguments of a test's daemon on dir.
+func daemonArgs(dir string, args ...string) []string {
+	return append([]string{"daemon", "--data", dir, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
+}
+
+// startDaemonCmd starts cmd, a daemon (see daemonArgs), and waits until it
+// listens.
+func startDaemonCmd(t *testing.T, cmd *exec.Cmd) *daemonProc {
+	t.Helper()
+	cmd.Env = cliEnv()
 	lw := &logWatcher{ready: make(chan string, 1)}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	if err := cmd.Start(); err != nil {

@@ -260,7 +260,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	m.HookCoordinator(&ccfg)
 
 	var store kv.Store
-	var backup apiserver.Backuper // embedded mode: POST /v1/backup
+	var backup apiserver.Backuper   // embedded mode: POST /v1/backup
+	var storeFailed <-chan struct{} // embedded mode: closed when the store fails
+	var storeErr func() error
 	if shared {
 		cli, es, err := o.etcd.dial(ctx, log)
 		if err != nil {
@@ -285,6 +287,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		}
 		store = m.WrapStore(ls, "pebble")
 		backup = ls
+		storeFailed, storeErr = ls.Failed(), ls.Err
 		log.Info("store opened", slog.String("dir", ls.Dir()))
 	}
 	defer func() {
@@ -391,6 +394,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		slog.String("worker", w.ID()), slog.Any("kinds", w.Kinds()), slog.Int("concurrency", o.concurrency))
 
 	var runErr error
+	drain := o.shutdownTimeout
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: signal received; a second one stops at once")
@@ -398,6 +402,21 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		runErr = failf("HTTP server failed: %v", err)
 		log.Error("HTTP server failed; stopping", slog.Any("err", err))
 		cancel() // a signal now stops the daemon at once
+	case <-storeFailed:
+		// Every call fails from now on, outcomes included: the running
+		// jobs cannot be recorded, and a start recovers what was synced
+		// and re-queues them. Stop at once, so that a supervisor restarts
+		// the daemon.
+		err := storeErr()
+		cause := err
+		if u := errors.Unwrap(err); u != nil {
+			cause = u
+		}
+		runErr = failf("the store failed after a write error (%s), and the daemon stopped: if the disk of --data is full, free space on it (see --min-free-disk), then start the daemon again; nothing acknowledged is lost",
+			apiserver.OneLine(cause.Error()))
+		log.Error("the store failed after a write error; stopping, running jobs are interrupted and re-queued at the next start", slog.String("err", err.Error()))
+		drain = 0
+		cancel()
 	}
 
 	// Drain the worker while HTTP goes on serving (/readyz answers 503,
@@ -405,8 +424,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	// a liveness probe does not kill the drain and the operator sees it),
 	// then stop taking requests.
 	api.Drain()
-	wctx, wcancel := context.WithTimeout(context.Background(), o.shutdownTimeout)
-	if err := w.Stop(wctx); err != nil {
+	wctx, wcancel := context.WithTimeout(context.Background(), drain)
+	if err := w.Stop(wctx); err != nil && drain > 0 {
 		log.Warn("running jobs did not finish within the shutdown timeout; they were interrupted and re-queued",
 			slog.String("shutdown_timeout", o.shutdownTimeout.String()), slog.Any("err", err))
 	}

@@ -1,13 +1,17 @@
 package main
 
 import (
+	crand "crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -67,4 +71,65 @@ func TestDiskShortRefusesNewJobsOnly(t *testing.T) {
 
 	d = startDaemon(t, dir, "--min-free-disk", "0")
 	okCLI(t, "enqueue", "echo", `{"n":3}`, "--server", d.server)
+}
+
+// A daemon whose store fails after a write error (a WAL write refused: a
+// file size limit here, a full disk in production) stops with exit code 1
+// and one line saying why and what to do, rather than living on with every
+// call failing; started again, it has every job acknowledged before the
+// failure, and re-queues the one it was running.
+func TestDaemonStopsWhenItsStoreFails(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to set a file size limit with")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	// 8,000 blocks of 512 bytes (dash) or 1 KiB (bash): a WAL file, which
+	// grows to the 16 MiB memtable, reaches it.
+	cmd := exec.Command("sh", append([]string{"-c", `ulimit -f 8000 && exec "$0" "$@"`, binPath}, daemonArgs(dir, "--queues", "default")...)...)
+	d := startDaemonCmd(t, cmd)
+	running := strings.TrimSpace(okCLI(t, "enqueue", "sleep", `{"ms":60000}`, "--server", d.server))
+	waitStateCLI(t, d.server, running, coordinator.StateRunning)
+
+	var acked []string
+	refused := false
+	for range 60 { // 60 × 50 jobs of 60 KB: far over the limit
+		pad := make([]byte, 45000)
+		_, _ = crand.Read(pad)
+		payload, _ := json.Marshal(map[string]string{"pad": base64.StdEncoding.EncodeToString(pad)})
+		r := runCLI(t, nil, "", "enqueue", "echo", string(payload), "--queue", "bulk", "--count", "50", "--server", d.server)
+		if r.code != 0 {
+			refused = true
+			break
+		}
+		acked = append(acked, strings.Fields(r.stdout)...)
+	}
+	if !refused {
+		t.Fatal("150 MB enqueued under a file size limit of at most 8 MB, and no enqueue failed")
+	}
+	select {
+	case <-d.done:
+	case <-time.After(45 * time.Second):
+		t.Fatalf("the daemon lives on 45 s after its store failed:\n%s", d.log)
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("the daemon exited %d after its store failed, want 1", code)
+	}
+	lines := strings.Split(strings.TrimSpace(d.log.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "leasehold: daemon: the store failed after a write error (") || !strings.Contains(last, "file too large") || !strings.Contains(last, "start the daemon again") {
+		t.Errorf("the daemon's last line %q does not say the store failed, why, and what to do", last)
+	}
+
+	d = startDaemon(t, dir, "--queues", "bulk")
+	if n := d.log.requeued(); n != 1 {
+		t.Errorf("the restart re-queued %d jobs left running, want the one sleep job", n)
+	}
+	jobs := listAll(t, d.server)
+	for _, id := range acked {
+		if jobs[id] == nil {
+			t.Fatalf("job %s, acknowledged before the store failed, is lost (%d of %d acknowledged jobs there)", id, len(jobs)-1, len(acked))
+		}
+	}
+	if j := jobs[running]; j == nil || j.State != coordinator.StateAvailable {
+		t.Errorf("the job running when the store failed: %+v, want it available again", j)
+	}
 }
