@@ -11,6 +11,9 @@
 // answer in time gives an error wrapping context.DeadlineExceeded, also
 // through a daemon (its 503 with Retry-After): the outcome of a write is
 // then unknown, so insert with a unique key to retry without a duplicate.
+// A store without room for new jobs (a daemon's disk under its reserve,
+// etcd over its quota) gives an error wrapping kv.ErrNoSpace, also through
+// a daemon (its 507); nothing was written.
 //
 // Job arguments are typed, as in River: a type with a Kind method is a
 // job's arguments, its JSON encoding the job's payload, and it may give its

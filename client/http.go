@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/apicall"
 )
 
@@ -151,6 +152,9 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 			return wrapAPIError(coordinator.ErrConflict, msg)
 		case resp.StatusCode == http.StatusConflict:
 			return wrapAPIError(coordinator.ErrWrongState, msg)
+		case resp.StatusCode == http.StatusInsufficientStorage:
+			// The store has no room for new jobs; nothing was written.
+			return fmt.Errorf("leasehold daemon at %s: %s: %w", b.server, msg, kv.ErrNoSpace)
 		case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
 			// The daemon's store did not answer within its deadline: the
 			// error a store that does not answer gives in shared mode.

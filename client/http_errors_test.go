@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
 )
 
 // The API's errors read as the coordinator's do in shared mode, the
@@ -137,5 +138,26 @@ func TestHTTPCountsAndQueuesErrors(t *testing.T) {
 	}
 	if _, err := c.Queues(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Queues from a stalled store: %v, want context.DeadlineExceeded", err)
+	}
+}
+
+// A daemon without room for new jobs answers 507; the client's error wraps
+// kv.ErrNoSpace, as a store short of room does when used directly.
+func TestHTTPNoSpaceIsErrNoSpace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusInsufficientStorage)
+		_, _ = io.WriteString(w, `{"error":"the daemon's disk is short of space, and it takes no new jobs"}`+"\n")
+	}))
+	defer srv.Close()
+	c, err := client.NewHTTP(srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Close() }()
+	_, err = c.InsertMany(ctx, []client.InsertParams{{Args: client.RawArgs{KindName: "k"}}})
+	if !errors.Is(err, kv.ErrNoSpace) || errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "short of space") {
+		t.Fatalf("507: error %v, want one wrapping kv.ErrNoSpace with the daemon's message", err)
 	}
 }
