@@ -394,7 +394,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		slog.String("worker", w.ID()), slog.Any("kinds", w.Kinds()), slog.Int("concurrency", o.concurrency))
 
 	var runErr error
-	drain := o.shutdownTimeout
+	drain, failed := o.shutdownTimeout, false
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: signal received; a second one stops at once")
@@ -405,8 +405,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	case <-storeFailed:
 		// Every call fails from now on, outcomes included: the running
 		// jobs cannot be recorded, and a start recovers what was synced
-		// and re-queues them. Stop at once, so that a supervisor restarts
-		// the daemon.
+		// and re-queues them. Interrupt them without a drain and stop,
+		// so that a supervisor restarts the daemon.
 		err := storeErr()
 		cause := err
 		if u := errors.Unwrap(err); u != nil {
@@ -415,7 +415,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		runErr = failf("the store failed after a write error (%s), and the daemon stopped: if the disk of --data is full, free space on it (see --min-free-disk), then start the daemon again; nothing acknowledged is lost",
 			apiserver.OneLine(cause.Error()))
 		log.Error("the store failed after a write error; stopping, running jobs are interrupted and re-queued at the next start", slog.String("err", err.Error()))
-		drain = 0
+		drain, failed = 0, true
 		cancel()
 	}
 
@@ -425,7 +425,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	// then stop taking requests.
 	api.Drain()
 	wctx, wcancel := context.WithTimeout(context.Background(), drain)
-	if err := w.Stop(wctx); err != nil && drain > 0 {
+	if err := w.Stop(wctx); err != nil && !failed {
 		log.Warn("running jobs did not finish within the shutdown timeout; they were interrupted and re-queued",
 			slog.String("shutdown_timeout", o.shutdownTimeout.String()), slog.Any("err", err))
 	}
