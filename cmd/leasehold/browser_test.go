@@ -280,8 +280,21 @@ func TestDashboardInBrowser(t *testing.T) {
 			return err == nil && qc.Paused == want
 		})
 		next := map[bool]string{true: "resume", false: "pause"}[want]
-		time.Sleep(700 * time.Millisecond) // the page reloads itself after an action
-		run("reload", chromedp.Navigate(e.srv.URL+"/?refresh=0"), chromedp.WaitVisible(chromedp.CSS(`#queue-default button[data-url="v1/queues/default/`+next+`"]`)))
+		// The page reloads itself 600 ms after an action, which aborts a
+		// navigation begun while that reload is under way (on a loaded
+		// machine, a sleep does not keep them apart): navigate again then.
+		// Once a navigation commits, the old page's timer is gone.
+		reload := func() error {
+			return chromedp.Do(tctx, chromedp.Navigate(e.srv.URL+"/?refresh=0"),
+				chromedp.WaitVisible(chromedp.CSS(`#queue-default button[data-url="v1/queues/default/`+next+`"]`)))
+		}
+		err := reload()
+		for i := 0; i < 3 && err != nil && strings.Contains(err.Error(), "ERR_ABORTED"); i++ {
+			err = reload()
+		}
+		if err != nil {
+			t.Fatalf("browser: reload: %v", err)
+		}
 	}
 
 	// Screenshots, under load: two slots keep running short jobs that
