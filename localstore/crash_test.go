@@ -18,12 +18,19 @@ import (
 // the original store is).
 func openOn(t *testing.T, fs vfs.FS) *Store {
 	t.Helper()
+	return openOnWith(t, fs, Options{Logger: slog.New(slog.DiscardHandler)})
+}
+
+// openOnWith is openOn with opts (fs aside).
+func openOnWith(t *testing.T, fs vfs.FS, opts Options) *Store {
+	t.Helper()
 	lock, err := lockDir(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	lock.dir = "/data"
-	s, err := open(lock, Options{Logger: slog.New(slog.DiscardHandler), fs: fs}.WithDefaults())
+	opts.fs = fs
+	s, err := open(lock, opts.WithDefaults())
 	if err != nil {
 		_ = lock.unlock()
 		t.Fatal(err)

@@ -42,16 +42,7 @@ func (s *syncBuffer) String() string {
 func TestCheckSpace(t *testing.T) {
 	fs := vfs.NewMem()
 	var logs syncBuffer
-	lock, err := lockDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock.dir = "/data"
-	s, err := open(lock, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), MinFreeBytes: 100 << 20, fs: fs}.WithDefaults())
-	if err != nil {
-		_ = lock.unlock()
-		t.Fatal(err)
-	}
+	s := openOnWith(t, fs, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil)), MinFreeBytes: 100 << 20})
 	defer func() { _ = s.Close() }()
 
 	if err := s.CheckSpace(); err != nil {
@@ -96,15 +87,7 @@ func TestCheckSpace(t *testing.T) {
 func TestCheckSpaceOff(t *testing.T) {
 	fs := vfs.NewMem()
 	fs.TestingSetDiskUsage(vfs.DiskUsage{AvailBytes: 0, TotalBytes: 1 << 30})
-	lock, err := lockDir(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := open(lock, Options{Logger: slog.New(slog.DiscardHandler), MinFreeBytes: -1, fs: fs}.WithDefaults())
-	if err != nil {
-		_ = lock.unlock()
-		t.Fatal(err)
-	}
+	s := openOnWith(t, fs, Options{Logger: slog.New(slog.DiscardHandler), MinFreeBytes: -1})
 	defer func() { _ = s.Close() }()
 	if err := s.CheckSpace(); err != nil {
 		t.Fatalf("no reserve, a full disk: %v, want nil", err)
