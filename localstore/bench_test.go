@@ -77,3 +77,15 @@ func BenchmarkCheckTxnGroup(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckSpace is the reserve check each enqueue call makes (one
+// statfs of the data directory's file system).
+func BenchmarkCheckSpace(b *testing.B) {
+	s := openTemp(b, Options{MinFreeBytes: 1})
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := s.CheckSpace(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
