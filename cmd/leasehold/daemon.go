@@ -412,7 +412,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		if u := errors.Unwrap(err); u != nil {
 			cause = u
 		}
-		runErr = failf("the store failed after a write error (%s), and the daemon stopped: if the disk of --data is full, free space on it (see --min-free-disk), then start the daemon again; nothing acknowledged is lost",
+		runErr = failf("the store failed after a write error (%s), and the daemon stopped: mend what it names (a full disk: free space on the disk of --data, and see --min-free-disk), then start the daemon again; nothing acknowledged is lost",
 			apiserver.OneLine(cause.Error()))
 		log.Error("the store failed after a write error; stopping, running jobs are interrupted and re-queued at the next start", slog.String("err", err.Error()))
 		drain, failed = 0, true
