@@ -261,7 +261,11 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 		res = &one
 	}
 	if err != nil {
-		if final && !errors.Is(err, errNotSent) {
+		// A write the store refused for want of room (etcd's NOSPACE
+		// alarm) was not applied, as one never sent: a retry need not
+		// allow for it, and a session that ends meanwhile loses the run
+		// rather than leaving its outcome unknown.
+		if final && !errors.Is(err, errNotSent) && !errors.Is(err, kv.ErrNoSpace) {
 			r.uncertain = append(r.uncertain, rec)
 		}
 		return fmt.Errorf("coordinator: %s job %s: %w", op, j.ID, err)
