@@ -233,7 +233,12 @@ type Worker struct {
 	fenceWatch sync.WaitGroup
 	fenceSeen  <-chan struct{}
 	abandoned  atomic.Int64
-	startedAt  time.Time // of Start, registered by every session
+	// noSpace is set while the store refuses this worker's writes for
+	// want of room (kv.ErrNoSpace: etcd's NOSPACE alarm): the state is
+	// logged once as it begins and once as it ends (see storeFull), not
+	// per refused claim or outcome.
+	noSpace   atomic.Bool
+	startedAt time.Time // of Start, registered by every session
 }
 
 // Outcome says how one run ended (see Config.OnOutcome).
@@ -865,12 +870,24 @@ func (w *Worker) claimDone(c claimed, st *claimState) {
 	}
 	// A claim fails as its session ends: not the store's failure.
 	failed := c.err != nil && w.loopCtx.Err() == nil
-	if failed {
+	full := failed && w.storeFull(c.err)
+	if failed && !full {
 		w.log.Warn("claim failed", slog.String("queue", c.queue), slog.Any("err", c.err))
 		// It may still land: look for orphans again soon.
 		st.lastJanitor = time.Now().Add(time.Second - w.cfg.ReapInterval)
 	}
+	if c.runs > 0 {
+		w.storeHasRoom()
+	}
 	switch {
+	case full && c.runs == 0:
+		// The store has no room (etcd's NOSPACE alarm, logged once by
+		// storeFull): nothing was written, and room comes back when an
+		// operator makes it, not in a second. Try again every few
+		// seconds, not every second.
+		st.backoff = min(max(2*st.backoff, time.Second), noSpaceRetry)
+		st.holdUntil = time.Now().Add(st.backoff/2 + jitter(st.backoff/2))
+		st.wakes++
 	case failed && c.runs == 0:
 		// The store failed, not the queue: try again after a pause that
 		// grows while failures go on, rather than leaving the queue for
@@ -899,6 +916,32 @@ func (w *Worker) claimDone(c claimed, st *claimState) {
 // gatherFor bounds how long the claim loop waits, after a claim, for half
 // the slots to be free before the next claim.
 const gatherFor = time.Millisecond
+
+// noSpaceRetry bounds the pause between claims while the store has no
+// room (kv.ErrNoSpace): claims resume at most this long after an operator
+// made room.
+const noSpaceRetry = 5 * time.Second
+
+// storeFull reports whether err is the store's refusal for want of room
+// (kv.ErrNoSpace: etcd over its backend quota, its NOSPACE alarm). The
+// first of a spell logs one line for the worker; storeHasRoom ends it.
+func (w *Worker) storeFull(err error) bool {
+	if !errors.Is(err, kv.ErrNoSpace) {
+		return false
+	}
+	if w.noSpace.CompareAndSwap(false, true) {
+		w.log.Warn("the store is out of space: it refuses claims and outcomes (nothing is written); the jobs running go on, and what they cannot record is retried until there is room",
+			slog.Any("err", err))
+	}
+	return true
+}
+
+// storeHasRoom ends a spell of storeFull after a write succeeded.
+func (w *Worker) storeHasRoom() {
+	if w.noSpace.Load() && w.noSpace.CompareAndSwap(true, false) {
+		w.log.Info("the store has room again: claims and outcomes resume")
+	}
+}
 
 // renewSession replaces an ended session. Handlers of the old session have
 // been cancelled through its context; they record nothing.
@@ -1287,11 +1330,13 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 	}
 	delay := 50 * time.Millisecond
 	discarding := false
+	waitedForRoom := false
 	for {
 		err := op(wctx)
 		out.Err = err
 		switch {
 		case err == nil:
+			w.storeHasRoom()
 			out.State = r.Job().State
 			if out.Op != "cancel" && out.State == coordinator.StateCancelled {
 				// A cancel request was pending: the store recorded the
@@ -1349,7 +1394,15 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			w.runLog(r).Error("cannot record outcome before the worker stops; the job is re-queued once the session's lease is gone (shared: by a reaper; embedded: at the store's next open)", slog.Any("err", err))
 			return
 		}
-		w.runLog(r).Warn("recording outcome failed; retrying", slog.Any("err", err))
+		switch {
+		case !w.storeFull(err):
+			w.runLog(r).Warn("recording outcome failed; retrying", slog.Any("err", err))
+		case !waitedForRoom:
+			// Once per run: the store's want of room is logged once
+			// for the worker (storeFull), and may last for hours.
+			w.runLog(r).Warn("recording outcome waits for room in the store; retrying until there is", slog.String("op", out.Op))
+		}
+		waitedForRoom = waitedForRoom || errors.Is(err, kv.ErrNoSpace)
 		select {
 		case <-wctx.Done():
 		case <-time.After(delay):
