@@ -368,7 +368,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	// graceful Stop below rather than to a lost session.
 	// A store that does not answer (etcd without quorum) is waited out,
 	// as a running daemon waits it out: a daemon restarted during an
-	// outage comes up once it ends.
+	// outage comes up once it ends. So is etcd's NOSPACE alarm, which
+	// refuses the session's lease until an operator makes room.
 	for delay := time.Second; ; delay = min(2*delay, 10*time.Second) {
 		err := w.Start(context.WithoutCancel(ctx))
 		if err == nil {
@@ -377,10 +378,18 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if !shared || !storeUnanswered(err) {
+		switch {
+		case shared && errors.Is(err, kv.ErrNoSpace):
+			// etcd's NOSPACE alarm refuses the session's lease until an
+			// operator makes room: waited out too, so that a daemon
+			// (re)started under the alarm comes up once it is disarmed.
+			log.Warn("cannot start a session: etcd is out of space (its NOSPACE alarm refuses new leases); compact and defragment every member, then disarm the alarm (etcdctl alarm disarm); retrying",
+				slog.Any("err", err), slog.Duration("in", delay))
+		case shared && storeUnanswered(err):
+			log.Warn("cannot start a session: etcd does not answer (no quorum?); retrying", slog.Any("err", err), slog.Duration("in", delay))
+		default:
 			return failf("starting the worker: %s", apiserver.CleanCoordError(err))
 		}
-		log.Warn("cannot start a session: etcd does not answer (no quorum?); retrying", slog.Any("err", err), slog.Duration("in", delay))
 		select {
 		case <-ctx.Done():
 			return nil

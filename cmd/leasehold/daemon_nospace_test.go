@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/leasehold/leasehold/coordinator/etcdtest"
+)
+
+// A daemon started while etcd is out of space (its NOSPACE alarm refuses
+// the session's lease) waits for room, as it waits for a quorum, saying
+// what to do, and starts once the alarm is disarmed: it exited 1 with
+// "starting the worker: grant session lease: ... database space exceeded",
+// which told the operator neither what to do nor that a restart under the
+// alarm would fail the same way.
+func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
+	cli := srv.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	val := strings.Repeat("x", 256<<10)
+	for i := 0; ; i++ {
+		if i == 64 {
+			t.Fatal("16 MiB written under a 4 MiB backend quota, and no NOSPACE")
+		}
+		if _, err := cli.Put(ctx, fmt.Sprintf("big/%02d", i), val); errors.Is(err, rpctypes.ErrNoSpace) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	addr := closedPort(t)
+	p := spStart(t, "daemon", binPath, "daemon", "--etcd", srv.Endpoint(), "--listen", addr, "--lease-ttl", "2s", "--log-format", "json")
+	_, at := p.waitLog(t, 0, "a warning that it waits for room in etcd", func(l spLine) bool {
+		return strings.HasPrefix(l.Msg, "cannot start a session: etcd is out of space") && strings.Contains(l.Msg, "disarm")
+	})
+	if code, r := getReady(t, "http://"+addr); code != http.StatusServiceUnavailable || !strings.Contains(r.Error, "no session yet") {
+		t.Errorf("/readyz while the daemon waits for room: %d %+v, want 503 saying it has no session yet", code, r)
+	}
+	if _, err := cli.Delete(ctx, "big/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cli.Status(ctx, srv.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, st.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Defragment(ctx, srv.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{}); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, at, "the worker's start", func(l spLine) bool { return l.Msg == "worker started" })
+	p.signal(t, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(spWait):
+		t.Fatalf("daemon still running %s after SIGTERM", spWait)
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("daemon exit %d after SIGTERM:\n%s", code, p.log)
+	}
+}
