@@ -28,17 +28,7 @@ func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
 	cli := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	val := strings.Repeat("x", 256<<10)
-	for i := 0; ; i++ {
-		if i == 64 {
-			t.Fatal("16 MiB written under a 4 MiB backend quota, and no NOSPACE")
-		}
-		if _, err := cli.Put(ctx, fmt.Sprintf("big/%02d", i), val); errors.Is(err, rpctypes.ErrNoSpace) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
+	fillEtcd(ctx, t, cli)
 	addr := closedPort(t)
 	p := spStart(t, "daemon", binPath, "daemon", "--etcd", srv.Endpoint(), "--listen", addr, "--lease-ttl", "2s", "--log-format", "json")
 	_, at := p.waitLog(t, 0, "a warning that it waits for room in etcd", func(l spLine) bool {
@@ -72,5 +62,40 @@ func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
 	}
 	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("daemon exit %d after SIGTERM:\n%s", code, p.log)
+	}
+}
+
+// fillEtcd writes 256 KiB values under big/ until etcd refuses them for
+// want of room (its NOSPACE alarm).
+func fillEtcd(ctx context.Context, t *testing.T, cli *clientv3.Client) {
+	t.Helper()
+	val := strings.Repeat("x", 256<<10)
+	for i := 0; ; i++ {
+		if i == 64 {
+			t.Fatal("16 MiB written under a 4 MiB backend quota, and no NOSPACE")
+		}
+		if _, err := cli.Put(ctx, fmt.Sprintf("big/%02d", i), val); errors.Is(err, rpctypes.ErrNoSpace) {
+			return
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// An enqueue refused under etcd's NOSPACE alarm says so in one line and
+// what to do, ending with the step every remedy needs: disarming the alarm
+// (it read "..., then disarm the alarm (etcdctl alarm disarm), or raise
+// the members' --quota-backend-bytes", as if a larger quota were enough).
+func TestSharedEnqueueUnderNoSpaceSaysWhatToDo(t *testing.T) {
+	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fillEtcd(ctx, t, srv.Client(t))
+	r := runCLI(t, nil, "", "enqueue", "echo", "{}", "--etcd", srv.Endpoint())
+	checkOneLineError(t, "enqueue under NOSPACE", r, 1, "etcd is out of space")
+	for _, want := range []string{"nothing was written", "etcdctl defrag", "or raise their --quota-backend-bytes, then disarm the alarm (etcdctl alarm disarm)"} {
+		if !strings.Contains(r.stderr, want) {
+			t.Errorf("enqueue under NOSPACE: %q does not say %q", r.stderr, want)
+		}
 	}
 }
