@@ -83,17 +83,24 @@ func TestSharedNoSpaceQuietThenResumes(t *testing.T) {
 		}
 	}
 	close(release)
-	time.Sleep(4 * time.Second)
+	// Wait for both outcomes to be refused, then watch for more lines: a
+	// flood (a claim every second, each outcome's retries) shows in 3 s.
+	count := func(out, msg string) int { return strings.Count(out, "msg=\""+msg) }
+	for deadline := time.Now().Add(30 * time.Second); count(logged.String(), "recording outcome waits for room in the store") < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("two outcomes not refused for want of room within 30 s:\n%s", logged.String())
+		}
+	}
+	time.Sleep(3 * time.Second)
 	out := logged.String()
-	count := func(msg string) int { return strings.Count(out, "msg=\""+msg) }
-	if n := count("the store is out of space"); n != 1 {
+	if n := count(out, "the store is out of space"); n != 1 {
 		t.Errorf("the store's want of room logged %d times, want once:\n%s", n, out)
 	}
-	if n := count("recording outcome waits for room in the store"); n != 2 {
+	if n := count(out, "recording outcome waits for room in the store"); n != 2 {
 		t.Errorf("%d lines for the two outcomes waiting for room, want one each:\n%s", n, out)
 	}
-	if n := count("claim failed") + count("recording outcome failed; retrying"); n > 0 {
-		t.Errorf("%d lines for claims and outcome retries refused for want of room in 4 s, want none (said once):\n%s", n, out)
+	if n := count(out, "claim failed") + count(out, "recording outcome failed; retrying"); n > 0 {
+		t.Errorf("%d lines for claims and outcome retries refused for want of room, want none (said once):\n%s", n, out)
 	}
 	mu.Lock()
 	if len(runs) != 2 {
