@@ -13,7 +13,9 @@
 // then unknown, so insert with a unique key to retry without a duplicate.
 // A store without room for new jobs (a daemon's disk under its reserve,
 // etcd over its quota) gives an error wrapping kv.ErrNoSpace, also through
-// a daemon (its 507); nothing was written.
+// a daemon (its 507). A disk's reserve writes nothing; etcd applied the
+// writes that took it over its quota, answering them so too, so insert
+// with a unique key to retry without a duplicate.
 //
 // Job arguments are typed, as in River: a type with a Kind method is a
 // job's arguments, its JSON encoding the job's payload, and it may give its

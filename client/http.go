@@ -153,7 +153,8 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 		case resp.StatusCode == http.StatusConflict:
 			return wrapAPIError(coordinator.ErrWrongState, msg)
 		case resp.StatusCode == http.StatusInsufficientStorage:
-			// The store has no room for new jobs; nothing was written.
+			// The store has no room for new jobs (etcd: the write that
+			// took it over its quota was applied all the same).
 			return fmt.Errorf("leasehold daemon at %s: %s: %w", b.server, msg, kv.ErrNoSpace)
 		case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
 			// The daemon's store did not answer within its deadline: the

@@ -261,12 +261,13 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 		res = &one
 	}
 	if err != nil {
-		// A write the store refused for want of room (etcd's NOSPACE
-		// alarm) was not applied, as one never sent: a retry need not
-		// allow for it, and a session that ends meanwhile loses the run
-		// rather than leaving its outcome unknown.
-		if final && !errors.Is(err, errNotSent) && !errors.Is(err, kv.ErrNoSpace) {
-			r.uncertain = append(r.uncertain, rec)
+		if final && !errors.Is(err, errNotSent) {
+			switch applied, known := r.noSpaceApplied(ctx, err, rec); {
+			case applied:
+				return nil
+			case !known:
+				r.uncertain = append(r.uncertain, rec)
+			}
 		}
 		return fmt.Errorf("coordinator: %s job %s: %w", op, j.ID, err)
 	}
@@ -324,6 +325,38 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 	r.job = &j
 	r.done = final
 	return nil
+}
+
+// noSpaceApplied finds out whether a final write answered with err, which
+// would have stored rec, was applied, when err is the store's want of room
+// (kv.ErrNoSpace). etcd answers NOSPACE both for the writes its alarm
+// refuses and for those that took it over its quota, which it applied
+// first; its answer comes once the write was applied or refused, so a
+// read now tells which. Applied (rec stored): the run ended with it.
+// Known and not applied: the ownership key the write would have deleted
+// is still the run's, and a retry need not allow for the write (a session
+// that ends meanwhile loses the run, its outcome not unknown). Otherwise,
+// or for any other error, known is false.
+func (r *Run) noSpaceApplied(ctx context.Context, err error, rec []byte) (applied, known bool) {
+	if !errors.Is(err, kv.ErrNoSpace) {
+		return false, false
+	}
+	res, rerr := r.c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(r.c.keys.job(r.job.ID)), kv.Get(r.pred.Key)}})
+	if rerr != nil || len(res.Results) != 2 {
+		return false, false
+	}
+	if o := res.Results[0].KV; o != nil && bytes.Equal(o.Value, rec) {
+		j, derr := decodeKV(o)
+		if derr != nil {
+			return false, false
+		}
+		r.job, r.done = j, true
+		return true, true
+	}
+	if o := res.Results[1].KV; o != nil && o.CreateRevision == int64(r.pred.Token) {
+		return false, true
+	}
+	return false, false
 }
 
 // appliedEarlier reports whether the stored record is exactly the one an

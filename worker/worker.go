@@ -882,9 +882,10 @@ func (w *Worker) claimDone(c claimed, st *claimState) {
 	switch {
 	case full && c.runs == 0:
 		// The store has no room (etcd's NOSPACE alarm, logged once by
-		// storeFull): nothing was written, and room comes back when an
-		// operator makes it, not in a second. Try again every few
-		// seconds, not every second.
+		// storeFull): a claim it answered so was resolved as one whose
+		// reply was lost, and room comes back when an operator makes
+		// it, not in a second. Try again every few seconds, not every
+		// second.
 		st.backoff = min(max(2*st.backoff, time.Second), noSpaceRetry)
 		st.holdUntil = time.Now().Add(st.backoff/2 + jitter(st.backoff/2))
 		st.wakes++
@@ -930,7 +931,7 @@ func (w *Worker) storeFull(err error) bool {
 		return false
 	}
 	if w.noSpace.CompareAndSwap(false, true) {
-		w.log.Warn("the store is out of space: it refuses claims and outcomes (nothing is written); the jobs running go on, and what they cannot record is retried until there is room",
+		w.log.Warn("the store is out of space: it refuses claims and outcomes; the jobs running go on, and what they cannot record is retried until there is room",
 			slog.Any("err", err))
 	}
 	return true

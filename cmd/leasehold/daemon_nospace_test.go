@@ -93,7 +93,7 @@ func TestSharedEnqueueUnderNoSpaceSaysWhatToDo(t *testing.T) {
 	fillEtcd(ctx, t, srv.Client(t))
 	r := runCLI(t, nil, "", "enqueue", "echo", "{}", "--etcd", srv.Endpoint())
 	checkOneLineError(t, "enqueue under NOSPACE", r, 1, "etcd is out of space")
-	for _, want := range []string{"nothing was written", "etcdctl defrag", "or raise their --quota-backend-bytes, then disarm the alarm (etcdctl alarm disarm)"} {
+	for _, want := range []string{"was applied all the same, so retry an enqueue with the same unique_key", "etcdctl defrag", "or raise their --quota-backend-bytes, then disarm the alarm (etcdctl alarm disarm)"} {
 		if !strings.Contains(r.stderr, want) {
 			t.Errorf("enqueue under NOSPACE: %q does not say %q", r.stderr, want)
 		}

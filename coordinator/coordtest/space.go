@@ -1,6 +1,7 @@
 package coordtest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 // Tests of a store short of room. Run adds them to the suite.
 var spaceTests = []suiteTest{
 	{"ShortStoreRefusesNewJobsOnly", testShortStoreRefusesNewJobsOnly},
+	{"OutcomeAppliedButAnsweredNoSpace", testOutcomeAppliedButAnsweredNoSpace},
 }
 
 // shortOfSpace is a store that says it is short of room while short is set
@@ -115,6 +117,78 @@ func testShortStoreRefusesNewJobsOnly(t *testing.T, h *harness) {
 	}
 	if ps.Enqueued != 1 {
 		t.Fatalf("the tick refused for lack of room: enqueued %d times, want once", ps.Enqueued)
+	}
+}
+
+// appliesThenNoSpace answers kv.ErrNoSpace for the next writes while
+// armed, after applying them when apply is set: etcd answers NOSPACE for
+// the writes that took it over its backend quota having applied them (its
+// quota applier applies, then finds the quota exceeded and raises the
+// alarm), and refuses the later ones unapplied (its capped applier).
+type appliesThenNoSpace struct {
+	kv.Store
+	armed, apply atomic.Bool
+}
+
+func (s *appliesThenNoSpace) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if !s.armed.Load() || !writes(t) {
+		return s.Store.Txn(ctx, t)
+	}
+	if s.apply.Load() {
+		if _, err := s.Store.Txn(ctx, t); err != nil {
+			return kv.TxnResult{}, err
+		}
+	}
+	return kv.TxnResult{}, fmt.Errorf("coordtest: etcdserver: mvcc: database space exceeded: %w", kv.ErrNoSpace)
+}
+
+// writes reports whether t puts or deletes in any branch.
+func writes(t kv.Txn) bool {
+	for _, ops := range [][]kv.Op{t.Then, t.Else} {
+		for _, o := range ops {
+			if o.Type == kv.OpPut || o.Type == kv.OpDelete || o.Type == kv.OpTxn && writes(*o.Txn) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// testOutcomeAppliedButAnsweredNoSpace: an outcome answered with
+// kv.ErrNoSpace may have been applied (etcd answers so the write that
+// crossed its quota), and is recorded as such, not taken for refused: the
+// run ends completed, not lost; one refused without being applied is
+// retried and recorded once there is room.
+func testOutcomeAppliedButAnsweredNoSpace(t *testing.T, h *harness) {
+	st := &appliesThenNoSpace{Store: h.store}
+	c := h.coordinator(st, coordinator.Config{})
+	s := h.session(c)
+	for _, apply := range []bool{true, false} {
+		j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+		r := h.claimOneFrom(c, s)
+		if r.Job().ID != j.ID {
+			t.Fatalf("claimed %s, want %s", r.Job().ID, j.ID)
+		}
+		st.apply.Store(apply)
+		st.armed.Store(true)
+		err := r.Complete(h.ctx(), nil)
+		st.armed.Store(false)
+		if err != nil {
+			if !errors.Is(err, kv.ErrNoSpace) {
+				t.Fatalf("complete answered NOSPACE (applied %v): %v", apply, err)
+			}
+			// The worker retries an outcome the store had no room for.
+			if err := r.Complete(h.ctx(), nil); err != nil {
+				t.Fatalf("complete retried after NOSPACE (the first applied: %v): %v, want nil (the outcome is recorded)", apply, err)
+			}
+		}
+		if err := r.Lost(); err != nil {
+			t.Fatalf("after a complete answered NOSPACE (applied %v): the run is lost: %v", apply, err)
+		}
+		got, err := c.Get(h.ctx(), j.ID)
+		if err != nil || got.State != coordinator.StateCompleted {
+			t.Fatalf("job after its complete answered NOSPACE (applied %v): %+v, %v; want completed", apply, got, err)
+		}
 	}
 }
 

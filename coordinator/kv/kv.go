@@ -47,8 +47,10 @@ var (
 	// ErrNoSpace is returned for a write the store has no room for: etcd
 	// over its backend quota (its NOSPACE alarm refuses every write until
 	// an operator defragments it and disarms the alarm), or, from
-	// [SpaceChecker.CheckSpace], a store short of its reserve. Nothing was
-	// written.
+	// [SpaceChecker.CheckSpace], a store short of its reserve, which
+	// writes nothing. From etcd, a write may have been applied all the
+	// same: etcd answers NOSPACE for the writes that took it over its
+	// quota, having applied them, as well as for those its alarm refused.
 	ErrNoSpace = errors.New("kv: store out of space")
 )
 

@@ -572,7 +572,7 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // frees room.
 func (a *Handler) noSpaceMessage(err error) string {
 	if a.cfg.Shared {
-		return "etcd is out of space (over its --quota-backend-bytes, its NOSPACE alarm refuses every write but deletes, running jobs' outcomes too; nothing was written): compact and defragment every member (etcdctl compact, etcdctl defrag --cluster) or raise their --quota-backend-bytes, then disarm the alarm (etcdctl alarm disarm); the daemons resume on their own"
+		return "etcd is out of space (over its --quota-backend-bytes, its NOSPACE alarm refuses every write but deletes, running jobs' outcomes too; a write that took it over its quota was applied all the same, so retry an enqueue with the same unique_key): compact and defragment every member (etcdctl compact, etcdctl defrag --cluster) or raise their --quota-backend-bytes, then disarm the alarm (etcdctl alarm disarm); the daemons resume on their own"
 	}
 	msg := "the daemon's disk is short of space"
 	if se := (*localstore.SpaceError)(nil); errors.As(err, &se) {
