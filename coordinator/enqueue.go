@@ -29,7 +29,9 @@ func (c *Coordinator) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResu
 // transactions, concurrently; if one fails, the error says how many jobs were
 // not acknowledged and none of them should be assumed inserted. A store
 // short of room ([kv.SpaceChecker]) refuses the batch whole, with an error
-// wrapping kv.ErrNoSpace, before writing anything.
+// wrapping kv.ErrNoSpace, before writing anything, unless every job of it
+// has a unique key that a job holds: that batch writes nothing, and is
+// answered with those jobs.
 func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]EnqueueResult, error) {
 	if len(ps) == 0 {
 		return nil, nil
@@ -103,9 +105,13 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 
 	// A store short of room refuses new jobs here, after the input is
 	// known to be good and before anything is written; the jobs it holds
-	// go on (kv.SpaceChecker).
+	// go on (kv.SpaceChecker). A batch whose unique keys are all held
+	// (a retry after an unknown outcome) writes nothing: it is answered
+	// (a key freed meanwhile lets its job in: a reserve, not a quota).
 	if err := c.checkSpace(len(jobs)); err != nil {
-		return nil, fmt.Errorf("coordinator: enqueue %s: %w", jobCount(len(jobs)), err)
+		if held, rerr := c.uniqueKeysHeld(ctx, jobs); rerr != nil || !held {
+			return nil, fmt.Errorf("coordinator: enqueue %s: %w", jobCount(len(jobs)), err)
+		}
 	}
 
 	// Chunks are independent: apply them concurrently so a large batch on
@@ -218,6 +224,23 @@ func (c *Coordinator) checkSpace(n int) error {
 		return sc.CheckSpace()
 	}
 	return nil
+}
+
+// uniqueKeysHeld reports whether every job has a unique key that a job
+// holds, so that enqueueing them writes nothing.
+func (c *Coordinator) uniqueKeysHeld(ctx context.Context, jobs []*Job) (bool, error) {
+	for _, j := range jobs {
+		if j.UniqueKey == "" {
+			return false, nil
+		}
+	}
+	for _, j := range jobs {
+		res, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.unique(j.UniqueKey), KeysOnly: true})
+		if err != nil || len(res.KVs) == 0 {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // buildJob runs the enqueue hooks on p, validates it, and returns the job

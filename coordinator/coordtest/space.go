@@ -18,6 +18,7 @@ import (
 var spaceTests = []suiteTest{
 	{"ShortStoreRefusesNewJobsOnly", testShortStoreRefusesNewJobsOnly},
 	{"OutcomeAppliedButAnsweredNoSpace", testOutcomeAppliedButAnsweredNoSpace},
+	{"ShortStoreAnswersHeldUniqueKeys", testShortStoreAnswersHeldUniqueKeys},
 }
 
 // shortOfSpace is a store that says it is short of room while short is set
@@ -189,6 +190,36 @@ func testOutcomeAppliedButAnsweredNoSpace(t *testing.T, h *harness) {
 		if err != nil || got.State != coordinator.StateCompleted {
 			t.Fatalf("job after its complete answered NOSPACE (applied %v): %+v, %v; want completed", apply, got, err)
 		}
+	}
+}
+
+// testShortStoreAnswersHeldUniqueKeys: a store short of room still answers
+// an enqueue whose unique keys are all held by live jobs (the retry the
+// README advises after an enqueue's 503), with those jobs, Existed set: it
+// writes nothing. One with a key not held is refused, writing nothing.
+func testShortStoreAnswersHeldUniqueKeys(t *testing.T, h *harness) {
+	st := &shortOfSpace{Store: unwatchedRegistrations(h.store, h.keysRoot()+"w/")}
+	c, err := coordinator.New(st, coordinator.Config{Namespace: h.ns, Clock: h.clock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", UniqueKey: "held"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.short.Store(true)
+	res, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", UniqueKey: "held"})
+	if err != nil {
+		t.Fatalf("enqueue of a held unique key on a store short of room: %v, want the existing job", err)
+	}
+	if !res.Existed || res.Job.ID != first.Job.ID {
+		t.Fatalf("enqueue of a held unique key on a store short of room: existed %v, job %s; want existed, job %s", res.Existed, res.Job.ID, first.Job.ID)
+	}
+	if _, err := c.EnqueueBatch(h.ctx(), []coordinator.EnqueueParams{{Kind: "k", UniqueKey: "held"}, {Kind: "k", UniqueKey: "new"}}); !errors.Is(err, kv.ErrNoSpace) {
+		t.Fatalf("a batch with a new unique key on a store short of room: %v, want kv.ErrNoSpace", err)
+	}
+	if n := h.counts(); total(n) != 1 {
+		t.Fatalf("after the enqueues on a store short of room: %v, want the one job", n)
 	}
 }
 
