@@ -61,8 +61,8 @@
 //     process for whom an expiry would matter.
 //   - Durability is that of fsync on the local disk, no more.
 //   - It does not go on after a write error. A WAL write or sync that fails
-//     (a full disk, an I/O error) fails the store: every later call fails,
-//     [Store.Failed] is closed and [Store.Err] says why. The program should
+//     (a full disk, an I/O error) fails the store: every later call fails
+//     with an error wrapping kv.ErrFailed, [Store.Failed] is closed and [Store.Err] says why. The program should
 //     stop and open the directory again, which recovers what was synced.
 //     To keep a full disk from getting that far, [Store.CheckSpace] refuses
 //     new jobs once less than [Options].MinFreeBytes is free (ADR 0032).

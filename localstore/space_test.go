@@ -151,7 +151,7 @@ func TestFailedAfterAWriteError(t *testing.T) {
 	if err := s.Err(); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "reopen it") {
 		t.Fatalf("Err after the failure: %v", err)
 	}
-	if _, err := s.Range(ctxT(t), kv.RangeRequest{Start: "k"}); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("a read after the failure: %v, want the failure", err)
+	if _, err := s.Range(ctxT(t), kv.RangeRequest{Start: "k"}); !errors.Is(err, syscall.ENOSPC) || !errors.Is(err, kv.ErrFailed) {
+		t.Fatalf("a read after the failure: %v, want the failure, kv.ErrFailed", err)
 	}
 }

@@ -456,13 +456,25 @@ func (s *Store) fail(err error) {
 	s.smu.Lock()
 	defer s.smu.Unlock()
 	if s.failed == nil {
-		s.failed = fmt.Errorf("localstore: store failed after a write error, reopen it: %w", err)
+		s.failed = &failedError{err}
 		s.log.Error("localstore: write failed", slog.String("dir", s.lock.dir), slog.String("err", err.Error())) // not %+v: see backgroundErrors
 		close(s.syncCh)
 		s.syncCh = make(chan struct{})
 		close(s.failCh)
 	}
 }
+
+// failedError is every call's error once the store failed after err: it
+// wraps err, and is kv.ErrFailed.
+type failedError struct{ err error }
+
+func (e *failedError) Error() string {
+	return "localstore: store failed after a write error, reopen it: " + e.err.Error()
+}
+
+func (e *failedError) Unwrap() error { return e.err }
+
+func (e *failedError) Is(target error) bool { return target == kv.ErrFailed }
 
 // Failed returns a channel closed when the store fails after a write error
 // (a WAL write or sync that did not succeed: a full disk, an I/O error):

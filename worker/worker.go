@@ -1373,6 +1373,11 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			// No retry can succeed: the store was closed under the worker.
 			w.runLog(r).Error("cannot record outcome: the store is closed (stop workers before closing it); the job stays running until it is re-queued", slog.Any("err", err))
 			return
+		case errors.Is(err, kv.ErrFailed):
+			// No retry can succeed either: the store refuses every call
+			// until it is opened again, which re-queues the job.
+			w.runLog(r).Error("cannot record outcome: the store failed; the job stays running until the store is opened again, which re-queues it", slog.Any("err", err))
+			return
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
 			w.runLog(r).Warn("outcome unknown: an earlier attempt's reply was lost, and the store no longer shows whether it landed; the job's record says what happened", slog.Any("err", err))
 			return

@@ -106,10 +106,17 @@ func TestDaemonStopsWhenItsStoreFails(t *testing.T) {
 	if !refused {
 		t.Fatal("150 MB enqueued under a file size limit of at most 8 MB, and no enqueue failed")
 	}
+	refusedAt := time.Now()
 	select {
 	case <-d.done:
 	case <-time.After(45 * time.Second):
 		t.Fatalf("the daemon lives on 45 s after its store failed:\n%s", d.log)
+	}
+	// Nothing can be recorded on a failed store: the running job's
+	// release is not retried until the drain's grace ends (it was, for
+	// 10 s, a warning a second, with the watches' two a second beside it).
+	if took := time.Since(refusedAt); took > 5*time.Second || strings.Contains(d.log.String(), "recording outcome failed; retrying") {
+		t.Errorf("the daemon took %v to stop after its store failed, retrying what it could not record:\n%s", took, d.log)
 	}
 	if code := d.cmd.ProcessState.ExitCode(); code != 1 {
 		t.Errorf("the daemon exited %d after its store failed, want 1", code)

@@ -41,6 +41,10 @@ var (
 	ErrTxnTooLarge = errors.New("kv: transaction too large")
 	// ErrClosed is returned by every call on a closed store.
 	ErrClosed = errors.New("kv: store closed")
+	// ErrFailed is wrapped by every call on a store that failed and
+	// refuses every call until it is closed and opened again (localstore
+	// after a write error): no retry can succeed.
+	ErrFailed = errors.New("kv: store failed")
 	// ErrScanUnsupported is returned by [Scanner.Scan], having visited
 	// nothing, when the store cannot scan in one pass: read in pages.
 	ErrScanUnsupported = errors.New("kv: scan in one pass not supported")
