@@ -416,14 +416,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		// jobs cannot be recorded, and a start recovers what was synced
 		// and re-queues them. Interrupt them without a drain and stop,
 		// so that a supervisor restarts the daemon.
-		err := storeErr()
-		cause := err
-		if u := errors.Unwrap(err); u != nil {
-			cause = u
-		}
-		runErr = failf("the store failed after a write error (%s), and the daemon stopped: mend what it names (a full disk: free space on the disk of --data, and see --min-free-disk), then start the daemon again; nothing acknowledged is lost",
-			apiserver.OneLine(cause.Error()))
-		log.Error("the store failed after a write error; stopping, running jobs are interrupted and re-queued at the next start", slog.String("err", err.Error()))
+		runErr = storeFailedError(storeErr())
+		log.Error("the store failed after a write error; stopping, running jobs are interrupted and re-queued at the next start", slog.String("err", storeErr().Error()))
 		drain, failed = 0, true
 		cancel()
 	}
@@ -440,8 +434,28 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	}
 	wcancel()
 	stopHTTP()
+	select {
+	case <-storeFailed:
+		// It failed during a signal's drain: the stop did not record
+		// everything, and the next start has to know why.
+		if runErr == nil {
+			runErr = storeFailedError(storeErr())
+		}
+	default:
+	}
 	log.Info("stopped")
 	return runErr
+}
+
+// storeFailedError is the daemon's exit error after its store failed
+// with err (localstore.Store.Err).
+func storeFailedError(err error) error {
+	cause := err
+	if u := errors.Unwrap(err); u != nil {
+		cause = u
+	}
+	return failf("the store failed after a write error (%s), and the daemon stopped: mend what it names (a full disk: free space on the disk of --data, and see --min-free-disk), then start the daemon again; nothing acknowledged is lost",
+		apiserver.OneLine(cause.Error()))
 }
 
 // coordConfig returns the coordinator settings of the daemon's flags,

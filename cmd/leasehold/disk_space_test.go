@@ -83,29 +83,11 @@ func TestDaemonStopsWhenItsStoreFails(t *testing.T) {
 		t.Skip("no sh to set a file size limit with")
 	}
 	dir := filepath.Join(t.TempDir(), "data")
-	// 8,000 blocks of 512 bytes (dash) or 1 KiB (bash): a WAL file, which
-	// grows to the 16 MiB memtable, reaches it.
-	cmd := exec.Command("sh", append([]string{"-c", `ulimit -f 8000 && exec "$0" "$@"`, binPath}, daemonArgs(dir, "--queues", "default")...)...)
-	d := startDaemonCmd(t, cmd)
+	d := startDaemonCmd(t, fileSizeLimited(dir, "--queues", "default"))
 	running := strings.TrimSpace(okCLI(t, "enqueue", "sleep", `{"ms":60000}`, "--server", d.server))
 	waitStateCLI(t, d.server, running, coordinator.StateRunning)
 
-	var acked []string
-	refused := false
-	for range 60 { // 60 × 50 jobs of 60 KB: far over the limit
-		pad := make([]byte, 45000)
-		_, _ = crand.Read(pad)
-		payload, _ := json.Marshal(map[string]string{"pad": base64.StdEncoding.EncodeToString(pad)})
-		r := runCLI(t, nil, "", "enqueue", "echo", string(payload), "--queue", "bulk", "--count", "50", "--server", d.server)
-		if r.code != 0 {
-			refused = true
-			break
-		}
-		acked = append(acked, strings.Fields(r.stdout)...)
-	}
-	if !refused {
-		t.Fatal("150 MB enqueued under a file size limit of at most 8 MB, and no enqueue failed")
-	}
+	acked := fillUntilRefused(t, d.server)
 	refusedAt := time.Now()
 	select {
 	case <-d.done:
@@ -139,4 +121,59 @@ func TestDaemonStopsWhenItsStoreFails(t *testing.T) {
 	if j := jobs[running]; j == nil || j.State != coordinator.StateAvailable {
 		t.Errorf("the job running when the store failed: %+v, want it available again", j)
 	}
+}
+
+// A store that fails while a signal's stop drains the running jobs makes
+// the daemon exit 1 too, saying why: the stop did not record everything.
+func TestDaemonStoreFailingDuringAStopExits1(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to set a file size limit with")
+	}
+	dir := filepath.Join(t.TempDir(), "data")
+	d := startDaemonCmd(t, fileSizeLimited(dir, "--queues", "default", "--shutdown-timeout", "3s"))
+	running := strings.TrimSpace(okCLI(t, "enqueue", "sleep", `{"ms":60000}`, "--server", d.server))
+	waitStateCLI(t, d.server, running, coordinator.StateRunning)
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	// The API serves during the drain: fill the store until it fails.
+	fillUntilRefused(t, d.server)
+	select {
+	case <-d.done:
+	case <-time.After(45 * time.Second):
+		t.Fatalf("the daemon lives on 45 s after its store failed during a stop:\n%s", d.log)
+	}
+	if code := d.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("the daemon exited %d after its store failed during a stop, want 1:\n%s", code, d.log)
+	}
+	lines := strings.Split(strings.TrimSpace(d.log.String()), "\n")
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "leasehold: daemon: the store failed after a write error (") {
+		t.Errorf("the daemon's last line %q does not say the store failed", last)
+	}
+}
+
+// fileSizeLimited is a daemon on dir (see daemonArgs) whose files may not
+// grow past 8,000 blocks of 512 bytes (dash) or 1 KiB (bash): a WAL file,
+// which grows to the 16 MiB memtable, reaches it, and the store fails as
+// on a full disk, with no root or small file system needed.
+func fileSizeLimited(dir string, args ...string) *exec.Cmd {
+	return exec.Command("sh", append([]string{"-c", `ulimit -f 8000 && exec "$0" "$@"`, binPath}, daemonArgs(dir, args...)...)...)
+}
+
+// fillUntilRefused enqueues batches of 50 jobs of 60 KB of random payload
+// into queue bulk until an enqueue fails, and returns the ids acknowledged
+// before.
+func fillUntilRefused(t *testing.T, server string) []string {
+	t.Helper()
+	var acked []string
+	for range 60 { // 150 MB: far over the limit
+		pad := make([]byte, 45000)
+		_, _ = crand.Read(pad)
+		payload, _ := json.Marshal(map[string]string{"pad": base64.StdEncoding.EncodeToString(pad)})
+		r := runCLI(t, nil, "", "enqueue", "echo", string(payload), "--queue", "bulk", "--count", "50", "--server", server)
+		if r.code != 0 {
+			return acked
+		}
+		acked = append(acked, strings.Fields(r.stdout)...)
+	}
+	t.Fatal("150 MB enqueued under a file size limit of at most 8 MB, and no enqueue failed")
+	return nil
 }
