@@ -3,13 +3,10 @@ package coordinator_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/leasehold/leasehold/coordinator"
@@ -49,17 +46,7 @@ func TestOutcomeRefusedForNoSpaceIsNotUncertain(t *testing.T) {
 
 	// Fill the backend quota outside the namespace until etcd raises its
 	// NOSPACE alarm.
-	val := strings.Repeat("x", 256<<10)
-	for i := 0; ; i++ {
-		if i == 64 {
-			t.Fatal("16 MiB written under a 4 MiB backend quota, and no NOSPACE")
-		}
-		if _, err := cli.Put(ctx, fmt.Sprintf("big/%02d", i), val); errors.Is(err, rpctypes.ErrNoSpace) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
+	etcdtest.FillQuota(ctx, t, cli)
 	if err := r.Complete(ctx, nil); !errors.Is(err, kv.ErrNoSpace) {
 		t.Fatalf("complete under NOSPACE: %v, want kv.ErrNoSpace", err)
 	}

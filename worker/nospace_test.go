@@ -2,16 +2,12 @@ package worker_test
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/leasehold/leasehold/coordinator"
@@ -71,17 +67,7 @@ func TestSharedNoSpaceQuietThenResumes(t *testing.T) {
 
 	// Fill the backend quota outside the namespace until etcd raises its
 	// NOSPACE alarm; then the two handlers return.
-	val := strings.Repeat("x", 256<<10)
-	for i := 0; ; i++ {
-		if i == 64 {
-			t.Fatal("16 MiB written under a 4 MiB backend quota, and no NOSPACE")
-		}
-		if _, err := cli.Put(ctx, fmt.Sprintf("big/%02d", i), val); errors.Is(err, rpctypes.ErrNoSpace) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
+	etcdtest.FillQuota(ctx, t, cli)
 	close(release)
 	// Wait for both outcomes to be refused, then watch for more lines: a
 	// flood (a claim every second, each outcome's retries) shows in 3 s.
@@ -109,22 +95,7 @@ func TestSharedNoSpaceQuietThenResumes(t *testing.T) {
 	mu.Unlock()
 
 	// The operator makes room: deletes, compacts, defragments, disarms.
-	if _, err := cli.Delete(ctx, "big/", clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
-	st, err := cli.Status(ctx, srv.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Compact(ctx, st.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Defragment(ctx, srv.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{}); err != nil {
-		t.Fatal(err)
-	}
+	etcdtest.MakeRoom(ctx, t, cli, srv.Endpoint())
 	for _, r := range res {
 		if j := e.wait(r.Job.ID, 30*time.Second); j.State != coordinator.StateCompleted {
 			t.Fatalf("job %s ended %s, want completed", j.ID, j.State)

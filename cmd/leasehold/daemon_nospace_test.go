@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
@@ -28,7 +24,7 @@ func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
 	cli := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	fillEtcd(ctx, t, cli)
+	etcdtest.FillQuota(ctx, t, cli)
 	addr := closedPort(t)
 	p := spStart(t, "daemon", binPath, "daemon", "--etcd", srv.Endpoint(), "--listen", addr, "--lease-ttl", "2s", "--log-format", "json")
 	_, at := p.waitLog(t, 0, "a warning that it waits for room in etcd", func(l spLine) bool {
@@ -37,22 +33,7 @@ func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
 	if code, r := getReady(t, "http://"+addr); code != http.StatusServiceUnavailable || !strings.Contains(r.Error, "no session yet") {
 		t.Errorf("/readyz while the daemon waits for room: %d %+v, want 503 saying it has no session yet", code, r)
 	}
-	if _, err := cli.Delete(ctx, "big/", clientv3.WithPrefix()); err != nil {
-		t.Fatal(err)
-	}
-	st, err := cli.Status(ctx, srv.Endpoint())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Compact(ctx, st.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.Defragment(ctx, srv.Endpoint()); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{}); err != nil {
-		t.Fatal(err)
-	}
+	etcdtest.MakeRoom(ctx, t, cli, srv.Endpoint())
 	p.waitLog(t, at, "the worker's start", func(l spLine) bool { return l.Msg == "worker started" })
 	p.signal(t, syscall.SIGTERM)
 	select {
@@ -65,23 +46,6 @@ func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
 	}
 }
 
-// fillEtcd writes 256 KiB values under big/ until etcd refuses them for
-// want of room (its NOSPACE alarm).
-func fillEtcd(ctx context.Context, t *testing.T, cli *clientv3.Client) {
-	t.Helper()
-	val := strings.Repeat("x", 256<<10)
-	for i := 0; ; i++ {
-		if i == 64 {
-			t.Fatal("16 MiB written under a 4 MiB backend quota, and no NOSPACE")
-		}
-		if _, err := cli.Put(ctx, fmt.Sprintf("big/%02d", i), val); errors.Is(err, rpctypes.ErrNoSpace) {
-			return
-		} else if err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 // An enqueue refused under etcd's NOSPACE alarm says so in one line and
 // what to do, ending with the step every remedy needs: disarming the alarm
 // (it read "..., then disarm the alarm (etcdctl alarm disarm), or raise
@@ -90,7 +54,7 @@ func TestSharedEnqueueUnderNoSpaceSaysWhatToDo(t *testing.T) {
 	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	fillEtcd(ctx, t, srv.Client(t))
+	etcdtest.FillQuota(ctx, t, srv.Client(t))
 	r := runCLI(t, nil, "", "enqueue", "echo", "{}", "--etcd", srv.Endpoint())
 	checkOneLineError(t, "enqueue under NOSPACE", r, 1, "etcd is out of space")
 	for _, want := range []string{"was applied all the same, so retry an enqueue with the same unique_key", "etcdctl defrag", "or raise their --quota-backend-bytes, then disarm the alarm (etcdctl alarm disarm)"} {

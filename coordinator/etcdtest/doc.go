@@ -34,6 +34,11 @@
 // for peers ([Member.PeerProxy]), so its URLs survive restarts and its
 // connections can be cut at once.
 //
+// [FillQuota] fills a server started with a small backend quota
+// (WithConfig, embed.Config.QuotaBackendBytes) until etcd raises its NOSPACE
+// alarm and refuses writes; [MakeRoom] does what an operator does then
+// (delete, compact, defragment, disarm).
+//
 // # Timing facts worth knowing
 //
 //   - A member starts in about 0.2–1 s.
