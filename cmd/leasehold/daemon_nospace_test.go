@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,15 +34,7 @@ func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
 	}
 	etcdtest.MakeRoom(ctx, t, cli, srv.Endpoint())
 	p.waitLog(t, at, "the worker's start", func(l spLine) bool { return l.Msg == "worker started" })
-	p.signal(t, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(spWait):
-		t.Fatalf("daemon still running %s after SIGTERM", spWait)
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("daemon exit %d after SIGTERM:\n%s", code, p.log)
-	}
+	p.stopCleanly(t)
 }
 
 // An enqueue refused under etcd's NOSPACE alarm says so in one line and

@@ -35,15 +35,7 @@ func TestDaemonStartedDuringAnOutageWaitsForIt(t *testing.T) {
 	c.Restart(1)
 	c.Restart(2)
 	p.waitLog(t, at, "the worker's start", func(l spLine) bool { return l.Msg == "worker started" })
-	p.signal(t, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(spWait):
-		t.Fatalf("daemon still running %s after SIGTERM", spWait)
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("daemon exit %d after SIGTERM:\n%s", code, p.log)
-	}
+	p.stopCleanly(t)
 }
 
 // A daemon whose --etcd list names a member that does not answer (stopped,

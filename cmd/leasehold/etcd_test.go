@@ -4,7 +4,6 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -15,15 +14,7 @@ func TestEtcdCleanStopLogsNoError(t *testing.T) {
 	p := startEtcdMember(t, func() []string {
 		return []string{"--listen-client", "http://" + closedPort(t), "--listen-peer", "http://" + closedPort(t)}
 	})
-	p.signal(t, syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(spWait):
-		t.Fatalf("still running %s after SIGTERM:\n%s", spWait, p.log)
-	}
-	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("exit status %d after SIGTERM, want 0:\n%s", code, p.log)
-	}
+	p.stopCleanly(t)
 	var stopped bool
 	for _, l := range p.logLines() {
 		if strings.EqualFold(l.str("level"), "error") {

@@ -174,6 +174,21 @@ func (p *spProc) signal(t *testing.T, sig syscall.Signal) {
 }
 
 // kill sends SIGKILL and waits until the process is gone.
+// stopCleanly sends SIGTERM and fails t unless the process exits 0 within
+// spWait.
+func (p *spProc) stopCleanly(t *testing.T) {
+	t.Helper()
+	p.signal(t, syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(spWait):
+		t.Fatalf("%s (pid %d) still running %s after SIGTERM:\n%s", p.name, p.pid(), spWait, p.log)
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("%s (pid %d) exit status %d after SIGTERM, want 0:\n%s", p.name, p.pid(), code, p.log)
+	}
+}
+
 func (p *spProc) kill(t *testing.T) {
 	t.Helper()
 	p.signal(t, syscall.SIGKILL)
