@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -227,17 +228,25 @@ func (c *Coordinator) checkSpace(n int) error {
 }
 
 // uniqueKeysHeld reports whether every job has a unique key that a job
-// holds, so that enqueueing them writes nothing.
+// holds, so that enqueueing them writes nothing. It reads the keys with
+// uniqueHolders, a transaction of at most the store's MaxOps reads each.
 func (c *Coordinator) uniqueKeysHeld(ctx context.Context, jobs []*Job) (bool, error) {
 	for _, j := range jobs {
 		if j.UniqueKey == "" {
 			return false, nil
 		}
 	}
-	for _, j := range jobs {
-		res, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.unique(j.UniqueKey), KeysOnly: true})
-		if err != nil || len(res.KVs) == 0 {
+	step := len(jobs)
+	if c.limits.MaxOps > 0 {
+		step = c.limits.MaxOps
+	}
+	for i := 0; i < len(jobs); i += step {
+		holders, err := c.uniqueHolders(ctx, jobs[i:min(i+step, len(jobs))])
+		if err != nil {
 			return false, err
+		}
+		if slices.Contains(holders, "") {
+			return false, nil
 		}
 	}
 	return true, nil
