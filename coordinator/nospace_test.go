@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
@@ -20,7 +18,7 @@ import (
 // applied: when the session then ends, the run is lost (fence.ErrLeaseLost),
 // not left with an outcome "unknown, an earlier attempt's reply was lost".
 func TestOutcomeRefusedForNoSpaceIsNotUncertain(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
+	srv := etcdtest.Start(t, etcdtest.WithQuota(4<<20))
 	cli := srv.Client(t)
 	store := etcdkv.New(cli, etcdkv.Options{})
 	t.Cleanup(func() { _ = store.Close() })

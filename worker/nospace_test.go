@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/internal/testutil"
@@ -24,7 +22,7 @@ import (
 // disarmed the alarm, the outcomes are recorded and the backlog runs, each
 // job once, without a restart.
 func TestSharedNoSpaceQuietThenResumes(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
+	srv := etcdtest.Start(t, etcdtest.WithQuota(4<<20))
 	e := &sharedEnv{t: t, srv: srv, ns: "nospace"}
 	e.c = e.coordinator(srv.Endpoint(), nil)
 	cli := srv.Client(t)

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/server/v3/embed"
-
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
 )
 
@@ -19,7 +17,7 @@ import (
 // which told the operator neither what to do nor that a restart under the
 // alarm would fail the same way.
 func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
+	srv := etcdtest.Start(t, etcdtest.WithQuota(4<<20))
 	cli := srv.Client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -42,7 +40,7 @@ func TestDaemonStartedUnderNoSpaceWaitsForRoom(t *testing.T) {
 // (it read "..., then disarm the alarm (etcdctl alarm disarm), or raise
 // the members' --quota-backend-bytes", as if a larger quota were enough).
 func TestSharedEnqueueUnderNoSpaceSaysWhatToDo(t *testing.T) {
-	srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
+	srv := etcdtest.Start(t, etcdtest.WithQuota(4<<20))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	etcdtest.FillQuota(ctx, t, srv.Client(t))

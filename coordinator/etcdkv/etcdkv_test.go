@@ -10,7 +10,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
@@ -275,7 +274,7 @@ func TestWatchFromZeroSeesNextWrite(t *testing.T) {
 // etcd over its backend quota (its NOSPACE alarm) refuses writes with
 // kv.ErrNoSpace, which the API answers 507.
 func TestNoSpaceIsErrNoSpace(t *testing.T) {
-	s, _ := newStore(t, etcdtest.WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = 4 << 20 }))
+	s, _ := newStore(t, etcdtest.WithQuota(4<<20))
 	val := strings.Repeat("x", 256<<10)
 	for i := range 64 {
 		_, err := s.Txn(ctxT(t, 10*time.Second), kv.Txn{Then: []kv.Op{kv.Put(fmt.Sprintf("big/%02d", i), []byte(val), 0)}})

@@ -35,7 +35,7 @@
 // connections can be cut at once.
 //
 // [FillQuota] fills a server started with a small backend quota
-// (WithConfig, embed.Config.QuotaBackendBytes) until etcd raises its NOSPACE
+// ([WithQuota]) until etcd raises its NOSPACE
 // alarm and refuses writes; [MakeRoom] does what an operator does then
 // (delete, compact, defragment, disarm).
 //

@@ -9,11 +9,12 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
 )
 
 // FillQuota puts values of 256 KiB under "big/" through cli until etcd
 // refuses one for want of room (its NOSPACE alarm, on a server started
-// with a small QuotaBackendBytes through WithConfig); it fails t after 64
+// with a small quota, WithQuota); it fails t after 64
 // of them.
 func FillQuota(ctx context.Context, t testing.TB, cli *clientv3.Client) {
 	t.Helper()
@@ -51,4 +52,10 @@ func MakeRoom(ctx context.Context, t testing.TB, cli *clientv3.Client, endpoint 
 	if _, err := cli.AlarmDisarm(ctx, &clientv3.AlarmMember{}); err != nil {
 		t.Fatalf("etcdtest: make room: disarm: %v", err)
 	}
+}
+
+// WithQuota sets the member's backend quota (etcd's --quota-backend-bytes)
+// to n bytes: past it, etcd raises its NOSPACE alarm (see FillQuota).
+func WithQuota(n int64) Option {
+	return WithConfig(func(c *embed.Config) { c.QuotaBackendBytes = n })
 }
