@@ -589,7 +589,21 @@ func TestDataAndEtcdTogetherRefused(t *testing.T) {
 	checkOneLineError(t, "bench --data, LEASEHOLD_ETCD", r, exitUsage, "--data is the embedded store's directory")
 	r = runCLI(t, nil, "", "bench", "--data", dir, "--mode", "shared")
 	checkOneLineError(t, "bench --data --mode shared", r, exitUsage, "--data is the embedded store's directory")
+	// The embedded store's disk reserve means nothing on etcd.
+	r = runCLI(t, nil, "", "daemon", "--min-free-disk", "1GiB", "--etcd", "http://127.0.0.1:1")
+	checkOneLineError(t, "daemon --min-free-disk --etcd", r, exitUsage, "--min-free-disk and --etcd are both set")
 	if entries, err := os.ReadDir(dir); err != nil || len(entries) != 0 {
 		t.Errorf("the refused commands wrote into --data: %v, %v", entries, err)
 	}
+}
+
+// A shared daemon given --min-free-disk by its config file (or the
+// environment), where --etcd chose shared mode, says that it ignores it:
+// an operator who set a reserve must not believe it is kept.
+func TestSharedDaemonSaysItIgnoresMinFreeDisk(t *testing.T) {
+	cfg := writeFile(t, t.TempDir(), "config.yaml", "min-free-disk: 1GiB\netcd: http://"+closedPort(t)+"\n")
+	p := spStart(t, "daemon", binPath, "daemon", "--config", cfg, "--listen", "127.0.0.1:0", "--log-format", "json")
+	p.waitLog(t, 0, "the warning that --min-free-disk is ignored", func(l spLine) bool {
+		return l.str("level") == "WARN" && strings.HasPrefix(l.Msg, "--min-free-disk is ignored in shared mode")
+	})
 }

@@ -255,6 +255,11 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	defer func() { _ = ln.Close() }() // the HTTP server closes it too, once it serves
 
 	shared := o.etcd.shared()
+	if shared {
+		if by := ignoredInSharedMode(cmd); by != "" {
+			log.Warn(by+" is ignored in shared mode: it keeps space free on the disk of the embedded store, and etcd's quota bounds a shared store (--quota-backend-bytes of its members)", slog.String("setting", by))
+		}
+	}
 	ccfg := o.coordConfig()
 	ccfg.Logger = log
 	m.HookCoordinator(&ccfg)
@@ -570,6 +575,16 @@ func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger)
 		close(done)
 		<-exited
 	}
+}
+
+// ignoredInSharedMode names --min-free-disk as the user set it, if the
+// environment or the config file set it ("" if neither did); on the
+// command line beside --etcd it is refused (checkStore).
+func ignoredInSharedMode(cmd *cobra.Command) string {
+	if flagSource(cmd, "min-free-disk") == 0 {
+		return ""
+	}
+	return flagLabel(cmd, "min-free-disk")
 }
 
 // minFreeBytes is --min-free-disk as localstore.Options.MinFreeBytes,

@@ -397,14 +397,19 @@ func exclusive(cmd *cobra.Command, a, b string) (drop string, err error) {
 
 // checkStore refuses --data with --etcd, both on the command line, for
 // the commands that take either store (daemon, bench): the jobs would live
-// in etcd and the directory would be ignored. From the environment or the
-// config file, --etcd chooses shared mode, as it always has.
+// in etcd and the directory would be ignored; so is the daemon's
+// --min-free-disk, a reserve on the disk of --data. From the environment
+// or the config file, --etcd chooses shared mode, as it always has (and
+// the daemon says that it ignores --min-free-disk, ignoredInSharedMode).
 func checkStore(cmd *cobra.Command) error {
-	if cmd.Flags().Lookup("data") == nil || cmd.Flags().Lookup("etcd") == nil {
+	if cmd.Flags().Lookup("data") == nil || cmd.Flags().Lookup("etcd") == nil || flagSource(cmd, "etcd") != 3 {
 		return nil
 	}
-	if flagSource(cmd, "data") == 3 && flagSource(cmd, "etcd") == 3 {
+	if flagSource(cmd, "data") == 3 {
 		return withCommand(cmdName(cmd), usagef("--data and --etcd are both set: --data is the embedded store's directory, --etcd the shared store; pass one of them"))
+	}
+	if cmd.Flags().Lookup("min-free-disk") != nil && flagSource(cmd, "min-free-disk") == 3 {
+		return withCommand(cmdName(cmd), usagef("--min-free-disk and --etcd are both set: --min-free-disk keeps space free on the disk of the embedded store, and in shared mode etcd's quota bounds the store (--quota-backend-bytes of its members); drop --min-free-disk"))
 	}
 	return nil
 }
