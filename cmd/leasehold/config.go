@@ -532,6 +532,15 @@ func checkConfig(path string) (errs, warns []configProblem, file *configFile) {
 		}
 		return a.line - b.line
 	})
+	// With etcd set, the daemon runs in shared mode and reads neither the
+	// embedded store's directory nor its disk reserve.
+	if slices.ContainsFunc(good, func(s configSetting) bool { return s.key == "etcd" }) {
+		for _, s := range good {
+			if s.key == "data" || s.key == "min-free-disk" {
+				warns = append(warns, configProblem{s.line, s.key, "ignored: etcd is set, so the daemon runs in shared mode, which does not read this setting of the embedded store"})
+			}
+		}
+	}
 	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
 		for _, s := range good {
 			if slices.Contains(secretKeys, s.key) {

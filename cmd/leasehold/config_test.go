@@ -113,6 +113,18 @@ func TestConfigCheckExplainsEachError(t *testing.T) {
 			t.Errorf("exit %d, stderr %q", code, errs)
 		}
 	})
+	t.Run("embedded settings beside etcd", func(t *testing.T) {
+		p := writeFile(t, t.TempDir(), "config.yaml", "listen: 127.0.0.1:7420\ndata: /var/lib/leasehold\nmin-free-disk: 1GiB\netcd: http://127.0.0.1:2379\n")
+		code, _, errs := runInProcess("config", "check", p)
+		for _, want := range []string{"warning: line 2: data: ignored: etcd is set", "warning: line 3: min-free-disk: ignored: etcd is set"} {
+			if code != 0 || !strings.Contains(errs, want) {
+				t.Errorf("exit %d, stderr %q; want exit 0 and %q", code, errs, want)
+			}
+		}
+		if strings.Count(errs, "\n") != 2 {
+			t.Errorf("stderr %q: want two warnings", errs)
+		}
+	})
 }
 
 // TestConfigFileApplies checks the order: flag, then environment, then
