@@ -878,7 +878,9 @@ func JSONTypeName(goType string) string {
 
 // params validates one create request against what this daemon runs and
 // turns it into enqueue parameters. It writes nothing. live returns the
-// kinds of the live daemons (liveKinds), read once per request.
+// kinds of the live daemons (liveKinds), read once per request. now is
+// the coordinator's clock's (a delay counts from it, as the coordinator
+// stamps and promotes jobs by it).
 func (a *Handler) params(req CreateRequest, now time.Time, live func() ([]string, error)) (coordinator.EnqueueParams, error) {
 	if req.Kind == "" {
 		return coordinator.EnqueueParams{}, badRequest(`kind is missing: set "kind" to one of %s`, strings.Join(a.kindNames, ", "))
@@ -981,7 +983,7 @@ func (a *Handler) createJob(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	p, err := a.params(req, time.Now(), a.liveKindsOnce(r.Context()))
+	p, err := a.params(req, a.cfg.Coord.Clock().Now(), a.liveKindsOnce(r.Context()))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -1022,7 +1024,7 @@ func (a *Handler) createBatch(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, badRequest("%d jobs in one batch, over the limit of %d: split the batch", len(req.Jobs), maxBatchJobs))
 		return
 	}
-	now, live := time.Now(), a.liveKindsOnce(r.Context())
+	now, live := a.cfg.Coord.Clock().Now(), a.liveKindsOnce(r.Context())
 	ps := make([]coordinator.EnqueueParams, len(req.Jobs))
 	for i, jr := range req.Jobs {
 		p, err := a.params(jr, now, live)
