@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, reapLogReviewTests...)
 	tests = append(tests, chaosTests...)
 	tests = append(tests, spaceTests...)
+	tests = append(tests, clockStepTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
