@@ -80,7 +80,8 @@ func (r *Run) Complete(ctx context.Context, result json.RawMessage) error {
 type FailOpts struct {
 	// Trace is a stack trace (of a recovered panic, say).
 	Trace string
-	// RetryAt overrides the retry policy's next attempt time.
+	// RetryAt overrides the retry policy's next attempt time; a time
+	// past is now.
 	RetryAt time.Time
 	// Discard ends the job now, whatever attempts remain.
 	Discard bool
@@ -113,7 +114,13 @@ func (r *Run) Fail(ctx context.Context, cause error, o FailOpts) error {
 		if o.RetryAt.IsZero() {
 			j.ScheduledAt = now.Add(r.c.cfg.RetryPolicy(j.Attempt, j))
 		}
-		if j.ScheduledAt.After(MaxScheduledAt) {
+		// A time past is now, as an enqueue's is: the store keys times as
+		// Unix nanoseconds, and one before 1678 would be keyed as due in
+		// the 23rd century.
+		switch {
+		case j.ScheduledAt.Before(now):
+			j.ScheduledAt = now
+		case j.ScheduledAt.After(MaxScheduledAt):
 			j.ScheduledAt = MaxScheduledAt
 		}
 	})

@@ -55,7 +55,8 @@ func (e *retryAtError) Error() string { return e.err.Error() }
 func (e *retryAtError) Unwrap() error { return e.err }
 
 // JobRetryAt, returned by a handler, fails the attempt with err and retries
-// at t instead of the retry policy's time (if attempts remain).
+// at t instead of the retry policy's time (if attempts remain); a t in
+// the past retries at once.
 func JobRetryAt(t time.Time, err error) error {
 	if err == nil {
 		err = errors.New("retry requested")

@@ -18,6 +18,7 @@ var clockStepTests = []suiteTest{
 	{"ClockStepBackLeavesAvailableJobsClaimable", testClockStepBackClaimable},
 	{"ClockStepsMoveTimedJobsByTheStep", testClockStepsMoveTimedJobs},
 	{"PeriodicSkewedLeadersEnqueueEachTickOnce", testPeriodicSkewedLeaders},
+	{"RetryAtPastIsNow", testRetryAtPastIsNow},
 }
 
 // testClockStepBackClaimable: after the clock steps back an hour, the
@@ -164,4 +165,32 @@ func testPeriodicSkewedLeaders(t *testing.T, h *harness) {
 		t.Fatalf("the leader ahead again: %+v; want two more ticks", st)
 	}
 	checkTicks(t, h.jobsOf("skewed"), pj.Name, 8, time.Minute)
+}
+
+// testRetryAtPastIsNow: a handler's retry time in the past, even before
+// the store's earliest keyable time (1678: times are keyed as Unix
+// nanoseconds), makes the job due at once, as a past time of an enqueue
+// does; it was keyed as due in the 23rd century.
+func testRetryAtPastIsNow(t *testing.T, h *harness) {
+	s := h.session(h.c)
+	for _, at := range []time.Time{h.clock.Now().Add(-time.Hour), time.Date(1500, time.January, 1, 0, 0, 0, 0, time.UTC)} {
+		j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+		if err := h.claimOne(s).Fail(h.ctx(), errors.New("boom"), coordinator.FailOpts{RetryAt: at}); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.get(j.ID); got.State != coordinator.StateRetryable || !got.ScheduledAt.Equal(h.clock.Now()) {
+			t.Fatalf("failed with a retry at %s: %s at %s; want retryable at the clock's now %s", at, got.State, got.ScheduledAt, h.clock.Now())
+		}
+		if n, err := h.c.PromoteDue(h.ctx()); err != nil || n != 1 {
+			t.Fatalf("PromoteDue = %d, %v; want the job due at once", n, err)
+		}
+		h.wantState(j.ID, coordinator.StateAvailable)
+		r := h.claimOne(s)
+		if r.Job().ID != j.ID {
+			t.Fatalf("claimed %s, want %s", r.Job().ID, j.ID)
+		}
+		if err := r.Complete(h.ctx(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
