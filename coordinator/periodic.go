@@ -296,7 +296,11 @@ func (c *Coordinator) RunPeriodic(ctx context.Context, pjs []PeriodicJob) error 
 		return ctx.Err()
 	}
 	for {
-		now := c.clock.Now()
+		// Without its monotonic reading: wake is a time of day, and the
+		// wait for it below must see the wall clock step or the host
+		// wake from a suspend (a time with a monotonic reading would
+		// measure the minute on the monotonic clock).
+		now := c.clock.Now().Round(0)
 		wake := now.Add(time.Minute)
 		for i := range entries {
 			next, err := c.enqueueDueTicks(ctx, &entries[i], now)
