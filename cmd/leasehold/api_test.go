@@ -624,4 +624,16 @@ func TestSizeValue(t *testing.T) {
 			t.Errorf("Set(%q) accepted", in)
 		}
 	}
+	// A size over the bound is a size: the error says it is too large,
+	// not that it is no size at all.
+	var s sizeValue
+	if err := s.Set("1024GiB"); err != nil || int64(s) != 1<<40 {
+		t.Errorf("Set(1024GiB) = %d, %v", s, err)
+	}
+	for _, in := range []string{"1025GiB", "2000000MB", "99999999999999999999"} {
+		var s sizeValue
+		if err := s.Set(in); err == nil || !strings.Contains(err.Error(), "over 1024GiB, the largest size accepted") {
+			t.Errorf("Set(%q): %v, want it refused as over 1024GiB", in, err)
+		}
+	}
 }

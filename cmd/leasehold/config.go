@@ -310,6 +310,10 @@ func setFlag(fs *pflag.FlagSet, f *pflag.Flag, values []string) string {
 					return fmt.Sprintf("%q is not %s: add a unit (%ss)", apiserver.TruncateString(v, 60), typeHint(f), apiserver.TruncateString(v, 60))
 				}
 				return fmt.Sprintf("%q is not %s", apiserver.TruncateString(v, 60), typeHint(f))
+			case "size":
+				if errors.Is(err, errSizeTooLarge) {
+					return fmt.Sprintf("%q is %s", apiserver.TruncateString(v, 60), errSizeTooLarge)
+				}
 			case "int", "float64", "bool":
 				// The hint says it all; Go's parse error adds only
 				// its own words ("strconv.ParseInt: parsing ...").

@@ -50,6 +50,7 @@ func TestConfigCheckExplainsEachError(t *testing.T) {
 		{"number, without Go's words", "concurrency: abc\n", 2, []string{`line 1: concurrency: "abc" is not a whole number` + "\n"}},
 		{"number", "concurrency: many\n", 2, []string{`concurrency: "many" is not a whole number`}},
 		{"size", "max-payload: huge\n", 2, []string{`max-payload: "huge" is not a size such as 1MiB or 65536`}},
+		{"size too large", "min-free-disk: 2000GiB\n", 2, []string{`line 1: min-free-disk: "2000GiB" is over 1024GiB, the largest size accepted: give a smaller one` + "\n"}},
 		{"list for one value", "listen: [a, b]\n", 2, []string{"listen: is a list of 2 values: want one a string"}},
 		{"mapping", "exec: {a: b}\n", 2, []string{"exec: is a mapping: want a value or a list of values"}},
 		{"null", "data:\n", 2, []string{"data: has no value"}},

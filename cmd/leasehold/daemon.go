@@ -599,6 +599,13 @@ func (o *daemonOpts) minFreeBytes() int64 {
 // sizeValue is a byte size flag: 1048576, 1MiB, 512KiB, 2MB, ...
 type sizeValue int
 
+// maxSize is the largest size a sizeValue takes.
+const maxSize = 1 << 40
+
+// errSizeTooLarge is a size over maxSize: a size all the same, which "not
+// a size" would misname.
+var errSizeTooLarge = errors.New("over 1024GiB, the largest size accepted: give a smaller one")
+
 var sizeUnits = []struct {
 	suffix string
 	mult   int64
@@ -629,7 +636,10 @@ func (s *sizeValue) Set(v string) error {
 		}
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > (1<<40)/mult {
+	if (err == nil && n > maxSize/mult) || (errors.Is(err, strconv.ErrRange) && n > 0) {
+		return errSizeTooLarge
+	}
+	if err != nil || n < 0 {
 		return fmt.Errorf("not a size: use e.g. 1MiB, 256KiB or a number of bytes")
 	}
 	*s = sizeValue(n * mult)
