@@ -30,7 +30,10 @@ type client struct {
 	base    *url.URL
 	hc      *http.Client
 	onClose func() // releases a shared-mode connection
-	token   string // sent as a bearer token when set
+	// namespace is the etcd namespace a shared-mode command reads, for
+	// messages ("" through a daemon, whose namespace is its own).
+	namespace string
+	token     string // sent as a bearer token when set
 }
 
 // addServerFlag adds --server to cmd.
@@ -142,7 +145,13 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 		return &cliError{code: exitUsage, msg: msg, status: resp.StatusCode}
 	case http.StatusNotFound:
 		if ok && strings.HasPrefix(msg, "job not found") {
-			msg += ": check the id with 'leasehold jobs list' (finished jobs are deleted after the daemon's --retention)"
+			if c.namespace != "" {
+				// A job enqueued under another --namespace is not
+				// found here either.
+				msg += fmt.Sprintf(": check the id with 'leasehold jobs list' and --namespace (%s here); finished jobs are deleted after the daemons' --retention", c.namespace)
+			} else {
+				msg += ": check the id with 'leasehold jobs list' (finished jobs are deleted after the daemon's --retention)"
+			}
 		}
 	}
 	return failf("%s", msg)

@@ -40,6 +40,24 @@ func TestSharedNoDaemonInNamespaceWarns(t *testing.T) {
 	if want := "leasehold: workers list: no live daemon in namespace dflt: check --namespace\n"; errs != want {
 		t.Errorf("workers list --namespace dflt: stderr %q, want %q", errs, want)
 	}
+
+	// A job looked for in another namespace than its own is not found
+	// there: the message names the namespace looked in.
+	code, out, _ = runInProcess("enqueue", "work", "--etcd", ep, "--namespace", "prod")
+	if code != 0 {
+		t.Fatalf("enqueue --namespace prod: exit %d", code)
+	}
+	id := strings.TrimSpace(out)
+	for _, args := range [][]string{{"jobs", "get", id}, {"jobs", "cancel", id}, {"jobs", "wait", id}} {
+		code, _, errs = runInProcess(append(args, "--etcd", ep)...)
+		want := "leasehold: " + strings.Join(args[:2], " ") + ": job not found: " + id + ": check the id with 'leasehold jobs list' and --namespace (default here)"
+		if code != exitFailure || !strings.HasPrefix(errs, want) || strings.Count(errs, "\n") != 1 {
+			t.Errorf("%v without its namespace: exit %d, stderr %q; want exit %d and one line starting %q", args, code, errs, exitFailure, want)
+		}
+	}
+	if code, _, errs = runInProcess("jobs", "get", id, "--etcd", ep, "--namespace", "prod"); code != 0 {
+		t.Errorf("jobs get --namespace prod: exit %d, stderr %q", code, errs)
+	}
 }
 
 // Against a daemon's API, a list of no workers says so on stderr too; with

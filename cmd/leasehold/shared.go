@@ -236,6 +236,7 @@ func (t *target) client(ctx context.Context) (*client, error) {
 		return nil, err
 	}
 	c.server = "etcd at " + strings.Join(t.etcd.endpoints, ",")
+	c.namespace = coord.Namespace()
 	c.hc = &http.Client{Transport: handlerTransport{newCLIAPI(coord)}}
 	c.onClose = func() {
 		_ = store.Close()
