@@ -56,7 +56,7 @@ func (e *retryAtError) Unwrap() error { return e.err }
 
 // JobRetryAt, returned by a handler, fails the attempt with err and retries
 // at t instead of the retry policy's time (if attempts remain); a t in
-// the past retries at once.
+// the past retries at once, and the zero t at the retry policy's time.
 func JobRetryAt(t time.Time, err error) error {
 	if err == nil {
 		err = errors.New("retry requested")
