@@ -577,9 +577,9 @@ func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger)
 	}
 }
 
-// ignoredInSharedMode names --min-free-disk as the user set it, if the
-// environment or the config file set it ("" if neither did); on the
-// command line beside --etcd it is refused (checkStore).
+// ignoredInSharedMode names --min-free-disk as the user set it ("" if
+// it was not set), for a daemon in shared mode: it is refused only when it
+// and --etcd are both on the command line (checkStore).
 func ignoredInSharedMode(cmd *cobra.Command) string {
 	if flagSource(cmd, "min-free-disk") == 0 {
 		return ""
