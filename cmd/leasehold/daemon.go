@@ -216,6 +216,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	if err != nil {
 		return err
 	}
+	defer surviveClosedLog()()
 	token := o.token
 	var tlsCfg *tls.Config
 	if o.tlsCert != "" {
@@ -540,6 +541,21 @@ func newHTTPServer(a *apiserver.Handler, tlsCfg *tls.Config, log *slog.Logger) (
 			log.Warn("HTTP server stopped with a store read still in flight", slog.Any("err", err))
 		}
 	}
+}
+
+// surviveClosedLog keeps a daemon (or an etcd member) alive when what
+// reads its log goes away (a pipe to a log shipper that restarts, `| tee`
+// ended): Go ends a
+// program whose write to a closed pipe on descriptor 1 or 2 raises
+// SIGPIPE, unless the program is notified of SIGPIPE, when the write
+// fails with EPIPE instead (and the line is lost). Notified, not ignored:
+// an ignored signal stays ignored in the --exec commands the daemon
+// starts, and shell pipelines there rely on SIGPIPE. The returned
+// function stops it.
+func surviveClosedLog() func() {
+	ch := make(chan os.Signal, 1) // never read: a full channel drops the signal
+	signal.Notify(ch, syscall.SIGPIPE)
+	return func() { signal.Stop(ch) }
 }
 
 // onSignals cancels the daemon's context (with cancel) at the first SIGINT

@@ -81,6 +81,7 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 	if err != nil {
 		return err
 	}
+	defer surviveClosedLog()()
 	// etcd checks most of these only after it has created the data
 	// directory, exits 1 with a stack trace on some, and panics on a bad
 	// log level: bad input is refused here, before anything is written.
