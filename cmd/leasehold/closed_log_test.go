@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,7 +22,7 @@ func TestDaemonOutlivesItsLogReader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binPath, daemonArgs(t.TempDir())...)
+	cmd := exec.Command(binPath, daemonArgs(t.TempDir(), "--exec", "sigign=grep SigIgn /proc/self/status")...)
 	cmd.Env = cliEnv()
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
@@ -64,6 +65,22 @@ func TestDaemonOutlivesItsLogReader(t *testing.T) {
 
 	id := strings.TrimSpace(okCLI(t, "enqueue", "echo", `{"after":"the log reader went away"}`, "--server", server))
 	okCLI(t, "jobs", "wait", id, "--server", server, "--timeout", "10s")
+	// The daemon's commands get the default SIGPIPE (a pipeline such as
+	// `producer | head -1` relies on it): not ignored.
+	id = strings.TrimSpace(okCLI(t, "enqueue", "sigign", `{}`, "--server", server))
+	okCLI(t, "jobs", "wait", id, "--server", server, "--timeout", "10s")
+	res, _ := getJobCLI(t, server, id).Result.MarshalJSON()
+	var line string
+	if err := json.Unmarshal(res, &line); err != nil || !strings.HasPrefix(line, "SigIgn:") {
+		t.Fatalf("the command's result %s: want its SigIgn line (%v)", res, err)
+	}
+	mask, err := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(line, "SigIgn:")), 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mask&(1<<(syscall.SIGPIPE-1)) != 0 {
+		t.Errorf("an --exec command ignores SIGPIPE (SigIgn %x): the daemon's disposition leaked into it", mask)
+	}
 	_ = cmd.Process.Signal(syscall.SIGTERM) // the daemon logs its stop
 	select {
 	case <-done:
