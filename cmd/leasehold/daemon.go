@@ -87,8 +87,8 @@ of one etcd cluster: each holds its running jobs on its own lease, fences
 itself when it cannot renew it, and re-queues the jobs of daemons whose lease
 expired. Either way it runs
 jobs of the built-in kinds (sleep, echo, fail) and of each --exec kind, and
-serves the HTTP API and dashboard on --listen. SIGINT or SIGTERM stops it
-gracefully: running jobs get --shutdown-timeout to finish, then they are
+serves the HTTP API and dashboard on --listen. SIGINT, SIGTERM or SIGHUP
+stops it gracefully: running jobs get --shutdown-timeout to finish, then they are
 interrupted and re-queued. A second signal stops it at once (exit code 1).`,
 		Example: `  leasehold daemon --data /var/lib/leasehold --listen 127.0.0.1:7420
   leasehold daemon --exec 'thumbnail=./thumbnail.sh' --exec 'mail=python3 send.py' --concurrency 50`,
@@ -558,16 +558,18 @@ func surviveClosedLog() func() {
 	return func() { signal.Stop(ch) }
 }
 
-// onSignals cancels the daemon's context (with cancel) at the first SIGINT
-// or SIGTERM. Once ctx is done, a signal ends the process at once, with
-// exit code 1 (a stop cut short is a failure; the exit codes are 0, 1 and
+// onSignals cancels the daemon's context (with cancel) at the first SIGINT,
+// SIGTERM or SIGHUP. Once ctx is done, a signal ends the process at once,
+// with exit code 1 (a stop cut short is a failure; the exit codes are 0, 1 and
 // 2), after killing the commands of the running jobs: they run in process
 // groups of their own, which the daemon's exit would not reach, and would
 // go on beside the runs that replace them. The returned function stops
 // watching for signals.
 func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger) func() {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP too: a terminal that hangs up (an ssh session that drops)
+	// stops the daemon gracefully, not as a crash would.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)

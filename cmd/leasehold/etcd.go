@@ -93,7 +93,7 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 		log.Warn("--quota-backend-bytes is above what etcd advises (8GiB): a large backend slows restarts and defragmentation",
 			"quota_backend_bytes", o.quota.String())
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -125,8 +125,9 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 			flagLabel(cmd, "data"), o.cfg.Dir, by)
 	}
 	if err != nil && ctx.Err() != nil {
-		// SIGINT or SIGTERM while etcd was starting: what it started is
-		// closed, or is left to this exit (etcd waits for --data).
+		// A signal (SIGINT, SIGTERM, SIGHUP) while etcd was starting:
+		// what it started is closed, or is left to this exit (etcd
+		// waits for --data).
 		return failf("interrupted before member %s served", o.cfg.Name)
 	}
 	var inUse *etcdnode.AddrInUseError
