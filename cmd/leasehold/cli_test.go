@@ -597,13 +597,16 @@ func TestDataAndEtcdTogetherRefused(t *testing.T) {
 	}
 }
 
-// A shared daemon given --min-free-disk by its config file (or the
-// environment), where --etcd chose shared mode, says that it ignores it:
-// an operator who set a reserve must not believe it is kept.
+// A shared daemon given --min-free-disk or --data by its config file (or
+// the environment), where --etcd chose shared mode, says that it ignores
+// them: an operator who set a reserve must not believe it is kept.
 func TestSharedDaemonSaysItIgnoresMinFreeDisk(t *testing.T) {
 	cfg := writeFile(t, t.TempDir(), "config.yaml", "min-free-disk: 1GiB\netcd: http://"+closedPort(t)+"\n")
 	p := spStart(t, "daemon", binPath, "daemon", "--config", cfg, "--listen", "127.0.0.1:0", "--log-format", "json")
-	p.waitLog(t, 0, "the warning that --min-free-disk is ignored", func(l spLine) bool {
-		return l.str("level") == "WARN" && strings.HasPrefix(l.Msg, "--min-free-disk is ignored in shared mode")
+	l, _ := p.waitLog(t, 0, "the warning that --min-free-disk is ignored", func(l spLine) bool {
+		return l.str("level") == "WARN" && strings.HasPrefix(l.Msg, "settings of the embedded store are ignored in shared mode")
 	})
+	if got := fmt.Sprint(l.Fields["settings"]); got != "[--min-free-disk]" {
+		t.Errorf("settings %s, want [--min-free-disk]", got)
+	}
 }

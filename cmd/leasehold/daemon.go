@@ -257,8 +257,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 
 	shared := o.etcd.shared()
 	if shared {
-		if by := ignoredInSharedMode(cmd); by != "" {
-			log.Warn(by+" is ignored in shared mode: it keeps space free on the disk of the embedded store, and etcd's quota bounds a shared store (--quota-backend-bytes of its members)", slog.String("setting", by))
+		if set := ignoredInSharedMode(cmd); len(set) > 0 {
+			log.Warn("settings of the embedded store are ignored in shared mode: --data is its directory and --min-free-disk its disk reserve; etcd's quota bounds a shared store (--quota-backend-bytes of its members)", slog.Any("settings", set))
 		}
 	}
 	ccfg := o.coordConfig()
@@ -595,14 +595,18 @@ func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger)
 	}
 }
 
-// ignoredInSharedMode names --min-free-disk as the user set it ("" if
-// it was not set), for a daemon in shared mode: it is refused only when it
-// and --etcd are both on the command line (checkStore).
-func ignoredInSharedMode(cmd *cobra.Command) string {
-	if flagSource(cmd, "min-free-disk") == 0 {
-		return ""
+// ignoredInSharedMode names the embedded store's settings that were set
+// (--data, --min-free-disk), as the user set them, for a daemon in shared
+// mode, which does not read them: each is refused only when it and --etcd
+// are both on the command line (checkStore).
+func ignoredInSharedMode(cmd *cobra.Command) []string {
+	var set []string
+	for _, name := range []string{"data", "min-free-disk"} {
+		if flagSource(cmd, name) > 0 {
+			set = append(set, flagLabel(cmd, name))
+		}
 	}
-	return flagLabel(cmd, "min-free-disk")
+	return set
 }
 
 // minFreeBytes is --min-free-disk as localstore.Options.MinFreeBytes,
