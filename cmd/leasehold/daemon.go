@@ -88,8 +88,8 @@ itself when it cannot renew it, and re-queues the jobs of daemons whose lease
 expired. Either way it runs
 jobs of the built-in kinds (sleep, echo, fail) and of each --exec kind, and
 serves the HTTP API and dashboard on --listen. SIGINT, SIGTERM or SIGHUP
-stops it gracefully: running jobs get --shutdown-timeout to finish, then they are
-interrupted and re-queued. A second signal stops it at once (exit code 1).`,
+stops it gracefully: running jobs get --shutdown-timeout to finish, then
+they are interrupted and re-queued. A second signal stops it at once (exit code 1).`,
 		Example: `  leasehold daemon --data /var/lib/leasehold --listen 127.0.0.1:7420
   leasehold daemon --exec 'thumbnail=./thumbnail.sh' --exec 'mail=python3 send.py' --concurrency 50`,
 		Args: argsBetween(0, 0, "[--data DIR] [--listen ADDR] [--concurrency N] [--exec KIND=COMMAND]..."),
@@ -545,12 +545,11 @@ func newHTTPServer(a *apiserver.Handler, tlsCfg *tls.Config, log *slog.Logger) (
 
 // surviveClosedLog keeps a daemon (or an etcd member) alive when what
 // reads its log goes away (a pipe to a log shipper that restarts, `| tee`
-// ended): Go ends a
-// program whose write to a closed pipe on descriptor 1 or 2 raises
-// SIGPIPE, unless the program is notified of SIGPIPE, when the write
-// fails with EPIPE instead (and the line is lost). Notified, not ignored:
-// an ignored signal stays ignored in the --exec commands the daemon
-// starts, and shell pipelines there rely on SIGPIPE. The returned
+// ended): Go ends a program whose write to a closed pipe on descriptor 1
+// or 2 raises SIGPIPE, unless the program is notified of SIGPIPE, when the
+// write fails with EPIPE instead (and the line is lost). Notified, not
+// ignored: an ignored signal stays ignored in the --exec commands the
+// daemon starts, and shell pipelines there rely on SIGPIPE. The returned
 // function stops it.
 func surviveClosedLog() func() {
 	ch := make(chan os.Signal, 1) // never read: a full channel drops the signal
