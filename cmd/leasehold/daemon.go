@@ -557,6 +557,17 @@ func surviveClosedLog() func() {
 	return func() { signal.Stop(ch) }
 }
 
+// stopSignals are the signals that stop a daemon or an etcd member
+// gracefully: SIGINT, SIGTERM and SIGHUP (a terminal that hangs up, an
+// ssh session that drops: not a crash), unless SIGHUP was ignored when
+// the process started (nohup), which Notify would undo.
+func stopSignals() []os.Signal {
+	if signal.Ignored(syscall.SIGHUP) {
+		return []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	}
+	return []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP}
+}
+
 // onSignals cancels the daemon's context (with cancel) at the first SIGINT,
 // SIGTERM or SIGHUP. Once ctx is done, a signal ends the process at once,
 // with exit code 1 (a stop cut short is a failure; the exit codes are 0, 1 and
@@ -566,9 +577,7 @@ func surviveClosedLog() func() {
 // watching for signals.
 func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger) func() {
 	sigs := make(chan os.Signal, 2)
-	// SIGHUP too: a terminal that hangs up (an ssh session that drops)
-	// stops the daemon gracefully, not as a crash would.
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, stopSignals()...)
 	done, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)

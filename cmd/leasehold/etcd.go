@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/leasehold/leasehold/internal/apiserver"
@@ -93,7 +92,7 @@ func runEtcd(cmd *cobra.Command, g *globalOpts, o *etcdOpts) error {
 		log.Warn("--quota-backend-bytes is above what etcd advises (8GiB): a large backend slows restarts and defragmentation",
 			"quota_backend_bytes", o.quota.String())
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	ctx, stop := signal.NotifyContext(cmd.Context(), stopSignals()...)
 	defer stop()
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,5 +27,22 @@ func TestDaemonStopsGracefullyAtHangup(t *testing.T) {
 	}
 	if j := getJobCLI(t, e.server, id); j.Attempt > 2 || j.State.Final() {
 		t.Errorf("released job: state %s attempt %d", j.State, j.Attempt)
+	}
+}
+
+// A daemon started with SIGHUP ignored (`nohup leasehold daemon`) keeps
+// it ignored: a hangup does not stop it.
+func TestDaemonUnderNohupIgnoresHangup(t *testing.T) {
+	// exec keeps the shell's pid for the daemon, and the ignored SIGHUP.
+	cmd := exec.Command("sh", append([]string{"-c", `trap "" HUP; exec "$0" "$@"`, binPath}, daemonArgs(t.TempDir())...)...)
+	d := startDaemonCmd(t, cmd)
+	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	// A daemon stopping at the hangup would refuse this, or be gone.
+	id := strings.TrimSpace(okCLI(t, "enqueue", "echo", "--server", d.server))
+	okCLI(t, "jobs", "wait", id, "--timeout", "10s", "--server", d.server)
+	if code := d.stop(t, syscall.SIGTERM); code != 0 {
+		t.Errorf("exit code %d after SIGTERM:\n%s", code, d.log)
 	}
 }
