@@ -229,27 +229,20 @@ func (c *Coordinator) checkSpace(n int) error {
 
 // uniqueKeysHeld reports whether every job has a unique key that a job
 // holds, so that enqueueing them writes nothing. It reads the keys with
-// uniqueHolders, a transaction of at most the store's MaxOps reads each.
+// getMany, in as few transactions as the store allows.
 func (c *Coordinator) uniqueKeysHeld(ctx context.Context, jobs []*Job) (bool, error) {
-	for _, j := range jobs {
+	keys := make([]string, len(jobs))
+	for i, j := range jobs {
 		if j.UniqueKey == "" {
 			return false, nil
 		}
+		keys[i] = c.keys.unique(j.UniqueKey)
 	}
-	step := len(jobs)
-	if c.limits.MaxOps > 0 {
-		step = c.limits.MaxOps
+	held, err := c.getMany(ctx, keys)
+	if err != nil {
+		return false, err
 	}
-	for i := 0; i < len(jobs); i += step {
-		holders, err := c.uniqueHolders(ctx, jobs[i:min(i+step, len(jobs))])
-		if err != nil {
-			return false, err
-		}
-		if slices.Contains(holders, "") {
-			return false, nil
-		}
-	}
-	return true, nil
+	return !slices.Contains(held, nil), nil
 }
 
 // buildJob runs the enqueue hooks on p, validates it, and returns the job

@@ -422,8 +422,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		// jobs cannot be recorded, and a start recovers what was synced
 		// and re-queues them. Interrupt them without a drain and stop,
 		// so that a supervisor restarts the daemon.
-		runErr = storeFailedError(storeErr())
-		log.Error("the store failed after a write error; stopping, running jobs are interrupted and re-queued at the next start", slog.String("err", storeErr().Error()))
+		err := storeErr()
+		runErr = storeFailedError(err)
+		log.Error("the store failed after a write error; stopping, running jobs are interrupted and re-queued at the next start", slog.String("err", err.Error()))
 		drain, failed = 0, true
 		cancel()
 	}
