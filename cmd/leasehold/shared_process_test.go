@@ -173,7 +173,6 @@ func (p *spProc) signal(t *testing.T, sig syscall.Signal) {
 	}
 }
 
-// kill sends SIGKILL and waits until the process is gone.
 // stopCleanly sends SIGTERM and fails t unless the process exits 0 within
 // spWait.
 func (p *spProc) stopCleanly(t *testing.T) {
@@ -189,6 +188,7 @@ func (p *spProc) stopCleanly(t *testing.T) {
 	}
 }
 
+// kill sends SIGKILL and waits until the process is gone.
 func (p *spProc) kill(t *testing.T) {
 	t.Helper()
 	p.signal(t, syscall.SIGKILL)
