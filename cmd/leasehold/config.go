@@ -540,7 +540,7 @@ func checkConfig(path string) (errs, warns []configProblem, file *configFile) {
 	// embedded store's directory nor its disk reserve.
 	if slices.ContainsFunc(good, func(s configSetting) bool { return s.key == "etcd" }) {
 		for _, s := range good {
-			if s.key == "data" || s.key == "min-free-disk" {
+			if slices.Contains(embeddedOnly, s.key) {
 				warns = append(warns, configProblem{s.line, s.key, "ignored: etcd is set, so the daemon runs in shared mode, which does not read this setting of the embedded store"})
 			}
 		}

@@ -604,13 +604,17 @@ func onSignals(ctx context.Context, cancel context.CancelFunc, log *slog.Logger)
 	}
 }
 
+// embeddedOnly are the daemon's settings of the embedded store, which a
+// daemon in shared mode does not read.
+var embeddedOnly = []string{"data", "min-free-disk"}
+
 // ignoredInSharedMode names the embedded store's settings that were set
 // (--data, --min-free-disk), as the user set them, for a daemon in shared
 // mode, which does not read them: each is refused only when it and --etcd
 // are both on the command line (checkStore).
 func ignoredInSharedMode(cmd *cobra.Command) []string {
 	var set []string
-	for _, name := range []string{"data", "min-free-disk"} {
+	for _, name := range embeddedOnly {
 		if flagSource(cmd, name) > 0 {
 			set = append(set, flagLabel(cmd, name))
 		}
