@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -100,6 +101,9 @@ type CheckInput struct {
 	// End is when the run ended; runs with no outcome and no known
 	// process end are taken to last until then.
 	End time.Time
+	// FinalAt is when the read of Final began: a periodic tick's job may
+	// still be open then if its tick came at most tickGrace before.
+	FinalAt time.Time
 	// QuiesceEnd says why the quiesce period ended (quiesceStalled, ...;
 	// "" if not known), after Quiesce without a job finishing or
 	// QuiesceMax in all.
@@ -163,16 +167,54 @@ type Result struct {
 	Violations []Violation `json:"violations"`
 	// Warnings are broken promises that are not safety violations (a
 	// graceful stop that interrupted its jobs, say).
-	Warnings      []Violation       `json:"warnings"`
-	DuplicateRuns int               `json:"duplicate_runs"`
-	Overlaps      []Overlap         `json:"overlaps"`
-	Uncertain     int               `json:"finals_by_uncertain_write"`
-	ReaperFinals  int               `json:"finals_by_reaper"`
-	QueueCancels  int               `json:"cancelled_while_queued"`
-	Reclaim       Stats             `json:"reclaim"`
-	ReclaimByKind map[string]Stats  `json:"reclaim_by_kind"`
-	LogChecked    bool              `json:"store_log_checked"`
-	RunsByJob     map[string][]*Run `json:"-"`
+	Warnings      []Violation      `json:"warnings"`
+	DuplicateRuns int              `json:"duplicate_runs"`
+	Overlaps      []Overlap        `json:"overlaps"`
+	Uncertain     int              `json:"finals_by_uncertain_write"`
+	ReaperFinals  int              `json:"finals_by_reaper"`
+	QueueCancels  int              `json:"cancelled_while_queued"`
+	Reclaim       Stats            `json:"reclaim"`
+	ReclaimByKind map[string]Stats `json:"reclaim_by_kind"`
+	LogChecked    bool             `json:"store_log_checked"`
+	// Queue is what the run did with limitedQueue.
+	Queue QueueStats `json:"queue_control"`
+	// Ticks are the jobs of the periodic schedule tickName.
+	Ticks     TickStats         `json:"periodic"`
+	RunsByJob map[string][]*Run `json:"-"`
+}
+
+// TickStats describe the periodic schedule tickName: its ticks (one job
+// each, promised by ADR 0007: each tick enqueued once, and every tick
+// within the catch-up window enqueued, across leader changes and
+// restarts).
+type TickStats struct {
+	Name  string    `json:"name"`
+	Ticks int       `json:"ticks"`
+	First time.Time `json:"first,omitzero"`
+	Last  time.Time `json:"last,omitzero"`
+	// Twice counts the ticks with more than one job, Missed the ticks
+	// between First and Last with none.
+	Twice  int `json:"twice"`
+	Missed int `json:"missed"`
+	// Late counts tick jobs not final at the final read whose tick came
+	// at most tickGrace before it.
+	Late int `json:"late"`
+}
+
+// QueueStats describe limitedQueue in a run: how many of its jobs there
+// were and, from the store's history, how close its running jobs came to
+// the limit and how many pauses the claims were checked against.
+type QueueStats struct {
+	Name  string `json:"name"`
+	Jobs  int    `json:"jobs"`
+	Limit int    `json:"limit"`
+	// MaxHeld is the most jobs of the queue that held a live ownership
+	// key at once (store history only).
+	MaxHeld int `json:"max_held"`
+	// Pauses counts the pauses in the store's history, and
+	// ClaimsChecked the queue's claims checked against them and the limit.
+	Pauses        int `json:"pauses"`
+	ClaimsChecked int `json:"claims_checked"`
 }
 
 // ViolatingJobs returns the distinct jobs with a violation or lost.
@@ -231,7 +273,9 @@ func Check(in *CheckInput) *Result {
 	if in.LogOK {
 		c.res.LogChecked = true
 		for _, e := range in.Log {
-			c.logJob[e.Job] = append(c.logJob[e.Job], e)
+			if e.Key != "qm" { // a queue's configuration: checkQueue
+				c.logJob[e.Job] = append(c.logJob[e.Job], e)
+			}
 		}
 	}
 	c.buildRuns()
@@ -246,6 +290,8 @@ func Check(in *CheckInput) *Result {
 			c.checkLog(id)
 		}
 	}
+	c.checkQueue()
+	c.checkTicks()
 	c.reclaim()
 	c.checkGraceful()
 	sort.SliceStable(c.res.Violations, func(i, j int) bool {
@@ -341,12 +387,17 @@ func (c *checker) checkLost() {
 	for _, id := range c.jobIDs() {
 		info, f := c.in.Jobs[id], c.in.Final[id]
 		r.Jobs++
-		if info != nil {
+		tick, periodic := tickOf(f)
+		switch {
+		case info != nil:
 			r.Acknowledged++
-		} else if f != nil {
+		case f != nil && !periodic:
 			r.Unacked++
 		}
 		switch {
+		case periodic && !f.State.Final() && !c.in.FinalAt.IsZero() && c.in.FinalAt.Sub(tick) <= tickGrace:
+			r.States[string(f.State)]++
+			r.Ticks.Late++
 		case f == nil && info != nil:
 			r.Lost = append(r.Lost, id)
 			c.violate("lost", id, "acknowledged job (enqueued %s) is not in the store", info.EnqueuedAt.Format(tsFormat))
@@ -982,6 +1033,136 @@ func (c *checker) checkOrphans(id string) {
 		if held := until.Sub(e.Seen); held > orphanAfter {
 			c.res.Warnings = append(c.res.Warnings, Violation{Kind: "orphaned-claim", Job: id,
 				Detail: fmt.Sprintf("claim at revision %d (%s) held the job for %s without any run starting", e.Rev, e.Seen.Format(tsFormat), held.Round(100*time.Millisecond))})
+		}
+	}
+}
+
+// checkQueue checks queue control on limitedQueue in the store's history:
+// no job of it is claimed while its stored configuration says paused (a
+// claim compares the configuration it read, so once a pause is answered
+// no claim gets through), and no more jobs of it than its limit hold a
+// live ownership key at the end of any revision (a claim takes one of
+// limit slot keys on its daemon's lease; an outcome deletes its slot with
+// the ownership key, and a lease that ends deletes both).
+func (c *checker) checkQueue() {
+	qs := &c.res.Queue
+	qs.Name = limitedQueue
+	for _, j := range c.in.Final {
+		if j.Queue == limitedQueue {
+			qs.Jobs++
+		}
+	}
+	if !c.in.LogOK {
+		return
+	}
+	queueOf := map[string]string{}
+	var conf *coordinator.QueueConfig
+	held := map[string]int64{} // job -> the revision its ownership key was created at
+	over := false
+	evs := c.in.Log
+	for i, e := range evs {
+		switch e.Key {
+		case "qm":
+			if e.Job != limitedQueue {
+				break
+			}
+			if conf != nil && !conf.Paused && e.Conf != nil && e.Conf.Paused {
+				qs.Pauses++
+			}
+			conf = e.Conf
+			if conf != nil && conf.Limit > 0 {
+				qs.Limit = conf.Limit
+			}
+		case "j":
+			if e.Rec == nil {
+				break
+			}
+			queueOf[e.Job] = e.Rec.Queue
+			if e.Rec.Queue != limitedQueue || e.Rec.State != coordinator.StateRunning || e.Rec.Token != 0 {
+				break
+			}
+			qs.ClaimsChecked++
+			if conf != nil && conf.Paused {
+				c.violate("claim-while-paused", e.Job, "claim at revision %d of a job of queue %s, paused since %s", e.Rev, limitedQueue, conf.PausedAt)
+			}
+		case "o":
+			if queueOf[e.Job] != limitedQueue {
+				break
+			}
+			if e.Delete {
+				delete(held, e.Job)
+			} else {
+				held[e.Job] = e.CreateRev
+			}
+		}
+		if i+1 < len(evs) && evs[i+1].Rev == e.Rev {
+			continue // the revision's other writes first
+		}
+		qs.MaxHeld = max(qs.MaxHeld, len(held))
+		wasOver := over
+		over = conf != nil && conf.Limit > 0 && len(held) > conf.Limit
+		if over && !wasOver { // once per spell
+			ids := slices.Sorted(maps.Keys(held))
+			for _, id := range ids {
+				c.violate("over-limit", id, "at revision %d, %d jobs of queue %s held an ownership key (limit %d): %s", e.Rev, len(held), limitedQueue, conf.Limit, strings.Join(ids, ", "))
+			}
+		}
+	}
+}
+
+// tickGrace bounds how long before the final read a tick's job may have
+// been enqueued and still be open (it takes 20 ms of work).
+const tickGrace = 10 * time.Second
+
+// tickOf returns the tick of a job of the periodic schedule tickName (its
+// unique key is periodic:NAME:TICK).
+func tickOf(j *coordinator.Job) (time.Time, bool) {
+	if j == nil {
+		return time.Time{}, false
+	}
+	s, ok := strings.CutPrefix(j.UniqueKey, "periodic:"+tickName+":")
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, s)
+	return t, err == nil
+}
+
+// checkTicks checks the periodic schedule tickName (@every 1s, declared on
+// every daemon) from the jobs in the store at the end: no tick has two
+// jobs, and no tick between the first and the last is missing (the run is
+// far shorter than the catch-up window, so a tick that fell while no
+// leader ran is enqueued late, not skipped).
+func (c *checker) checkTicks() {
+	ts := &c.res.Ticks
+	ts.Name = tickName
+	byTick := map[time.Time][]string{}
+	for id, j := range c.in.Final {
+		if t, ok := tickOf(j); ok {
+			byTick[t] = append(byTick[t], id)
+		}
+	}
+	ticks := slices.SortedFunc(maps.Keys(byTick), time.Time.Compare)
+	ts.Ticks = len(ticks)
+	if len(ticks) == 0 {
+		return
+	}
+	ts.First, ts.Last = ticks[0], ticks[len(ticks)-1]
+	for i, t := range ticks {
+		if ids := byTick[t]; len(ids) > 1 {
+			slices.Sort(ids)
+			ts.Twice++
+			for _, id := range ids[1:] {
+				c.violate("tick-twice", id, "tick %s of schedule %s has %d jobs: %s", t.Format(time.RFC3339), tickName, len(ids), strings.Join(ids, ", "))
+			}
+		}
+		if i == 0 {
+			continue
+		}
+		if gap := int(t.Sub(ticks[i-1])/tickEvery) - 1; gap > 0 {
+			ts.Missed += gap
+			c.violate("tick-missed", byTick[t][0], "%d ticks of schedule %s between %s and %s have no job, though within the catch-up window",
+				gap, tickName, ticks[i-1].Format(time.RFC3339), t.Format(time.RFC3339))
 		}
 	}
 }

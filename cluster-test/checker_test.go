@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -742,4 +744,132 @@ func TestHistoryCorruptInTheMiddleIsAnError(t *testing.T) {
 	if _, _, err := readHistories(dir); err == nil || !strings.Contains(err.Error(), "w1.jsonl:2") {
 		t.Fatalf("corrupt middle line: err %v; want an error naming w1.jsonl:2", err)
 	}
+}
+
+// queueWorld: limitedQueue limited to 2 at revision 2; jobs A, B and C of
+// it enqueued; A and B claimed, A completed, then C claimed; the queue
+// paused at revision 10 and resumed at 12, with no claim between.
+func queueWorld() *world {
+	w := newWorld()
+	w.in.LogOK = true
+	rec := func(id string, st coordinator.State) *coordinator.Job {
+		return &coordinator.Job{ID: id, Kind: "history", Queue: limitedQueue, State: st, MaxAttempts: 25}
+	}
+	conf := func(paused bool) *coordinator.QueueConfig {
+		c := &coordinator.QueueConfig{Name: limitedQueue, Limit: queueLimit, Paused: paused}
+		if paused {
+			p := at(10)
+			c.PausedAt = &p
+		}
+		return c
+	}
+	w.in.Log = []StoreEvent{
+		{Rev: 2, Key: "qm", Job: limitedQueue, Conf: conf(false)},
+		{Rev: 3, Key: "j", Job: jobA, Rec: rec(jobA, coordinator.StateAvailable)},
+		{Rev: 4, Key: "j", Job: jobB, Rec: rec(jobB, coordinator.StateAvailable)},
+		{Rev: 5, Key: "j", Job: jobC, Rec: rec(jobC, coordinator.StateAvailable)},
+		{Rev: 6, Key: "j", Job: jobA, Rec: rec(jobA, coordinator.StateRunning)},
+		{Rev: 6, Key: "o", Job: jobA, CreateRev: 6},
+		{Rev: 7, Key: "j", Job: jobB, Rec: rec(jobB, coordinator.StateRunning)},
+		{Rev: 7, Key: "o", Job: jobB, CreateRev: 7},
+		{Rev: 8, Key: "o", Job: jobA, Delete: true},
+		{Rev: 8, Key: "j", Job: jobA, Rec: rec(jobA, coordinator.StateCompleted)},
+		{Rev: 9, Key: "j", Job: jobC, Rec: rec(jobC, coordinator.StateRunning)},
+		{Rev: 9, Key: "o", Job: jobC, CreateRev: 9},
+		{Rev: 10, Key: "qm", Job: limitedQueue, Conf: conf(true)},
+		{Rev: 12, Key: "qm", Job: limitedQueue, Conf: conf(false)},
+	}
+	return w
+}
+
+func TestQueueControlCleanPasses(t *testing.T) {
+	res := Check(queueWorld().in)
+	wantClean(t, res)
+	if q := res.Queue; q.MaxHeld != 2 || q.Limit != queueLimit || q.Pauses != 1 || q.ClaimsChecked != 3 {
+		t.Fatalf("queue figures %+v, want max held 2, limit %d, 1 pause, 3 claims checked", q, queueLimit)
+	}
+}
+
+func TestQueueOverLimitReported(t *testing.T) {
+	w := queueWorld()
+	// C's claim lands before A's outcome frees A's slot.
+	w.in.Log[8].Rev, w.in.Log[9].Rev = 9, 9
+	w.in.Log[10].Rev, w.in.Log[11].Rev = 8, 8
+	slices.SortStableFunc(w.in.Log, func(a, b StoreEvent) int { return cmp.Compare(a.Rev, b.Rev) })
+	res := Check(w.in)
+	wantKind(t, res, "over-limit")
+	if n := kinds(res)["over-limit"]; n != 3 {
+		t.Fatalf("%d over-limit violations, want one for each of the 3 holders, once: %+v", n, res.Violations)
+	}
+}
+
+func TestQueueClaimWhilePausedReported(t *testing.T) {
+	w := queueWorld()
+	// C is claimed after the pause of revision 10 and before the resume.
+	w.in.Log[10].Rev, w.in.Log[11].Rev = 11, 11
+	slices.SortStableFunc(w.in.Log, func(a, b StoreEvent) int { return cmp.Compare(a.Rev, b.Rev) })
+	wantKind(t, Check(w.in), "claim-while-paused")
+}
+
+// tickWorld: ticks of schedule tickName at 10, 11 and 12 s, each one job,
+// completed; the final read began at 20 s.
+func tickWorld() *world {
+	w := newWorld()
+	w.in.FinalAt = at(20)
+	for i, id := range []string{jobA, jobB, jobC} {
+		w.tick(id, float64(10+i), coordinator.StateCompleted)
+	}
+	return w
+}
+
+// tick adds the job of the tick at s s, completed by one clean run on w1
+// or left in state st.
+func (w *world) tick(id string, s float64, st coordinator.State) {
+	token := int64(100 + s)
+	if st == coordinator.StateCompleted {
+		w.cleanRun(id, "w1", token, s)
+		w.final(id, st, "w1", token)
+	} else {
+		w.final(id, st, "", 0)
+		w.in.Final[id].FinalizedAt = nil
+	}
+	w.in.Final[id].UniqueKey = "periodic:" + tickName + ":" + at(s).Format(time.RFC3339)
+}
+
+func TestTicksCleanPass(t *testing.T) {
+	w := tickWorld()
+	// A tick shortly before the final read may still wait: not lost.
+	w.tick("01JF0000000000000000000004", 13, coordinator.StateAvailable)
+	res := Check(w.in)
+	wantClean(t, res)
+	if ts := res.Ticks; ts.Ticks != 4 || ts.Late != 1 || res.Unacked != 0 || !ts.First.Equal(at(10)) {
+		t.Fatalf("tick figures %+v (unacknowledged %d), want 4 ticks from 10 s, 1 late, none counted unacknowledged", ts, res.Unacked)
+	}
+}
+
+func TestTickTwiceReported(t *testing.T) {
+	w := tickWorld()
+	w.tick("01JF0000000000000000000004", 11, coordinator.StateCompleted)
+	res := Check(w.in)
+	wantKind(t, res, "tick-twice")
+	if res.Ticks.Twice != 1 {
+		t.Fatalf("twice %d, want 1", res.Ticks.Twice)
+	}
+}
+
+func TestTickMissedReported(t *testing.T) {
+	w := tickWorld()
+	w.tick("01JF0000000000000000000004", 15, coordinator.StateCompleted)
+	res := Check(w.in)
+	wantKind(t, res, "tick-missed")
+	if res.Ticks.Missed != 2 {
+		t.Fatalf("missed %d, want 2 (13 s and 14 s)", res.Ticks.Missed)
+	}
+}
+
+func TestTickOpenLongBeforeTheFinalReadLost(t *testing.T) {
+	w := tickWorld()
+	w.in.FinalAt = at(30)
+	w.tick("01JF0000000000000000000004", 13, coordinator.StateAvailable)
+	wantKind(t, Check(w.in), "lost")
 }

@@ -197,7 +197,8 @@ func (h *harness) setupDaemons() error {
 			d.listen = fmt.Sprintf("127.0.0.1:%d", port)
 			args = []string{"daemon", "--data", filepath.Join(h.dataDir, "pebble"), "--listen", d.listen}
 		}
-		args = append(args, "--concurrency", strconv.Itoa(h.cfg.concurrency), "--history-dir", h.histDir,
+		args = append(args, "--concurrency", strconv.Itoa(h.cfg.concurrency), "--queues", "default,"+limitedQueue,
+			"--periodic", tickName+"|"+tickSpec+"|history|"+`{"ms":20}`, "--history-dir", h.histDir,
 			"--log-format", "json", "--shutdown-timeout", h.cfg.shutdownTimeout.String())
 		p, err := newProc(d.name, h.binary, filepath.Join(h.logDir, d.name+".log"), args)
 		if err != nil {

@@ -409,6 +409,11 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	}
 	defer tgt.close()
 
+	// Queue control: the limit holds from the first job of the queue on.
+	if err := setQueueLimit(ctx, tgt); err != nil {
+		return fail(err)
+	}
+
 	// Workload, nemesis, supervisor, progress.
 	h.phase.Store("under faults")
 	runCtx, stopRun := context.WithCancel(ctx)
@@ -493,10 +498,12 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	// on until after the stop, so its checks see any late write.
 	h.phase.Store("final read")
 	var final map[string]*coordinator.Job
+	var finalAt time.Time
 	readFinal := func() error {
 		var err error
 		for range 10 {
 			lctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			finalAt = time.Now()
 			final, err = tgt.list(lctx)
 			cancel()
 			if err == nil {
@@ -552,10 +559,10 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	anomalies := append([]string(nil), h.anomalies...)
 	h.mu.Unlock()
 	in := &CheckInput{Mode: cfg.mode, Jobs: w.snapshot(), Final: final, Events: events, Faults: faults,
-		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, End: end,
+		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, End: end, FinalAt: finalAt,
 		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax}
 	if err := writeJSON(filepath.Join(h.out, "checkinput.json"), savedInput{Mode: in.Mode, Jobs: in.Jobs, Final: in.Final,
-		Faults: in.Faults, Instances: in.Instances, LogOK: in.LogOK, End: in.End, Plan: plans, Lanes: len(h.daemons),
+		Faults: in.Faults, Instances: in.Instances, LogOK: in.LogOK, End: in.End, FinalAt: finalAt, Plan: plans, Lanes: len(h.daemons),
 		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax}); err != nil {
 		return fail(err)
 	}
@@ -564,8 +571,31 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 		WorkloadSecs: round3(workSecs), QuiesceSecs: round3(qSecs), QuiesceEnd: qEnd, Plan: plans, Anomalies: anomalies, Instances: in.Instances, TornLines: torn,
 		StoreLog: storeLogState, Out: h.out,
 		Workload: map[string]int64{"acknowledged": int64(w.count()), "enqueue_errors": w.enqErrs.Load(),
-			"skipped": w.skipped.Load(), "cancel_requests": w.cancels.Load(), "history_events": int64(len(events))}}
+			"skipped": w.skipped.Load(), "cancel_requests": w.cancels.Load(), "history_events": int64(len(events))},
+		QueueOps: w.queueOpsSnapshot()}
 	return report(cfg, in, &rep, len(h.daemons), wall, stdout)
+}
+
+// setQueueLimit sets limitedQueue's global limit, trying for up to 30 s
+// (a shared daemon's first session can still be settling).
+func setQueueLimit(ctx context.Context, tgt target) error {
+	var err error
+	for range 30 {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = tgt.queue(rctx, limitedQueue, "", queueLimit)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("setting the limit of queue %s: %w", limitedQueue, err)
+	}
+	return nil
 }
 
 // report checks in, prints the findings and the summary (last), and
@@ -606,6 +636,16 @@ func report(cfg config, in *CheckInput, rep *Report, lanes int, wall time.Time, 
 	fmt.Fprintf(stdout, "faults by kind: %s\n", formatKinds(byKind))
 	fmt.Fprintf(stdout, "final states: %s; runs %d; finals by the reaper %d, by an unconfirmed write %d; cancelled while queued %d; store log %s\n",
 		formatKinds(res.States), res.Runs, res.ReaperFinals, res.Uncertain, res.QueueCancels, rep.StoreLog)
+	ts := res.Ticks
+	fmt.Fprintf(stdout, "periodic %s (%s): %d ticks enqueued from %s to %s, %d twice, %d missed, %d not yet run at the final read\n",
+		ts.Name, tickSpec, ts.Ticks, ts.First.Format(tsFormat), ts.Last.Format(tsFormat), ts.Twice, ts.Missed, ts.Late)
+	qs := res.Queue
+	if res.LogChecked {
+		fmt.Fprintf(stdout, "queue %s: %d jobs, limit %d, at most %d held at once; %d claims checked against %d pauses and the limit\n",
+			qs.Name, qs.Jobs, qs.Limit, qs.MaxHeld, qs.ClaimsChecked, qs.Pauses)
+	} else {
+		fmt.Fprintf(stdout, "queue %s: %d jobs (limit and pauses not checked without a store history; its jobs must still finish)\n", qs.Name, qs.Jobs)
+	}
 	fmt.Fprintf(stdout, "reclaim after lease loss: n=%d p50 %.2fs p99 %.2fs max %.2fs", res.Reclaim.N, res.Reclaim.P50, res.Reclaim.P99, res.Reclaim.Max)
 	for _, k := range sortedKeys(res.ReclaimByKind) {
 		s := res.ReclaimByKind[k]
@@ -670,8 +710,10 @@ type savedInput struct {
 	Instances []instance                  `json:"instances"`
 	LogOK     bool                        `json:"log_ok"`
 	End       time.Time                   `json:"end"`
-	Plan      []plan                      `json:"plan"`
-	Lanes     int                         `json:"lanes"`
+	// FinalAt: CheckInput's (absent from runs saved before it was).
+	FinalAt time.Time `json:"final_at,omitzero"`
+	Plan    []plan    `json:"plan"`
+	Lanes   int       `json:"lanes"`
 	// QuiesceEnd, Quiesce and QuiesceMax: CheckInput's (absent from runs
 	// saved before they were).
 	QuiesceEnd string        `json:"quiesce_end,omitempty"`
@@ -698,7 +740,7 @@ func recheck(cfg config, stdout io.Writer) (int, error) {
 	if err != nil {
 		return 3, err
 	}
-	in := &CheckInput{Mode: si.Mode, Jobs: si.Jobs, Final: si.Final, Events: events, Faults: si.Faults, Instances: si.Instances, LogOK: si.LogOK, End: si.End,
+	in := &CheckInput{Mode: si.Mode, Jobs: si.Jobs, Final: si.Final, Events: events, Faults: si.Faults, Instances: si.Instances, LogOK: si.LogOK, End: si.End, FinalAt: si.FinalAt,
 		QuiesceEnd: si.QuiesceEnd, Quiesce: si.Quiesce, QuiesceMax: si.QuiesceMax}
 	if si.Mode == "shared" {
 		in.Log, err = readStoreLog(filepath.Join(dir, "store.jsonl"))

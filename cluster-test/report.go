@@ -144,6 +144,7 @@ type Report struct {
 	FaultList    []*Fault         `json:"fault_list"`
 	Plan         []plan           `json:"plan"`
 	Workload     map[string]int64 `json:"workload"`
+	QueueOps     []QueueOp        `json:"queue_ops"`
 	Check        *Result          `json:"check"`
 	Anomalies    []string         `json:"anomalies"`
 	Instances    []instance       `json:"instances"`

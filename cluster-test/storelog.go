@@ -15,8 +15,9 @@ import (
 )
 
 // StoreEvent is one change of a job's record (j/ID), ownership key (o/ID),
-// cancel request or index entries in etcd, in revision order: the store's own history, which the checker
-// uses to place writes exactly (a fencing token is a revision).
+// cancel request or index entries, or of a queue's configuration, in etcd,
+// in revision order: the store's own history, which the checker uses to
+// place writes exactly (a fencing token is a revision).
 type StoreEvent struct {
 	Rev int64 `json:"rev"`
 	// Key is the kind of key: "j" the record, "o" the ownership key, "c"
@@ -33,6 +34,9 @@ type StoreEvent struct {
 	Seen time.Time `json:"seen"`
 	// Rec is the record written by a put of j/ID.
 	Rec *coordinator.Job `json:"rec,omitempty"`
+	// Conf is the configuration written by a put of qm/c/QUEUE (key
+	// "qm", Job the queue's name).
+	Conf *coordinator.QueueConfig `json:"conf,omitempty"`
 }
 
 // storeLog watches the namespace from the start of the run and keeps
@@ -127,6 +131,21 @@ func (l *storeLog) add(ev *clientv3.Event) {
 	if ev.Kv.ModRevision > l.lastRev {
 		l.lastRev = ev.Kv.ModRevision
 	}
+	if q, ok := strings.CutPrefix(rest, "qm/c/"); ok {
+		se := StoreEvent{Rev: ev.Kv.ModRevision, Key: "qm", Job: q, Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision, Seen: time.Now()}
+		if !se.Delete {
+			var conf coordinator.QueueConfig
+			if err := json.Unmarshal(ev.Kv.Value, &conf); err != nil {
+				if l.gap == "" {
+					l.gap = fmt.Sprintf("undecodable queue configuration at revision %d: %v", se.Rev, err)
+				}
+				return
+			}
+			se.Conf = &conf
+		}
+		l.record(se)
+		return
+	}
 	if len(rest) < 3 || rest[1] != '/' || !strings.Contains("jocrqtf", rest[:1]) {
 		return
 	}
@@ -145,6 +164,11 @@ func (l *storeLog) add(ev *clientv3.Event) {
 		}
 		se.Rec = j
 	}
+	l.record(se)
+}
+
+// record keeps se and appends it to the log file. l.mu is held.
+func (l *storeLog) record(se StoreEvent) {
 	l.events = append(l.events, se)
 	b, _ := json.Marshal(se)
 	_, _ = l.f.Write(append(b, '\n'))

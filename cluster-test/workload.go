@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,27 @@ type jobSpec struct {
 	FailTimes   int           `json:"fail_times"`
 	MaxAttempts int           `json:"max_attempts"`
 	Delay       time.Duration `json:"delay"`
+	// Queue is limitedQueue or "" (the default queue).
+	Queue string `json:"queue,omitempty"`
 }
+
+// limitedQueue is the queue under queue control: a global limit of
+// queueLimit running jobs across all daemons, set before the workload
+// starts, and paused now and then (workload.pauseLoop). Every daemon
+// serves it.
+const (
+	limitedQueue = "limited"
+	queueLimit   = 2
+)
+
+// tickName is a periodic schedule that every daemon declares: a history
+// job of 20 ms every tickEvery (tickSpec), enqueued by the maintenance
+// leader of the moment.
+const (
+	tickName  = "tick"
+	tickSpec  = "@every 1s"
+	tickEvery = time.Second
+)
 
 func (s jobSpec) payload() json.RawMessage {
 	b, _ := json.Marshal(map[string]int{"ms": s.MS, "fail_times": s.FailTimes})
@@ -54,6 +75,9 @@ type CancelReq struct {
 type target interface {
 	enqueue(ctx context.Context, specs []jobSpec) ([]string, error)
 	cancel(ctx context.Context, id string) (string, error)
+	// queue sets limit as queue q's global limit if limit >= 0, and
+	// pauses or resumes it if op is "pause" or "resume".
+	queue(ctx context.Context, q, op string, limit int) error
 	list(ctx context.Context) (map[string]*coordinator.Job, error)
 	close()
 }
@@ -78,7 +102,7 @@ func (t *sharedTarget) enqueue(ctx context.Context, specs []jobSpec) ([]string, 
 	now := time.Now()
 	ps := make([]coordinator.EnqueueParams, len(specs))
 	for i, s := range specs {
-		ps[i] = coordinator.EnqueueParams{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts}
+		ps[i] = coordinator.EnqueueParams{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue}
 		if s.Delay > 0 {
 			ps[i].ScheduledAt = now.Add(s.Delay)
 		}
@@ -103,6 +127,19 @@ func (t *sharedTarget) cancel(ctx context.Context, id string) (string, error) {
 		return "cancel-requested", nil
 	}
 	return string(j.State), nil
+}
+
+func (t *sharedTarget) queue(ctx context.Context, q, op string, limit int) error {
+	var err error
+	switch op {
+	case "pause":
+		_, _, err = t.coord.PauseQueue(ctx, q)
+	case "resume":
+		_, _, err = t.coord.ResumeQueue(ctx, q)
+	default:
+		_, _, err = t.coord.SetQueueLimit(ctx, q, limit)
+	}
+	return err
 }
 
 func (t *sharedTarget) list(ctx context.Context) (map[string]*coordinator.Job, error) {
@@ -164,10 +201,11 @@ func (t *httpTarget) enqueue(ctx context.Context, specs []jobSpec) ([]string, er
 		Payload     json.RawMessage `json:"payload"`
 		Delay       string          `json:"delay,omitempty"`
 		MaxAttempts int             `json:"max_attempts,omitempty"`
+		Queue       string          `json:"queue,omitempty"`
 	}
 	reqs := make([]createReq, len(specs))
 	for i, s := range specs {
-		reqs[i] = createReq{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts}
+		reqs[i] = createReq{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue}
 		if s.Delay > 0 {
 			reqs[i].Delay = s.Delay.String()
 		}
@@ -196,6 +234,14 @@ func (t *httpTarget) cancel(ctx context.Context, id string) (string, error) {
 		return "cancel-requested", nil
 	}
 	return string(resp.Job.State), nil
+}
+
+func (t *httpTarget) queue(ctx context.Context, q, op string, limit int) error {
+	var out json.RawMessage
+	if op == "" {
+		return t.do(ctx, "PUT", "/v1/queues/"+q+"/limit?force=true", map[string]int{"limit": limit}, &out)
+	}
+	return t.do(ctx, "POST", "/v1/queues/"+q+"/"+op+"?force=true", nil, &out)
 }
 
 func (t *httpTarget) list(ctx context.Context) (map[string]*coordinator.Job, error) {
@@ -230,12 +276,14 @@ type workload struct {
 	rng *rand.Rand
 	mu  sync.Mutex
 
-	jobs    map[string]*JobInfo
-	order   []string
-	inFl    atomic.Int64
-	enqErrs atomic.Int64
-	skipped atomic.Int64
-	cancels atomic.Int64
+	jobs  map[string]*JobInfo
+	order []string
+	// queueOps are the pauses and resumes of limitedQueue, in order.
+	queueOps []QueueOp
+	inFl     atomic.Int64
+	enqErrs  atomic.Int64
+	skipped  atomic.Int64
+	cancels  atomic.Int64
 }
 
 func newWorkload(h *harness, t target, seed uint64) *workload {
@@ -266,14 +314,20 @@ func (w *workload) spec() jobSpec {
 	if r.Float64() < 0.1 {
 		s.Delay = time.Duration(1000+r.IntN(7000)) * time.Millisecond
 	}
+	if r.Float64() < 0.1 {
+		// Short, so that the limit binds only in bursts (after a
+		// pause, say) rather than building a backlog.
+		s.Queue, s.MS = limitedQueue, 50+r.IntN(350)
+	}
 	return s
 }
 
 func (w *workload) run(ctx context.Context, rate float64) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	wg.Add(1)
+	wg.Add(2)
 	go func() { defer wg.Done(); w.cancelLoop(ctx) }()
+	go func() { defer wg.Done(); w.pauseLoop(ctx) }()
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	acc := 0.0
@@ -354,6 +408,75 @@ func (w *workload) cancelLoop(ctx context.Context) {
 	}
 }
 
+// QueueOp is one pause or resume of limitedQueue and its answer.
+type QueueOp struct {
+	Op    string    `json:"op"`
+	At    time.Time `json:"at"`
+	Acked time.Time `json:"acked"`
+	// Tries counts the requests sent: a store without quorum refuses some.
+	Tries int `json:"tries"`
+}
+
+// pauseLoop pauses limitedQueue for 1-4 s every 10-20 s. A pause is
+// retried until the store takes it, and so is the resume that follows,
+// after ctx ends too: a queue left paused would leave its jobs queued.
+func (w *workload) pauseLoop(ctx context.Context) {
+	for {
+		w.mu.Lock()
+		wait := time.Duration(10000+w.rng.IntN(10000)) * time.Millisecond
+		hold := time.Duration(1000+w.rng.IntN(3000)) * time.Millisecond
+		w.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		paused := w.queueOp(ctx, "pause")
+		if paused {
+			select {
+			case <-ctx.Done():
+			case <-time.After(hold):
+			}
+		}
+		// Also after a pause cut short by ctx: its answer may have been
+		// lost after the store took it.
+		w.queueOp(context.WithoutCancel(ctx), "resume")
+		if !paused {
+			return
+		}
+	}
+}
+
+// queueOp sends op for limitedQueue until the store takes it or ctx ends
+// (a resume is given 2 minutes: longer than any fault lasts). It reports
+// whether the store took it.
+func (w *workload) queueOp(ctx context.Context, op string) bool {
+	qo := QueueOp{Op: op, At: time.Now()}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		qo.Tries++
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		err := w.t.queue(rctx, limitedQueue, op, -1)
+		rcancel()
+		if err == nil {
+			qo.Acked = time.Now()
+			w.mu.Lock()
+			w.queueOps = append(w.queueOps, qo)
+			w.mu.Unlock()
+			return true
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	if op == "resume" {
+		w.h.logf("could not resume queue %s for 2 minutes: its jobs stay queued", limitedQueue)
+	}
+	return false
+}
+
 func (w *workload) snapshot() map[string]*JobInfo {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -363,6 +486,12 @@ func (w *workload) snapshot() map[string]*JobInfo {
 		out[k] = &c
 	}
 	return out
+}
+
+func (w *workload) queueOpsSnapshot() []QueueOp {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.queueOps)
 }
 
 func (w *workload) count() int {
