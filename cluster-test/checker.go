@@ -179,8 +179,11 @@ type Result struct {
 	// Queue is what the run did with limitedQueue.
 	Queue QueueStats `json:"queue_control"`
 	// Ticks are the jobs of the periodic schedule tickName.
-	Ticks     TickStats         `json:"periodic"`
-	RunsByJob map[string][]*Run `json:"-"`
+	Ticks TickStats `json:"periodic"`
+	// UniqueJobs counts the jobs with a unique key (the workload's and the
+	// ticks') whose lives the store's history was checked for overlap.
+	UniqueJobs int               `json:"unique_jobs_checked"`
+	RunsByJob  map[string][]*Run `json:"-"`
 }
 
 // TickStats describe the periodic schedule tickName: its ticks (one job
@@ -292,6 +295,7 @@ func Check(in *CheckInput) *Result {
 	}
 	c.checkQueue()
 	c.checkTicks()
+	c.checkUnique()
 	c.reclaim()
 	c.checkGraceful()
 	sort.SliceStable(c.res.Violations, func(i, j int) bool {
@@ -1163,6 +1167,40 @@ func (c *checker) checkTicks() {
 			ts.Missed += gap
 			c.violate("tick-missed", byTick[t][0], "%d ticks of schedule %s between %s and %s have no job, though within the catch-up window",
 				gap, tickName, ticks[i-1].Format(time.RFC3339), t.Format(time.RFC3339))
+		}
+	}
+}
+
+// checkUnique checks unique keys in the store's history: while a job with
+// a unique key lives (from its first write until a write makes it final),
+// no other job with that key is written (an enqueue with a live job's key
+// answers with that job). The workload's unique jobs share uniqueKeys
+// keys; each tick's job has its own.
+func (c *checker) checkUnique() {
+	if !c.in.LogOK {
+		return
+	}
+	live := map[string]string{} // unique key -> its live job
+	seen := map[string]bool{}
+	for _, e := range c.in.Log {
+		if e.Key != "j" || e.Rec == nil || e.Rec.UniqueKey == "" {
+			continue
+		}
+		k := e.Rec.UniqueKey
+		if !seen[e.Job] {
+			seen[e.Job] = true
+			c.res.UniqueJobs++
+		}
+		other, held := live[k]
+		switch {
+		case e.Rec.State.Final():
+			if other == e.Job {
+				delete(live, k)
+			}
+		case !held:
+			live[k] = e.Job
+		case other != e.Job:
+			c.violate("unique-twice", e.Job, "revision %d wrote the job (%s) with unique key %s while job %s with that key was live", e.Rev, e.Rec.State, k, other)
 		}
 	}
 }

@@ -873,3 +873,35 @@ func TestTickOpenLongBeforeTheFinalReadLost(t *testing.T) {
 	w.tick("01JF0000000000000000000004", 13, coordinator.StateAvailable)
 	wantKind(t, Check(w.in), "lost")
 }
+
+// uniqueWorld: jobs A and B with unique key uk-1 in the store's history,
+// B enqueued after A completed.
+func uniqueWorld() *world {
+	w := newWorld()
+	w.in.LogOK = true
+	rec := func(id string, st coordinator.State) *coordinator.Job {
+		return &coordinator.Job{ID: id, Kind: "history", Queue: "default", State: st, MaxAttempts: 25, UniqueKey: "uk-1"}
+	}
+	w.in.Log = []StoreEvent{
+		{Rev: 3, Key: "j", Job: jobA, Rec: rec(jobA, coordinator.StateAvailable)},
+		{Rev: 5, Key: "j", Job: jobA, Rec: rec(jobA, coordinator.StateRunning)},
+		{Rev: 7, Key: "j", Job: jobA, Rec: rec(jobA, coordinator.StateCompleted)},
+		{Rev: 8, Key: "j", Job: jobB, Rec: rec(jobB, coordinator.StateAvailable)},
+	}
+	return w
+}
+
+func TestUniqueKeyLivesApartPass(t *testing.T) {
+	res := Check(uniqueWorld().in)
+	if n := kinds(res)["unique-twice"]; n != 0 || res.UniqueJobs != 2 {
+		t.Fatalf("unique-twice %d, unique jobs checked %d; want 0 and 2: %+v", n, res.UniqueJobs, res.Violations)
+	}
+}
+
+func TestUniqueKeyTwiceReported(t *testing.T) {
+	w := uniqueWorld()
+	// B is written while A runs.
+	w.in.Log[3].Rev = 6
+	slices.SortStableFunc(w.in.Log, func(a, b StoreEvent) int { return cmp.Compare(a.Rev, b.Rev) })
+	wantKind(t, Check(w.in), "unique-twice")
+}

@@ -28,7 +28,14 @@ type jobSpec struct {
 	Delay       time.Duration `json:"delay"`
 	// Queue is limitedQueue or "" (the default queue).
 	Queue string `json:"queue,omitempty"`
+	// UniqueKey, if set, is one of uniqueKeys keys: a live job with it
+	// is returned instead of a new one.
+	UniqueKey string `json:"unique_key,omitempty"`
 }
+
+// uniqueKeys is how many unique keys the workload's unique jobs share
+// (uk-0 ...): few, so that enqueues often find a live job with theirs.
+const uniqueKeys = 8
 
 // limitedQueue is the queue under queue control: a global limit of
 // queueLimit running jobs across all daemons, set before the workload
@@ -102,7 +109,7 @@ func (t *sharedTarget) enqueue(ctx context.Context, specs []jobSpec) ([]string, 
 	now := time.Now()
 	ps := make([]coordinator.EnqueueParams, len(specs))
 	for i, s := range specs {
-		ps[i] = coordinator.EnqueueParams{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue}
+		ps[i] = coordinator.EnqueueParams{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue, UniqueKey: s.UniqueKey}
 		if s.Delay > 0 {
 			ps[i].ScheduledAt = now.Add(s.Delay)
 		}
@@ -202,10 +209,11 @@ func (t *httpTarget) enqueue(ctx context.Context, specs []jobSpec) ([]string, er
 		Delay       string          `json:"delay,omitempty"`
 		MaxAttempts int             `json:"max_attempts,omitempty"`
 		Queue       string          `json:"queue,omitempty"`
+		UniqueKey   string          `json:"unique_key,omitempty"`
 	}
 	reqs := make([]createReq, len(specs))
 	for i, s := range specs {
-		reqs[i] = createReq{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue}
+		reqs[i] = createReq{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue, UniqueKey: s.UniqueKey}
 		if s.Delay > 0 {
 			reqs[i].Delay = s.Delay.String()
 		}
@@ -280,10 +288,12 @@ type workload struct {
 	order []string
 	// queueOps are the pauses and resumes of limitedQueue, in order.
 	queueOps []QueueOp
-	inFl     atomic.Int64
-	enqErrs  atomic.Int64
-	skipped  atomic.Int64
-	cancels  atomic.Int64
+	// uniqueHits counts enqueues answered with a job enqueued before.
+	uniqueHits int64
+	inFl       atomic.Int64
+	enqErrs    atomic.Int64
+	skipped    atomic.Int64
+	cancels    atomic.Int64
 }
 
 func newWorkload(h *harness, t target, seed uint64) *workload {
@@ -318,6 +328,11 @@ func (w *workload) spec() jobSpec {
 		// Short, so that the limit binds only in bursts (after a
 		// pause, say) rather than building a backlog.
 		s.Queue, s.MS = limitedQueue, 50+r.IntN(350)
+	}
+	if r.Float64() < 0.05 {
+		// One shape for all: an enqueue answered with an earlier job
+		// of its key keeps that job's spec.
+		s = jobSpec{MS: 300, MaxAttempts: 25, UniqueKey: fmt.Sprintf("uk-%d", r.IntN(uniqueKeys))}
 	}
 	return s
 }
@@ -366,6 +381,11 @@ func (w *workload) run(ctx context.Context, rate float64) {
 			}
 			w.mu.Lock()
 			for i, id := range ids {
+				if w.jobs[id] != nil {
+					// A unique key's live job, enqueued earlier.
+					w.uniqueHits++
+					continue
+				}
 				w.jobs[id] = &JobInfo{ID: id, Spec: specs[i], EnqueuedAt: at}
 				w.order = append(w.order, id)
 			}
@@ -486,6 +506,12 @@ func (w *workload) snapshot() map[string]*JobInfo {
 		out[k] = &c
 	}
 	return out
+}
+
+func (w *workload) uniqueHitsSnapshot() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.uniqueHits
 }
 
 func (w *workload) queueOpsSnapshot() []QueueOp {
