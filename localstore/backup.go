@@ -93,7 +93,7 @@ func (s *Store) Backup(ctx context.Context, dir string) (BackupInfo, error) {
 	// removes only what this call made (not a backup another call is
 	// writing there), and readable by the daemon's user only: it holds
 	// every job's payload.
-	if err := mkdirDurable(vfs.Default, filepath.Dir(abs)); err != nil {
+	if err := mkdirDurable(vfs.Default, filepath.Dir(abs), 0o755); err != nil {
 		return BackupInfo{}, backupDirError(abs, err)
 	}
 	if err := os.Mkdir(abs, 0o700); errors.Is(err, os.ErrExist) {
@@ -222,7 +222,7 @@ func Restore(dir, from string, bump int64) (int64, error) {
 		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
 	}
 	_, statErr := os.Stat(dir)
-	if err := mkdirDurable(vfs.Default, dir); err != nil {
+	if err := mkdirDurable(vfs.Default, dir, dataDirPerm); err != nil {
 		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
 	}
 	rev, err := restoreInto(dir, from, bump)
@@ -337,13 +337,14 @@ func bumpStore(dir string, bump int64) (int64, error) {
 }
 
 // copyDir copies the regular files of directory from into a new directory
-// to, each synced, then to itself and its parent.
+// to, each synced, then to itself and its parent. to and its files are
+// readable by their user only, as the backup's.
 func copyDir(to, from string) error {
 	ents, err := os.ReadDir(from)
 	if err != nil {
 		return err
 	}
-	if err := os.Mkdir(to, 0o755); err != nil {
+	if err := os.Mkdir(to, dataDirPerm); err != nil {
 		return err
 	}
 	for _, e := range ents {
@@ -368,7 +369,7 @@ func copyFile(to, from string) error {
 		return err
 	}
 	defer src.Close()
-	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	dst, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}

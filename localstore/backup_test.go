@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -311,5 +312,42 @@ func TestRestoreInsideBackupRefused(t *testing.T) {
 	}
 	if _, err := Restore(filepath.Join(t.TempDir(), "r"), backupDir, 10); err != nil {
 		t.Fatalf("the backup no longer restores: %v", err)
+	}
+}
+
+// TestDataDirectoriesReadableByTheirUserOnly: a data directory that Open
+// creates, and one that Restore creates, hold every job's payload, so
+// others may not read them (under the usual umask, 022, they could: the
+// directories were 0755), as they may
+// not read the backup itself (0700). The files in them need not be
+// private then (Pebble creates its own 0644).
+func TestDataDirectoriesReadableByTheirUserOnly(t *testing.T) {
+	defer syscall.Umask(syscall.Umask(0o022))
+	dataDir := filepath.Join(t.TempDir(), "parent", "data")
+	s := openDir(t, dataDir, Options{})
+	mustPut(t, s, "secret", "payload", 0)
+	backupDir := filepath.Join(t.TempDir(), "backup")
+	if _, err := s.Backup(ctxT(t), backupDir); err != nil {
+		t.Fatal(err)
+	}
+	restored := filepath.Join(t.TempDir(), "restored")
+	if _, err := Restore(restored, backupDir, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The parents Open creates stay traversable: only the directory that
+	// holds the store is private.
+	if st, err := os.Stat(filepath.Dir(dataDir)); err != nil {
+		t.Fatal(err)
+	} else if st.Mode().Perm() != 0o755 {
+		t.Errorf("parent of the data directory: mode %v, want 0755", st.Mode().Perm())
+	}
+	for _, dir := range []string{dataDir, restored} {
+		for _, d := range []string{dir, filepath.Join(dir, pebbleDir)} {
+			if st, err := os.Stat(d); err != nil {
+				t.Fatal(err)
+			} else if st.Mode().Perm()&0o077 != 0 {
+				t.Errorf("%s: mode %v, want no access for group and others", d, st.Mode().Perm())
+			}
+		}
 	}
 }

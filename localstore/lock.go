@@ -57,6 +57,11 @@ func (e *lockedError) Error() string {
 
 func (e *lockedError) Is(target error) bool { return target == ErrLocked }
 
+// dataDirPerm is the mode of the data directories (and of their store
+// directory) that Open and Restore create: they hold every job's payload,
+// so only the daemon's user may read them, as a backup.
+const dataDirPerm = 0o700
+
 // lockDir creates dir if needed and takes it for this Store: first in the
 // process registry, then with an exclusive non-blocking flock on the lock
 // file. A refused attempt changes nothing that the holder relies on.
@@ -67,7 +72,7 @@ func lockDir(dir string) (*dirLock, error) {
 	}
 	abs = filepath.Clean(abs)
 	// Creating a missing directory cannot disturb a holder.
-	if err := mkdirDurable(vfs.Default, abs); err != nil {
+	if err := mkdirDurable(vfs.Default, abs, dataDirPerm); err != nil {
 		return nil, fmt.Errorf("localstore: create data directory: %w: pass a directory whose parent the daemon's user can write", err)
 	}
 	// The registry is keyed by the resolved path, so that two spellings of

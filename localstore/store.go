@@ -163,7 +163,7 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 	if opts.fs != nil {
 		fs = opts.fs
 	}
-	if err := mkdirDurable(fs, filepath.Join(lock.dir, pebbleDir)); err != nil {
+	if err := mkdirDurable(fs, filepath.Join(lock.dir, pebbleDir), dataDirPerm); err != nil {
 		return nil, fmt.Errorf("localstore: create %s: %w", filepath.Join(lock.dir, pebbleDir), err)
 	}
 	db, err := pebble.Open(filepath.Join(lock.dir, pebbleDir), popts)
@@ -192,11 +192,12 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// mkdirDurable creates dir and its missing parents on fs, and syncs the
-// parent of each directory it creates: until then a power loss may take a
-// new directory, and everything written in it, back out of existence
-// (Pebble syncs its own directory's entries, not the directory's).
-func mkdirDurable(fs vfs.FS, dir string) error {
+// mkdirDurable creates dir (with mode perm) and its missing parents (0755)
+// on fs, and syncs the parent of each directory it creates: until then a
+// power loss may take a new directory, and everything written in it, back
+// out of existence (Pebble syncs its own directory's entries, not the
+// directory's).
+func mkdirDurable(fs vfs.FS, dir string, perm os.FileMode) error {
 	var created []string
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := fs.Stat(d); err == nil {
@@ -207,8 +208,13 @@ func mkdirDurable(fs vfs.FS, dir string) error {
 			break
 		}
 	}
-	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return err
+	if len(created) > 0 {
+		if err := fs.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return err
+		}
+		if err := fs.MkdirAll(dir, perm); err != nil {
+			return err
+		}
 	}
 	for _, d := range slices.Backward(created) {
 		parent, err := fs.OpenDir(filepath.Dir(d))
