@@ -104,6 +104,11 @@ const (
 	maxBatchJobs = 10000
 	// maxWait bounds the long-poll of GET /v1/jobs/{id}?wait=.
 	maxWait = 5 * time.Minute
+	// waitWatches bounds the long-polls that watch the store at once
+	// (Config.WaitWatches): a watch wakes at every write of the store,
+	// so that many of them, which anyone who may read can open, would
+	// slow every write. The others read their job every waitPoll.
+	waitWatches = 256
 	// storeTimeout bounds the store work of one API or dashboard request
 	// (a long-poll's wait is bounded by maxWait instead), so that requests
 	// made while the store does not answer (etcd without quorum) end with
@@ -113,6 +118,10 @@ const (
 	// work timed out.
 	retryAfter = "5"
 )
+
+// waitPoll is how often a long-poll beyond Config.WaitWatches reads its
+// job (a variable for tests).
+var waitPoll = time.Second
 
 // errStoreTimeout is the cause of a request context whose store deadline
 // (storeTimeout) passed.
@@ -225,6 +234,10 @@ type Config struct {
 	StoreTimeout time.Duration
 	// ReadyTimeout bounds the store read of one /readyz (0: 2s).
 	ReadyTimeout time.Duration
+	// WaitWatches bounds the long-polls of GET /v1/jobs/{id}?wait= that
+	// watch the store at once (0: 256); the others read their job every
+	// second instead.
+	WaitWatches int
 }
 
 // Handler serves the HTTP API. It is an http.Handler.
@@ -242,6 +255,9 @@ type Handler struct {
 	draining atomic.Bool
 	// probe reads the store for /readyz (health.go).
 	probe *storeProbe
+	// watchSlots holds a token per long-poll that watches the store
+	// (Config.WaitWatches).
+	watchSlots chan struct{}
 }
 
 // New returns the API of cfg.
@@ -261,7 +277,11 @@ func New(cfg Config) *Handler {
 	if cfg.ReadyTimeout <= 0 {
 		cfg.ReadyTimeout = readyTimeout
 	}
+	if cfg.WaitWatches <= 0 {
+		cfg.WaitWatches = waitWatches
+	}
 	a := &Handler{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, m: cfg.Metrics}
+	a.watchSlots = make(chan struct{}, cfg.WaitWatches)
 	a.waits, a.stopWaits = context.WithCancel(context.Background())
 	a.probe = newStoreProbe(cfg.Coord.Store(), cfg.ReadyTimeout)
 	a.kindNames = SortedKeys(cfg.Kinds)
@@ -1164,7 +1184,7 @@ func (a *Handler) getJob(w http.ResponseWriter, r *http.Request) {
 	if wait > 0 {
 		ctx, cancel := context.WithTimeout(r.Context(), wait)
 		stopWait := context.AfterFunc(a.waits, cancel)
-		j, err := a.cfg.Coord.Wait(ctx, id)
+		j, err := a.wait(ctx, id)
 		expired := ctx.Err() != nil
 		stopWait()
 		cancel()
@@ -1189,6 +1209,33 @@ func (a *Handler) getJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	WriteJSON(w, http.StatusOK, JobResponse{Job: j})
+}
+
+// wait returns job id once it is final, or ctx's error. It watches the
+// store while fewer than Config.WaitWatches long-polls do, and otherwise
+// reads the job every waitPoll: each watch wakes at every write, so that
+// thousands of long-polls (reads need no token) would slow every write of
+// the daemon, while a poll costs what a client's own GET would.
+func (a *Handler) wait(ctx context.Context, id string) (*coordinator.Job, error) {
+	select {
+	case a.watchSlots <- struct{}{}:
+		defer func() { <-a.watchSlots }()
+		return a.cfg.Coord.Wait(ctx, id)
+	default:
+	}
+	t := time.NewTicker(waitPoll)
+	defer t.Stop()
+	for {
+		j, err := a.cfg.Coord.Get(ctx, id)
+		if err != nil || j.State.Final() {
+			return j, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
 }
 
 func (a *Handler) cancelJob(w http.ResponseWriter, r *http.Request) {
