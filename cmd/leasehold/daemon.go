@@ -110,7 +110,7 @@ they are interrupted and re-queued. A second signal stops it at once (exit code 
 	f.DurationVar(&o.defaultTimeout, "default-timeout", 0, "bound on an attempt of a job that sets no timeout (0: none)")
 	addMaxPayloadFlag(cmd, &o.maxPayload, "largest job payload accepted (e.g. 1MiB, 256KiB, 65536; default 1MiB embedded, 664KiB on etcd: a job is written twice in one request, under etcd's 1.5MiB limit)")
 	f.Var(&o.minFreeDisk, "min-free-disk", "embedded mode: disk space kept free for the jobs the daemon holds; with less free on the disk of --data, new jobs are refused (HTTP 507) while queued and running jobs go on (0: no reserve)")
-	f.StringVar(&o.apiToken, "api-token", "", "require this bearer token on every state-changing API request (prefer LEASEHOLD_API_TOKEN or --api-token-file)")
+	f.StringVar(&o.apiToken, "api-token", "", "require this bearer token on every state-changing API request (prefer --api-token-file: a command line shows in ps, and --exec commands inherit LEASEHOLD_API_TOKEN)")
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "read the API token from this file (one line)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate (PEM; with --tls-key)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
