@@ -14,11 +14,12 @@ import (
 	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
-// loopbackListen reports whether addr (HOST:PORT) listens on loopback
-// only.
-func loopbackListen(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	return err == nil && host != "" && apiserver.LoopbackHost(host)
+// loopbackListener reports whether ln listens on a loopback address only.
+// It reads the address bound, not the one asked for: a name such as
+// "api.localhost" is resolved, and may resolve beyond loopback.
+func loopbackListener(ln net.Listener) bool {
+	a, ok := ln.Addr().(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
 }
 
 // readToken returns the API token of --api-token or --api-token-file.

@@ -224,9 +224,6 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			return err
 		}
 	}
-	if token == "" && !loopbackListen(o.listen) {
-		log.Warn("the API listens beyond loopback without a token: anyone who reaches it can enqueue and cancel jobs; set --api-token-file", slog.String("listen", o.listen))
-	}
 	m := apiserver.NewMetrics()
 	kinds, err := daemonKinds(o.execs, o.leaseTTL, log)
 	if err != nil {
@@ -254,6 +251,10 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		return failf("cannot listen on %s: %s: stop what uses it or pass another --listen", o.listen, apiserver.OneLine(err.Error()))
 	}
 	defer func() { _ = ln.Close() }() // the HTTP server closes it too, once it serves
+	loopback := loopbackListener(ln)
+	if token == "" && !loopback {
+		log.Warn("the API listens beyond loopback without a token: anyone who reaches it can enqueue and cancel jobs; set --api-token-file", slog.String("listen", o.listen))
+	}
 
 	shared := o.etcd.shared()
 	if shared {
@@ -345,7 +346,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	api := apiserver.New(apiserver.Config{
 		Coord: coord, Kinds: payloadChecks(kinds), KnownChecks: payloadChecks(builtinKinds()), Shared: shared,
 		MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(), Worker: w, Metrics: m,
-		Auth: apiserver.AuthConfig{Token: token, LoopbackOnly: loopbackListen(o.listen)}, Backup: backup,
+		Auth: apiserver.AuthConfig{Token: token, LoopbackOnly: loopback}, Backup: backup,
 	})
 	srv, stopHTTP := newHTTPServer(api, tlsCfg, log)
 

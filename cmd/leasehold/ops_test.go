@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -473,10 +474,29 @@ func TestLoopbackHost(t *testing.T) {
 			t.Errorf("apiserver.LoopbackHost(%q) = %v, want %v", host, got, want)
 		}
 	}
-	if !loopbackListen("127.0.0.1:0") || loopbackListen("0.0.0.0:7420") || loopbackListen(":7420") {
-		t.Error("loopbackListen")
+	ln, err := net.Listen("tcp", "localhost:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	if !loopbackListener(ln) {
+		t.Errorf("loopbackListener(localhost:0, bound to %s) = false", ln.Addr())
+	}
+	// What a listener bound beyond loopback reports (not bound here: tests
+	// listen on loopback only).
+	for _, ip := range []string{"0.0.0.0", "::", "10.0.0.1"} {
+		if loopbackListener(boundTo{net.ParseIP(ip)}) {
+			t.Errorf("loopbackListener(bound to %s) = true", ip)
+		}
 	}
 }
+
+// boundTo is a net.Listener that only tells the address it is bound to.
+type boundTo struct{ ip net.IP }
+
+func (b boundTo) Accept() (net.Conn, error) { return nil, net.ErrClosed }
+func (b boundTo) Close() error              { return nil }
+func (b boundTo) Addr() net.Addr            { return &net.TCPAddr{IP: b.ip, Port: 7420} }
 
 // TestCLITokenAndTLS runs the daemon binary over HTTPS with a token file
 // and checks that the CLI is refused without the token and served with it
