@@ -630,6 +630,8 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
+	// A payload is anyone's text: no browser may take the JSON for a page.
+	h.Set("X-Content-Type-Options", "nosniff")
 	h.Del("Content-Length")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))

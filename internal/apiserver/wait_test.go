@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // waitSignalStore says on seen when a watch of job id's record starts
@@ -97,5 +98,28 @@ func TestAPILongPollsBeyondTheWatchLimitPoll(t *testing.T) {
 		if rec.Code != http.StatusOK || json.Unmarshal(rec.Body.Bytes(), &got) != nil || got.Job.State != coordinator.StateCancelled {
 			t.Errorf("long-poll: %d %s, want 200 with the job cancelled", rec.Code, rec.Body)
 		}
+	}
+}
+
+// A job's JSON holds whatever its enqueuer sent: it goes out with nosniff,
+// and with HTML's characters escaped, so that no browser renders it as a
+// page.
+func TestAPIJobJSONIsNotAPage(t *testing.T) {
+	_, h := newAPIOn(t, nil, Config{Kinds: map[string]PayloadCheck{"resize": nil}})
+	code, body := testutil.APICall(t, h, "POST", "/v1/jobs", `{"kind":"resize","payload":{"x":"<script>alert(1)</script>"}}`)
+	if code != http.StatusCreated {
+		t.Fatalf("create: %d %s", code, body)
+	}
+	var created JobResponse
+	if err := json.Unmarshal([]byte(body), &created); err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/jobs/"+created.Job.ID, nil))
+	if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+		t.Errorf("X-Content-Type-Options %q, want nosniff", got)
+	}
+	if strings.Contains(rec.Body.String(), "<script>") {
+		t.Errorf("the job's JSON holds the payload's HTML as is: %s", rec.Body.String())
 	}
 }
