@@ -180,6 +180,10 @@ type Result struct {
 	Queue QueueStats `json:"queue_control"`
 	// Ticks are the jobs of the periodic schedule tickName.
 	Ticks TickStats `json:"periodic"`
+	// AfterFinalRead counts the jobs not acknowledged, not in the final
+	// state, whose every run started after the final read began: jobs
+	// enqueued after it (the periodic schedule's), not lost ones.
+	AfterFinalRead int `json:"enqueued_after_final_read"`
 	// UniqueJobs counts the jobs with a unique key (the workload's and the
 	// ticks') whose lives the store's history was checked for overlap.
 	UniqueJobs int               `json:"unique_jobs_checked"`
@@ -405,6 +409,10 @@ func (c *checker) checkLost() {
 		case f == nil && info != nil:
 			r.Lost = append(r.Lost, id)
 			c.violate("lost", id, "acknowledged job (enqueued %s) is not in the store", info.EnqueuedAt.Format(tsFormat))
+		case f == nil && c.startedAfterFinalRead(id):
+			// A tick's job: the daemons go on enqueuing them until they
+			// stop, after the final read.
+			r.AfterFinalRead++
 		case f == nil:
 			r.Lost = append(r.Lost, id)
 			c.violate("lost", id, "job ran (histories show it) but is neither in the store nor among the acknowledged enqueues")
@@ -1203,4 +1211,22 @@ func (c *checker) checkUnique() {
 			c.violate("unique-twice", e.Job, "revision %d wrote the job (%s) with unique key %s while job %s with that key was live", e.Rev, e.Rec.State, k, other)
 		}
 	}
+}
+
+// startedAfterFinalRead reports whether job id, which the histories show,
+// has runs and all of them started after the final read began. Only the
+// periodic schedule enqueues jobs then: the workload has stopped, and the
+// quiesce period ended with every job in the store final (or the job
+// would be in the final state, open).
+func (c *checker) startedAfterFinalRead(id string) bool {
+	runs := c.byJob[id]
+	if c.in.FinalAt.IsZero() || len(runs) == 0 {
+		return false
+	}
+	for _, r := range runs {
+		if !r.Start.After(c.in.FinalAt) {
+			return false
+		}
+	}
+	return true
 }

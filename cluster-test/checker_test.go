@@ -905,3 +905,19 @@ func TestUniqueKeyTwiceReported(t *testing.T) {
 	slices.SortStableFunc(w.in.Log, func(a, b StoreEvent) int { return cmp.Compare(a.Rev, b.Rev) })
 	wantKind(t, Check(w.in), "unique-twice")
 }
+
+// A job that only the histories show, whose runs all started after the
+// final read began, was enqueued after it (a tick): not lost. One that
+// started before it is.
+func TestJobEnqueuedAfterTheFinalReadNotLost(t *testing.T) {
+	w := newWorld()
+	w.in.FinalAt = at(50)
+	w.cleanRun(jobA, "w1", 10, 51)
+	res := Check(w.in)
+	wantClean(t, res)
+	if res.AfterFinalRead != 1 {
+		t.Fatalf("enqueued after the final read: %d, want 1", res.AfterFinalRead)
+	}
+	w.cleanRun(jobB, "w1", 11, 49)
+	wantKind(t, Check(w.in), "lost")
+}

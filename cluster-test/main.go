@@ -638,8 +638,8 @@ func report(cfg config, in *CheckInput, rep *Report, lanes int, wall time.Time, 
 	fmt.Fprintf(stdout, "final states: %s; runs %d; finals by the reaper %d, by an unconfirmed write %d; cancelled while queued %d; store log %s\n",
 		formatKinds(res.States), res.Runs, res.ReaperFinals, res.Uncertain, res.QueueCancels, rep.StoreLog)
 	ts := res.Ticks
-	fmt.Fprintf(stdout, "periodic %s (%s): %d ticks enqueued from %s to %s, %d twice, %d missed, %d not yet run at the final read\n",
-		ts.Name, tickSpec, ts.Ticks, ts.First.Format(tsFormat), ts.Last.Format(tsFormat), ts.Twice, ts.Missed, ts.Late)
+	fmt.Fprintf(stdout, "periodic %s (%s): %d ticks enqueued from %s to %s, %d twice, %d missed, %d not yet run at the final read; %d jobs enqueued after it began\n",
+		ts.Name, tickSpec, ts.Ticks, ts.First.Format(tsFormat), ts.Last.Format(tsFormat), ts.Twice, ts.Missed, ts.Late, res.AfterFinalRead)
 	if res.LogChecked {
 		fmt.Fprintf(stdout, "unique keys: %d jobs with one, no two alive at once with the same key checked in the store history; %d enqueues answered with a live job\n",
 			res.UniqueJobs, rep.Workload["unique_hits"])
