@@ -35,7 +35,7 @@ type jobSpec struct {
 
 // uniqueKeys is how many unique keys the workload's unique jobs share
 // (uk-0 ...): few, so that enqueues often find a live job with theirs.
-const uniqueKeys = 8
+const uniqueKeys = 3
 
 // limitedQueue is the queue under queue control: a global limit of
 // queueLimit running jobs across all daemons, set before the workload
@@ -332,7 +332,7 @@ func (w *workload) spec() jobSpec {
 	if r.Float64() < 0.05 {
 		// One shape for all: an enqueue answered with an earlier job
 		// of its key keeps that job's spec.
-		s = jobSpec{MS: 300, MaxAttempts: 25, UniqueKey: fmt.Sprintf("uk-%d", r.IntN(uniqueKeys))}
+		s = jobSpec{MS: 2000, MaxAttempts: 25, UniqueKey: fmt.Sprintf("uk-%d", r.IntN(uniqueKeys))}
 	}
 	return s
 }
