@@ -40,6 +40,8 @@ type Metrics struct {
 
 	// enqueueQueues are the queue labels leasehold_enqueued_total uses.
 	enqueueQueues queueLabels
+	// kinds are the kind labels of every metric labelled by kind.
+	kinds queueLabels
 }
 
 // MaxQueueLabels bounds the queue labels of a metric: the first
@@ -48,11 +50,24 @@ type Metrics struct {
 // would otherwise be a series for as long as the process lives.
 const MaxQueueLabels = 100
 
-// queueLabels bounds a metric's queue label values (MaxQueueLabels). The
-// zero value is ready to use.
+// MaxKindLabels bounds the kind labels likewise: the kinds a registered
+// worker has handlers for (RegisterWorker) and the first MaxKindLabels
+// kinds seen keep their names, later ones are counted as "other". A
+// worker claims jobs of any kind, and each kind it has no handler for
+// would otherwise be some twenty series (its failures, retries, discards
+// and handler time histogram) for as long as the process lives.
+const MaxKindLabels = 100
+
+// queueLabels bounds a metric's queue (or kind) label values: the first
+// max values seen (MaxQueueLabels if max is 0), besides those kept, keep
+// their names. The zero value is ready to use.
 type queueLabels struct {
+	max  int
 	mu   sync.Mutex
 	seen map[string]bool
+	// kept counts the values of seen given their label by keep, which
+	// the bound leaves out.
+	kept int
 }
 
 // label returns q's label.
@@ -62,11 +77,28 @@ func (l *queueLabels) label(q string) string {
 	if l.seen == nil {
 		l.seen = map[string]bool{}
 	}
-	if !l.seen[q] && len(l.seen) >= MaxQueueLabels {
+	limit := l.max
+	if limit == 0 {
+		limit = MaxQueueLabels
+	}
+	if !l.seen[q] && len(l.seen)-l.kept >= limit {
 		return "other"
 	}
 	l.seen[q] = true
 	return q
+}
+
+// keep gives q its own label, outside the bound.
+func (l *queueLabels) keep(q string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen == nil {
+		l.seen = map[string]bool{}
+	}
+	if !l.seen[q] {
+		l.seen[q] = true
+		l.kept++
+	}
 }
 
 // latencyBuckets suit queue latency and handler durations: 1 ms to ~30 min.
@@ -81,7 +113,7 @@ var outcomeOps = []string{"complete", "fail", "snooze", "cancel", "release", "ab
 // registry. Nothing is counted until they are wired in (HookWorker,
 // HookCoordinator, WrapStore).
 func New(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{reg: reg}
+	m := &Metrics{reg: reg, kinds: queueLabels{max: MaxKindLabels}}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 		reg.MustRegister(c)
@@ -131,7 +163,7 @@ func (m *Metrics) Registerer() prometheus.Registerer { return m.reg }
 // daemon's API calls it for the jobs it inserts; a program that enqueues
 // through coordinator.Enqueue calls it for those it wants counted.
 func (m *Metrics) CountEnqueued(j *coordinator.Job) {
-	m.enqueued.WithLabelValues(m.enqueueQueues.label(j.Queue), j.Kind).Inc()
+	m.enqueued.WithLabelValues(m.enqueueQueues.label(j.Queue), m.kinds.label(j.Kind)).Inc()
 }
 
 // HookWorker sets cfg's OnClaim, OnStart and OnOutcome to count claims,
@@ -198,7 +230,7 @@ func (m *Metrics) onStart(j coordinator.Job, now time.Time) {
 }
 
 func (m *Metrics) onOutcome(o worker.Outcome) {
-	kind := o.Job.Kind
+	kind := m.kinds.label(o.Job.Kind)
 	m.handlerTime.WithLabelValues(kind).Observe(o.Ended.Sub(o.Started).Seconds())
 	switch {
 	case errors.Is(o.Err, fence.ErrLeaseLost):
@@ -234,15 +266,15 @@ func (m *Metrics) onOutcome(o worker.Outcome) {
 func (m *Metrics) onReap(j *coordinator.Job) {
 	m.reaped.WithLabelValues(string(j.State)).Inc()
 	if j.State == coordinator.StateDiscarded {
-		m.discards.WithLabelValues(j.Kind, "rescues").Inc()
+		m.discards.WithLabelValues(m.kinds.label(j.Kind), "rescues").Inc()
 	}
 }
 
 // RegisterWorker registers the gauges read from w at scrape time (jobs
 // running, self-fencing events, how long its session's lease is still
 // known to be valid), and starts the series of w's queues and of the
-// kinds it has handlers for at zero. Call it once w's handlers are
-// registered.
+// kinds it has handlers for at zero; those kinds keep their label past
+// MaxKindLabels. Call it once w's handlers are registered.
 func (m *Metrics) RegisterWorker(w *worker.Worker) {
 	m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_worker_running_jobs", Help: "Handlers running on this daemon now."},
@@ -263,6 +295,7 @@ func (m *Metrics) RegisterWorker(w *worker.Worker) {
 		m.conflicts.WithLabelValues(q)
 	}
 	for _, k := range w.Kinds() {
+		m.kinds.keep(k)
 		m.completions.WithLabelValues(k)
 		m.failures.WithLabelValues(k)
 		m.retries.WithLabelValues(k)

@@ -142,3 +142,63 @@ func TestSeriesStartAtZero(t *testing.T) {
 		}
 	}
 }
+
+// A worker claims jobs of any kind: 10,000 jobs of distinct kinds it has
+// no handler for, failed and reaped, make at most MaxKindLabels kind
+// labels beside its own kinds (which keep theirs), the rest counted as
+// "other", instead of some twenty series per kind for as long as the
+// process lives.
+func TestKindLabelsBounded(t *testing.T) {
+	m, reg := newTest()
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ls.Close() }()
+	c, err := coordinator.New(ls, coordinator.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(c, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("echo", func(context.Context, *worker.Job) error { return nil })
+	m.RegisterWorker(w)
+	const n = 10_000
+	for i := range n {
+		job := coordinator.Job{Kind: fmt.Sprintf("k%05d", i), Attempt: 1, MaxAttempts: 1}
+		m.onOutcome(worker.Outcome{Job: job, Op: "fail", State: coordinator.StateDiscarded})
+		job.State = coordinator.StateDiscarded
+		m.onReap(&job)
+		m.CountEnqueued(&job)
+	}
+	m.onOutcome(worker.Outcome{Job: coordinator.Job{Kind: "echo"}, Op: "complete", State: coordinator.StateCompleted})
+	m.CountEnqueued(&coordinator.Job{Kind: "echo"})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		kinds := map[string]float64{}
+		for _, x := range mf.GetMetric() {
+			for _, l := range x.GetLabel() {
+				if l.GetName() == "kind" {
+					kinds[l.GetValue()] += x.GetCounter().GetValue() + float64(x.GetHistogram().GetSampleCount())
+				}
+			}
+		}
+		if len(kinds) == 0 {
+			continue
+		}
+		if len(kinds) > MaxKindLabels+2 {
+			t.Errorf("%s: %d kind labels, want at most %d", mf.GetName(), len(kinds), MaxKindLabels+2)
+		}
+		if _, ok := kinds["echo"]; !ok {
+			t.Errorf("%s: the worker's own kind echo has no label of its own", mf.GetName())
+		}
+		if mf.GetName() == "leasehold_job_failures_total" && (kinds["other"] != n-MaxKindLabels || kinds["k00000"] != 1) {
+			t.Errorf("%s: other %v, k00000 %v; want %d and 1", mf.GetName(), kinds["other"], kinds["k00000"], n-MaxKindLabels)
+		}
+	}
+}
