@@ -139,7 +139,7 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 			n++
 			j := reaped[i]
 			c.log.Info("reaped job after its owner's lease was lost", slog.String("job", j.ID), slog.String("kind", j.Kind),
-				slog.String("owner", lost[i].owner), slog.Int64("token", int64(lost[i].token)),
+				slog.String("queue", j.Queue), slog.String("owner", lost[i].owner), slog.Int64("token", int64(lost[i].token)),
 				slog.String("state", string(j.State)), slog.Int("rescues", j.Rescues))
 			if c.cfg.OnReap != nil {
 				c.cfg.OnReap(j)

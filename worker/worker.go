@@ -1228,7 +1228,7 @@ func checkError(err error) (checked error) {
 // say (most runs say nothing).
 func (w *Worker) runLog(r *coordinator.Run) *slog.Logger {
 	jc := r.Job()
-	return w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
+	return w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.String("queue", jc.Queue), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
 }
 
 // record writes the outcome of a run under its fence. cause is what had
@@ -1345,7 +1345,12 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 				out.Op = "cancel"
 			}
 			if out.Op == "fail" {
-				w.runLog(r).Info("attempt failed", slog.Any("err", herr))
+				// A discarded job runs no more: an operator has to look.
+				level := slog.LevelInfo
+				if out.State == coordinator.StateDiscarded {
+					level = slog.LevelWarn
+				}
+				w.runLog(r).Log(context.Background(), level, "attempt failed", slog.String("state", string(out.State)), slog.Any("err", herr))
 			}
 			return
 		case errors.Is(err, fence.ErrLeaseLost):

@@ -86,7 +86,7 @@ func testReapLogOwnerToken(t *testing.T, h *harness) {
 		t.Fatalf("%d per-job reap lines, want 1", len(lines))
 	}
 	got := attrs(lines[0])
-	want := map[string]string{"job": j.ID, "owner": s.WorkerID(), "token": r.Token().String()}
+	want := map[string]string{"job": j.ID, "queue": j.Queue, "owner": s.WorkerID(), "token": r.Token().String()}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("reap line's %s = %q, want %q (line: %v)", k, got[k], v, got)

@@ -1,0 +1,78 @@
+package worker_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// lockedBuffer is a bytes.Buffer that a logger and a test share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(l.b.Bytes()), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Each failed attempt logs one "attempt failed" line that names the job's
+// queue and the state the attempt left it in: a retry at info, the last
+// attempt, which discards the job, at warn (it will not run again; an
+// operator has to look), so that a discard can be told from a retry.
+func TestAttemptFailedLineSaysQueueAndState(t *testing.T) {
+	e := newEnv(t, nil)
+	var buf lockedBuffer
+	outcomes := make(chan worker.Outcome, 2)
+	e.worker(worker.Config{
+		Queues:    []string{"mail"},
+		Maintain:  true,
+		Logger:    slog.New(slog.NewJSONHandler(&buf, nil)),
+		OnOutcome: func(o worker.Outcome) { outcomes <- o },
+	}, map[string]worker.Handler{
+		"boom": func(context.Context, *worker.Job) error { return errors.New("no luck") },
+	})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "boom", Queue: "mail", MaxAttempts: 2})
+	for range 2 {
+		<-outcomes // after the outcome's line
+	}
+	var got []map[string]any
+	for _, l := range buf.lines(t) {
+		if l["msg"] == "attempt failed" {
+			got = append(got, l)
+		}
+	}
+	if len(got) != 2 {
+		t.Fatalf("%d attempt failed lines, want 2: %v", len(got), got)
+	}
+	for i, want := range []struct{ level, state string }{{"INFO", "retryable"}, {"WARN", "discarded"}} {
+		l := got[i]
+		if l["level"] != want.level || l["state"] != want.state || l["queue"] != "mail" || l["job"] != id || l["attempt"] != float64(i+1) {
+			t.Errorf("line %d = %v; want level %s, state %s, queue mail, job %s, attempt %d", i, l, want.level, want.state, id, i+1)
+		}
+	}
+}
