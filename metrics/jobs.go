@@ -34,7 +34,7 @@ type jobsCollector struct {
 	log *slog.Logger
 	// queues are the queue labels of leasehold_queue_jobs (the queues
 	// beyond them are summed as "other").
-	queues queueLabels
+	queues boundedLabels
 }
 
 var (

@@ -39,9 +39,9 @@ type Metrics struct {
 	storeErrors   *prometheus.CounterVec
 
 	// enqueueQueues are the queue labels leasehold_enqueued_total uses.
-	enqueueQueues queueLabels
+	enqueueQueues boundedLabels
 	// kinds are the kind labels of every metric labelled by kind.
-	kinds queueLabels
+	kinds boundedLabels
 }
 
 // MaxQueueLabels bounds the queue labels of a metric: the first
@@ -58,10 +58,10 @@ const MaxQueueLabels = 100
 // and handler time histogram) for as long as the process lives.
 const MaxKindLabels = 100
 
-// queueLabels bounds a metric's queue (or kind) label values: the first
+// boundedLabels bounds a metric's queue or kind label values: the first
 // max values seen (MaxQueueLabels if max is 0), besides those kept, keep
 // their names. The zero value is ready to use.
-type queueLabels struct {
+type boundedLabels struct {
 	max  int
 	mu   sync.Mutex
 	seen map[string]bool
@@ -71,7 +71,7 @@ type queueLabels struct {
 }
 
 // label returns q's label.
-func (l *queueLabels) label(q string) string {
+func (l *boundedLabels) label(q string) string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.seen == nil {
@@ -89,7 +89,7 @@ func (l *queueLabels) label(q string) string {
 }
 
 // keep gives q its own label, outside the bound.
-func (l *queueLabels) keep(q string) {
+func (l *boundedLabels) keep(q string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.seen == nil {
@@ -113,7 +113,7 @@ var outcomeOps = []string{"complete", "fail", "snooze", "cancel", "release", "ab
 // registry. Nothing is counted until they are wired in (HookWorker,
 // HookCoordinator, WrapStore).
 func New(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{reg: reg, kinds: queueLabels{max: MaxKindLabels}}
+	m := &Metrics{reg: reg, kinds: boundedLabels{max: MaxKindLabels}}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 		reg.MustRegister(c)
