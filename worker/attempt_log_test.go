@@ -1,38 +1,25 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"sync"
+	"strings"
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/worker"
 )
 
-// lockedBuffer is a bytes.Buffer that a logger and a test share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
+// jsonLines parses the JSON log lines written to buf.
+func jsonLines(t *testing.T, buf *testutil.SyncBuffer) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace(l.b.Bytes()), []byte("\n")) {
+	for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
 		var m map[string]any
-		if err := json.Unmarshal(line, &m); err != nil {
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatalf("log line %q: %v", line, err)
 		}
 		out = append(out, m)
@@ -46,7 +33,7 @@ func (l *lockedBuffer) lines(t *testing.T) []map[string]any {
 // operator has to look), so that a discard can be told from a retry.
 func TestAttemptFailedLineSaysQueueAndState(t *testing.T) {
 	e := newEnv(t, nil)
-	var buf lockedBuffer
+	var buf testutil.SyncBuffer
 	outcomes := make(chan worker.Outcome, 2)
 	e.worker(worker.Config{
 		Queues:    []string{"mail"},
@@ -61,7 +48,7 @@ func TestAttemptFailedLineSaysQueueAndState(t *testing.T) {
 		<-outcomes // after the outcome's line
 	}
 	var got []map[string]any
-	for _, l := range buf.lines(t) {
+	for _, l := range jsonLines(t, &buf) {
 		if l["msg"] == "attempt failed" {
 			got = append(got, l)
 		}
