@@ -6,10 +6,13 @@ package main
 
 import (
 	"crypto/tls"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
 	"unicode"
+
+	"github.com/spf13/cobra"
 
 	"github.com/leasehold/leasehold/internal/apiserver"
 )
@@ -53,4 +56,24 @@ func loadKeyPair(certFile, keyFile string) (*tls.Config, error) {
 		return nil, usagef("--tls-cert %s / --tls-key %s: %s: give a PEM certificate and its key", certFile, keyFile, apiserver.OneLine(err.Error()))
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// warnExposedSecrets logs one warning for each secret of the daemon that
+// other users of the host can read: an API token on the command line
+// (ps shows it), and a token or TLS key file that group or others may
+// read. The daemon goes on: the secret is out already, and a restart
+// with it moved is what helps.
+func warnExposedSecrets(cmd *cobra.Command, o *daemonOpts, log *slog.Logger) {
+	if flagSource(cmd, "api-token") == 3 {
+		log.Warn("--api-token is on the command line, which other users of the host can read (ps): use --api-token-file (mode 0600)")
+	}
+	for _, f := range []struct{ flag, path string }{{"api-token-file", o.apiTokenFile}, {"tls-key", o.tlsKey}} {
+		if f.path == "" {
+			continue
+		}
+		if st, err := os.Stat(f.path); err == nil && st.Mode().Perm()&0o077 != 0 {
+			log.Warn("a secret file is readable by other users of the host: chmod 600 it", slog.String("flag", "--"+f.flag),
+				slog.String("file", f.path), slog.String("mode", st.Mode().Perm().String()))
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // cliEnv is the environment of the binary under test: ours without any
@@ -608,5 +610,52 @@ func TestSharedDaemonSaysItIgnoresMinFreeDisk(t *testing.T) {
 	})
 	if got := fmt.Sprint(l.Fields["settings"]); got != "[--min-free-disk]" {
 		t.Errorf("settings %s, want [--min-free-disk]", got)
+	}
+}
+
+// A daemon says at start, once each, which of its secrets other users of
+// the host can read: a token on its command line (ps shows it), a token
+// file or TLS key that group or others may read. A 0600 file draws no
+// warning.
+func TestDaemonWarnsOfExposedSecrets(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := testutil.WriteCert(t, dir)
+	tokenFile := writeFile(t, dir, "token", "s3cret\n")
+	if err := os.Chmod(tokenFile, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name    string
+		keyMode os.FileMode
+		token   []string
+		want    []string // each warning's flag, "" for the command line's token
+	}{
+		{"token on the command line, readable key", 0o644, []string{"--api-token", "s3cret"}, []string{"", "--tls-key"}},
+		{"private files", 0o600, []string{"--api-token-file", tokenFile}, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := os.Chmod(key, c.keyMode); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"daemon", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--log-format", "json",
+				"--tls-cert", cert, "--tls-key", key}, c.token...)
+			p := spStart(t, "daemon", binPath, args...)
+			defer p.stop(t)
+			_, n := p.waitLog(t, 0, "its listening line", func(l spLine) bool { return l.Msg == "listening" })
+			var got []string
+			p.log.mu.Lock()
+			for _, l := range p.log.lines[:n] {
+				switch {
+				case l.Msg == "a secret file is readable by other users of the host: chmod 600 it":
+					got = append(got, l.str("flag"))
+				case strings.HasPrefix(l.Msg, "--api-token is on the command line"):
+					got = append(got, "")
+				}
+			}
+			p.log.mu.Unlock()
+			if !slices.Equal(got, c.want) {
+				t.Errorf("warnings for %q, want %q:\n%s", got, c.want, p.log)
+			}
+		})
 	}
 }

@@ -224,6 +224,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			return err
 		}
 	}
+	warnExposedSecrets(cmd, o, log)
 	m := apiserver.NewMetrics()
 	kinds, err := daemonKinds(o.execs, o.leaseTTL, log)
 	if err != nil {
