@@ -1069,7 +1069,7 @@ func (c *checker) checkQueue() {
 	}
 	queueOf := map[string]string{}
 	var conf *coordinator.QueueConfig
-	held := map[string]int64{} // job -> the revision its ownership key was created at
+	held := map[string]bool{} // jobs of the queue with a live ownership key
 	over := false
 	evs := c.in.Log
 	for i, e := range evs {
@@ -1104,7 +1104,7 @@ func (c *checker) checkQueue() {
 			if e.Delete {
 				delete(held, e.Job)
 			} else {
-				held[e.Job] = e.CreateRev
+				held[e.Job] = true
 			}
 		}
 		if i+1 < len(evs) && evs[i+1].Rev == e.Rev {

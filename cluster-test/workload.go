@@ -82,8 +82,8 @@ type CancelReq struct {
 type target interface {
 	enqueue(ctx context.Context, specs []jobSpec) ([]string, error)
 	cancel(ctx context.Context, id string) (string, error)
-	// queue sets limit as queue q's global limit if limit >= 0, and
-	// pauses or resumes it if op is "pause" or "resume".
+	// queue pauses or resumes queue q (op "pause" or "resume"), or, with
+	// op "", sets its global limit to limit.
 	queue(ctx context.Context, q, op string, limit int) error
 	list(ctx context.Context) (map[string]*coordinator.Job, error)
 	close()
