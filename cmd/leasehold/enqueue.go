@@ -241,8 +241,10 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 			if err := printJSON(stdout, []*coordinator.Job{res.Job}); err != nil {
 				return err
 			}
-		} else {
-			fmt.Fprintln(stdout, res.Job.ID)
+		} else if err := printLine(stdout, res.Job.ID); err != nil {
+			// The job is in, but the script that reads its id has
+			// not got it.
+			return err
 		}
 		if res.Existed {
 			fmt.Fprintf(stderr, "leasehold: enqueue: job %s already exists with unique key %s (state %s); nothing enqueued\n", res.Job.ID, res.Job.UniqueKey, res.Job.State)
@@ -362,6 +364,16 @@ func printJSON(w io.Writer, v any) error {
 		return fmt.Errorf("encode output: %w", err)
 	}
 	if _, err := w.Write(append(b, '\n')); err != nil {
+		return failf("write output: %v", err)
+	}
+	return nil
+}
+
+// printLine writes line and a newline to w. A write that fails (a full
+// disk, a closed stdout) is a failure, exit 1, as in printJSON: a script
+// that reads the output must not take an exit 0 without it for success.
+func printLine(w io.Writer, line string) error {
+	if _, err := io.WriteString(w, line+"\n"); err != nil {
 		return failf("write output: %v", err)
 	}
 	return nil

@@ -320,11 +320,10 @@ never from LEASEHOLD_STATE, LEASEHOLD_KIND, LEASEHOLD_QUEUE or LEASEHOLD_ALL.`,
 			case asJSON:
 				return printJSON(out, j)
 			case j.CancelRequested:
-				fmt.Fprintf(out, "%s cancel requested: it is running; its daemon stops it (see 'leasehold jobs wait %s')\n", id, id)
+				return printLine(out, fmt.Sprintf("%s cancel requested: it is running; its daemon stops it (see 'leasehold jobs wait %s')", id, id))
 			default:
-				fmt.Fprintf(out, "%s %s\n", id, j.State)
+				return printLine(out, fmt.Sprintf("%s %s", id, j.State))
 			}
-			return nil
 		}),
 	}
 	addTargetFlags(cmd, &tgt)
@@ -438,7 +437,9 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 				p.clear()
 				final = append(final, res.Job)
 				if !o.json {
-					fmt.Fprintf(out, "%s %s\n", res.Job.ID, res.Job.State)
+					if err := printLine(out, fmt.Sprintf("%s %s", res.Job.ID, res.Job.State)); err != nil {
+						return err
+					}
 				}
 				break
 			}
@@ -511,7 +512,9 @@ func waitIDsTimedOut(parent context.Context, c *client, o *waitOpts, ids []strin
 		case !res.Job.State.Final():
 			notFinal = append(notFinal, id)
 		case !o.json:
-			fmt.Fprintf(out, "%s %s\n", res.Job.ID, res.Job.State)
+			if err := printLine(out, fmt.Sprintf("%s %s", res.Job.ID, res.Job.State)); err != nil {
+				return err
+			}
 		}
 	}
 	if o.json {
@@ -605,9 +608,8 @@ func printAllFinal(out io.Writer, o *waitOpts, st *apiserver.StatsResponse) erro
 	if pendingTotal(st.Counts) > 0 {
 		head = "not all jobs final"
 	}
-	fmt.Fprintf(out, "%s: completed=%d discarded=%d cancelled=%d\n", head,
-		st.Counts[coordinator.StateCompleted], st.Counts[coordinator.StateDiscarded], st.Counts[coordinator.StateCancelled])
-	return nil
+	return printLine(out, fmt.Sprintf("%s: completed=%d discarded=%d cancelled=%d", head,
+		st.Counts[coordinator.StateCompleted], st.Counts[coordinator.StateDiscarded], st.Counts[coordinator.StateCancelled]))
 }
 
 var pendingStates = []coordinator.State{coordinator.StateScheduled, coordinator.StateAvailable, coordinator.StateRunning, coordinator.StateRetryable}

@@ -59,8 +59,7 @@ again, is refused with a message saying why (exit 1).`,
 			if asJSON {
 				return printJSON(cmd.OutOrStdout(), j)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: attempt %d of %d next\n", id, j.State, j.Attempt+1, j.MaxAttempts)
-			return nil
+			return printLine(cmd.OutOrStdout(), fmt.Sprintf("%s %s: attempt %d of %d next", id, j.State, j.Attempt+1, j.MaxAttempts))
 		}),
 	}
 	addTargetFlags(cmd, &tgt)
@@ -89,8 +88,7 @@ first.`,
 			if j != nil {
 				state = string(j.State)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s deleted (it was %s)\n", id, state)
-			return nil
+			return printLine(cmd.OutOrStdout(), fmt.Sprintf("%s deleted (it was %s)", id, state))
 		}),
 	}
 	addTargetFlags(cmd, &tgt)
@@ -184,8 +182,7 @@ func runCancelMany(cmd *cobra.Command, tgt *target, o *cancelManyOpts, asJSON bo
 	if res.CancelRequested == 1 {
 		who = "its daemon stops it"
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "cancelled %s; cancel requested for %s (%s)\n", nJobs(res.Cancelled, ""), nJobs(res.CancelRequested, "running "), who)
-	return nil
+	return printLine(cmd.OutOrStdout(), fmt.Sprintf("cancelled %s; cancel requested for %s (%s)", nJobs(res.Cancelled, ""), nJobs(res.CancelRequested, "running "), who))
 }
 
 // nJobs says n jobs, with the adjective adj ("running ") before the noun:

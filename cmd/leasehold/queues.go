@@ -126,8 +126,7 @@ func newQueueChangeCmd(op string) *cobra.Command {
 			if asJSON {
 				return printJSON(out, res.Queue)
 			}
-			fmt.Fprintln(out, queueChangeMessage(op, res))
-			return nil
+			return printLine(out, queueChangeMessage(op, res))
 		}),
 	}
 	addTargetFlags(cmd, &tgt)
