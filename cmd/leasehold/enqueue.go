@@ -106,9 +106,13 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (apiserve
 		if at := apiserver.InvalidUTF8(raw); at >= 0 {
 			return req, usagef("payload is not valid UTF-8 (at byte %d): JSON text is UTF-8; encode binary data (base64 or hex, say)", at)
 		}
-		var v any
-		if err := json.Unmarshal(raw, &v); err != nil {
-			return req, usagef(`payload is not valid JSON (%s): pass a JSON object such as '{"ms":100}'`, strings.TrimPrefix(err.Error(), "json: "))
+		// json.Valid, not a decode into any: a number beyond float64
+		// (1e400) is valid JSON, which the daemon takes and keeps as
+		// written.
+		if !json.Valid(raw) {
+			var v any
+			err := json.Unmarshal(raw, &v) // says what is wrong, and where
+			return req, usagef(`payload is not valid JSON (%s): pass a JSON object such as '{"ms":100}'`, strings.TrimPrefix(fmt.Sprint(err), "json: "))
 		}
 		if at := jsontext.LoneSurrogate(raw); at >= 0 {
 			return req, usagef("%s", jsontext.LoneSurrogateError("payload", at))
