@@ -173,6 +173,10 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (apiserve
 	}
 	if o.at != "" {
 		t, err := time.Parse(time.RFC3339Nano, o.at)
+		if _, local := time.Parse("2006-01-02T15:04:05.999999999", o.at); err != nil && local == nil {
+			// date +%FT%T: the time is there, its zone is not.
+			return req, usagef("%s %q has no time zone: add Z for UTC or an offset such as +02:00 (date -u +%%FT%%TZ, date --iso-8601=seconds)", flagLabel(cmd, "at"), o.at)
+		}
 		if err != nil {
 			return req, usagef("%s %q is not an RFC 3339 time: use e.g. 2030-01-02T15:04:05Z", flagLabel(cmd, "at"), o.at)
 		}

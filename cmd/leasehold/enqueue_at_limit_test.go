@@ -44,3 +44,16 @@ func TestEnqueueAtLimit(t *testing.T) {
 		t.Errorf("%d jobs stored, want 2", n)
 	}
 }
+
+// TestEnqueueAtWithoutZone: a --at without a time zone (what date
+// +%FT%T prints) is refused, before any request, saying that the zone is
+// what is missing, rather than that it is not an RFC 3339 time.
+func TestEnqueueAtWithoutZone(t *testing.T) {
+	for _, at := range []string{"2030-01-02T15:04:05", "2030-01-02T15:04:05.5"} {
+		code, out, errs := runInProcess("enqueue", "echo", "{}", "--at", at, "--server", "http://127.0.0.1:1")
+		want := `leasehold: enqueue: --at "` + at + `" has no time zone: add Z for UTC or an offset such as +02:00 (date -u +%FT%TZ, date --iso-8601=seconds)` + "\n"
+		if code != exitUsage || out != "" || errs != want {
+			t.Errorf("--at %s: exit %d, stdout %q, stderr %q; want exit %d and %q", at, code, out, errs, exitUsage, want)
+		}
+	}
+}
