@@ -154,7 +154,7 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 			}
 		}
 	}
-	return failf("%s", msg)
+	return &cliError{code: exitFailure, msg: msg, status: resp.StatusCode}
 }
 
 func (c *client) getJob(ctx context.Context, id string, wait time.Duration) (*apiserver.JobResponse, error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -430,6 +431,11 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 				p.clear()
 				return waitIDsTimedOut(parent, c, o, ids, final, out)
 			}
+			if unavailable(err) {
+				p.update(i, len(ids), id+" could not be read (the store did not answer in time): retrying")
+				pause(ctx, waitRetry)
+				continue
+			}
 			if err != nil {
 				return err
 			}
@@ -450,6 +456,28 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 		return printJSON(out, final)
 	}
 	return nil
+}
+
+// waitRetry is how long jobs wait pauses after an answer that the store
+// did not answer in time (503) before it reads again.
+const waitRetry = time.Second
+
+// unavailable reports whether err is the API's 503: the store did not
+// answer in time (etcd without quorum, a leader election), which a wait
+// outlasts, up to its --timeout, rather than fail at once.
+func unavailable(err error) bool {
+	var ce *cliError
+	return errors.As(err, &ce) && ce.status == http.StatusServiceUnavailable
+}
+
+// pause waits d or until ctx is done.
+func pause(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }
 
 // pollJob long-polls job id for up to wait, calling progress at each tick
@@ -577,6 +605,10 @@ func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer,
 				pending = ": " + pendingCounts(last.Counts)
 			}
 			return failf("timed out after %s with jobs not final yet%s: raise %s or wait again", o.timeout, pending, o.timeoutFlag)
+		}
+		if unavailable(err) {
+			pause(ctx, waitRetry)
+			continue
 		}
 		if err != nil {
 			return err
