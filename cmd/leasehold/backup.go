@@ -72,6 +72,9 @@ func runBackup(cmd *cobra.Command, tgt *target, dir string, asJSON bool) error {
 		return err
 	}
 	defer c.close()
+	if err := c.probe(ctx); err != nil {
+		return err
+	}
 	var res apiserver.BackupResponse
 	if err := c.call(ctx, http.MethodPost, "/v1/backup", nil, apiserver.BackupRequest{Dir: dir}, &res); err != nil {
 		return err

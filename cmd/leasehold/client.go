@@ -157,6 +157,19 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 	return &cliError{code: exitFailure, msg: msg, status: resp.StatusCode}
 }
 
+// probeTimeout bounds probe (a variable for tests).
+var probeTimeout = requestTimeout
+
+// probe checks that the daemon answers (GET /v1/health, which reads no
+// store) before a request that may rightly take an hour (a bulk cancel, a
+// backup): a daemon that accepts connections but does not answer (stopped
+// with SIGSTOP, hung) is reported within probeTimeout, not after the hour.
+func (c *client) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	return c.call(ctx, http.MethodGet, "/v1/health", nil, nil, nil)
+}
+
 func (c *client) getJob(ctx context.Context, id string, wait time.Duration) (*apiserver.JobResponse, error) {
 	var q url.Values
 	if wait > 0 {

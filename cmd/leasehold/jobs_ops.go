@@ -166,6 +166,9 @@ func runCancelMany(cmd *cobra.Command, tgt *target, o *cancelManyOpts, asJSON bo
 		return err
 	}
 	defer c.close()
+	if err := c.probe(cmd.Context()); err != nil {
+		return err
+	}
 	var res coordinator.CancelManyResult
 	req := apiserver.CancelManyRequest{State: o.state, Kind: o.kind, Queue: o.queue, All: o.all}
 	// One request cancels every match: a large backlog takes longer than
