@@ -98,6 +98,9 @@ type CheckInput struct {
 	// Log is the store's history (shared mode); LogOK says it is complete.
 	Log   []StoreEvent
 	LogOK bool
+	// SlotsLogged says that Log holds the global-limit slot keys (false
+	// in runs saved before it did).
+	SlotsLogged bool
 	// End is when the run ended; runs with no outcome and no known
 	// process end are taken to last until then.
 	End time.Time
@@ -280,7 +283,7 @@ func Check(in *CheckInput) *Result {
 	if in.LogOK {
 		c.res.LogChecked = true
 		for _, e := range in.Log {
-			if e.Key != "qm" { // a queue's configuration: checkQueue
+			if e.Key != "qm" && e.Key != "qs" { // a queue's configuration and slots: checkQueue
 				c.logJob[e.Job] = append(c.logJob[e.Job], e)
 			}
 		}
@@ -1055,7 +1058,15 @@ func (c *checker) checkOrphans(id string) {
 // no claim gets through), and no more jobs of it than its limit hold a
 // live ownership key at the end of any revision (a claim takes one of
 // limit slot keys on its daemon's lease; an outcome deletes its slot with
-// the ownership key, and a lease that ends deletes both).
+// the ownership key, and a lease that ends deletes both). The limit is
+// the one first stored: the harness never changes it, so a configuration
+// written later with another (a pause or resume that dropped it) is a
+// violation too, not a reason to stop checking. Where the log holds the
+// slots, each revision's are compared with its claims exactly: every live
+// claim made since the limit was set holds one slot, naming its job, and
+// every slot names a live claim (slot-mismatch), so that a claim that
+// took no slot, or an outcome that freed another job's, shows at once,
+// not only when the queue is busy enough to go over its limit.
 func (c *checker) checkQueue() {
 	qs := &c.res.Queue
 	qs.Name = limitedQueue
@@ -1069,7 +1080,10 @@ func (c *checker) checkQueue() {
 	}
 	queueOf := map[string]string{}
 	var conf *coordinator.QueueConfig
-	held := map[string]bool{} // jobs of the queue with a live ownership key
+	var limitRev int64            // revision the limit was first stored at
+	held := map[string]int64{}    // job -> the revision its ownership key was created at
+	slots := map[string]string{}  // slot key -> the job it names
+	mismatch := map[string]bool{} // the slot mismatches of the revision before
 	over := false
 	evs := c.in.Log
 	for i, e := range evs {
@@ -1082,8 +1096,24 @@ func (c *checker) checkQueue() {
 				qs.Pauses++
 			}
 			conf = e.Conf
-			if conf != nil && conf.Limit > 0 {
-				qs.Limit = conf.Limit
+			switch {
+			case limitRev == 0 && conf != nil && conf.Limit > 0:
+				qs.Limit, limitRev = conf.Limit, e.Rev
+			case limitRev != 0 && (conf == nil || conf.Limit != qs.Limit):
+				now := 0
+				if conf != nil {
+					now = conf.Limit
+				}
+				c.violate("over-limit", limitedQueue, "revision %d stored limit %d for queue %s, set to %d at revision %d and never changed by the harness", e.Rev, now, limitedQueue, qs.Limit, limitRev)
+			}
+		case "qs":
+			if e.Job != limitedQueue {
+				break
+			}
+			if e.Delete {
+				delete(slots, e.Index)
+			} else {
+				slots[e.Index] = e.Holder
 			}
 		case "j":
 			if e.Rec == nil {
@@ -1104,7 +1134,7 @@ func (c *checker) checkQueue() {
 			if e.Delete {
 				delete(held, e.Job)
 			} else {
-				held[e.Job] = true
+				held[e.Job] = e.CreateRev
 			}
 		}
 		if i+1 < len(evs) && evs[i+1].Rev == e.Rev {
@@ -1112,14 +1142,56 @@ func (c *checker) checkQueue() {
 		}
 		qs.MaxHeld = max(qs.MaxHeld, len(held))
 		wasOver := over
-		over = conf != nil && conf.Limit > 0 && len(held) > conf.Limit
+		over = limitRev != 0 && len(held) > qs.Limit
 		if over && !wasOver { // once per spell
 			ids := slices.Sorted(maps.Keys(held))
 			for _, id := range ids {
-				c.violate("over-limit", id, "at revision %d, %d jobs of queue %s held an ownership key (limit %d): %s", e.Rev, len(held), limitedQueue, conf.Limit, strings.Join(ids, ", "))
+				c.violate("over-limit", id, "at revision %d, %d jobs of queue %s held an ownership key (limit %d): %s", e.Rev, len(held), limitedQueue, qs.Limit, strings.Join(ids, ", "))
 			}
 		}
+		if c.in.SlotsLogged && limitRev != 0 {
+			mismatch = c.checkSlots(e.Rev, limitRev, held, slots, mismatch)
+		}
 	}
+}
+
+// checkSlots compares limitedQueue's slots with its live claims at the end
+// of revision rev: each claim made after the limit was set (at limitRev)
+// holds exactly one slot, naming its job, and each slot names a live
+// claim. A mismatch is reported when it appears, not again while it
+// lasts; it returns the mismatches of rev.
+func (c *checker) checkSlots(rev, limitRev int64, held map[string]int64, slots map[string]string, before map[string]bool) map[string]bool {
+	bySlot := map[string][]string{} // job -> the slots naming it
+	for k, job := range slots {
+		bySlot[job] = append(bySlot[job], k)
+	}
+	now := map[string]bool{}
+	report := func(job, what, format string, args ...any) {
+		key := job + "|" + what
+		now[key] = true
+		if !before[key] {
+			c.violate("slot-mismatch", job, format, args...)
+		}
+	}
+	for _, job := range slices.Sorted(maps.Keys(held)) {
+		if held[job] <= limitRev {
+			continue // claimed before the limit was set: no slot (ADR 0005)
+		}
+		switch ks := bySlot[job]; len(ks) {
+		case 1:
+		case 0:
+			report(job, "none", "at revision %d the job holds the claim of revision %d on queue %s but no slot of its limit", rev, held[job], limitedQueue)
+		default:
+			slices.Sort(ks)
+			report(job, "several", "at revision %d the job's claim of revision %d holds %d slots of queue %s: %s", rev, held[job], len(ks), limitedQueue, strings.Join(ks, ", "))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(slots)) {
+		if job := slots[k]; held[job] == 0 {
+			report(job, "leak "+k, "at revision %d slot %s of queue %s names the job, which holds no live claim: a slot left behind", rev, k, limitedQueue)
+		}
+	}
+	return now
 }
 
 // tickGrace bounds how long before the final read a tick's job may have

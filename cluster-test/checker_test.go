@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,6 +24,7 @@ const (
 	jobA = "01JF0000000000000000000001"
 	jobB = "01JF0000000000000000000002"
 	jobC = "01JF0000000000000000000003"
+	jobD = "01JF0000000000000000000005"
 )
 
 type world struct {
@@ -809,6 +811,72 @@ func TestQueueClaimWhilePausedReported(t *testing.T) {
 	w.in.Log[10].Rev, w.in.Log[11].Rev = 11, 11
 	slices.SortStableFunc(w.in.Log, func(a, b StoreEvent) int { return cmp.Compare(a.Rev, b.Rev) })
 	wantKind(t, Check(w.in), "claim-while-paused")
+}
+
+// withSlots adds queueWorld's global-limit slots to its store history: A
+// takes slot 0 and B slot 1; A's outcome frees slot 0, which C takes.
+func withSlots(w *world) *world {
+	slot := func(rev int64, n int, job string) StoreEvent {
+		return StoreEvent{Rev: rev, Key: "qs", Job: limitedQueue, Index: fmt.Sprintf("qm/s/%s/%d", limitedQueue, n), Holder: job, Delete: job == ""}
+	}
+	w.in.SlotsLogged = true
+	w.in.Log = append(w.in.Log, slot(6, 0, jobA), slot(7, 1, jobB), slot(8, 0, ""), slot(9, 0, jobC))
+	slices.SortStableFunc(w.in.Log, func(a, b StoreEvent) int { return cmp.Compare(a.Rev, b.Rev) })
+	return w
+}
+
+func TestQueueSlotsMatchingClaimsPass(t *testing.T) {
+	wantClean(t, Check(withSlots(queueWorld()).in))
+}
+
+// A claim that takes no slot, or an outcome that frees another job's, is
+// reported at once, though no more jobs than the limit hold a claim.
+func TestQueueSlotMismatchReported(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		edit  func(e *StoreEvent) bool // false: drop the event
+		wants int
+	}{
+		{"claim-without-slot", func(e *StoreEvent) bool { return !(e.Key == "qs" && e.Holder == jobC) }, 1},
+		{"outcome-frees-another-slot", func(e *StoreEvent) bool {
+			if e.Key == "qs" && (e.Delete || e.Holder == jobC) {
+				e.Index = fmt.Sprintf("qm/s/%s/1", limitedQueue) // B's
+			}
+			return true
+		}, 2}, // B holds none; A's slot is left behind
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := withSlots(queueWorld())
+			var log []StoreEvent
+			for _, e := range w.in.Log {
+				if tc.edit(&e) {
+					log = append(log, e)
+				}
+			}
+			w.in.Log = log
+			res := Check(w.in)
+			if n := kinds(res)["slot-mismatch"]; n != tc.wants || len(res.Violations) != n {
+				t.Fatalf("%d slot-mismatch violations, want %d (each once), and nothing else: %+v", n, tc.wants, res.Violations)
+			}
+		})
+	}
+}
+
+// A configuration that loses the limit the harness set (a pause and a
+// resume that dropped it, say) is reported, and the limit is still
+// checked after it.
+func TestQueueLimitDroppedReported(t *testing.T) {
+	w := queueWorld()
+	w.in.Log[12].Conf.Limit = 0 // the pause of revision 10
+	w.in.Log[13].Conf.Limit = 0 // the resume of revision 12
+	// B, C and D hold claims at once after it.
+	w.in.Log = append(w.in.Log,
+		StoreEvent{Rev: 13, Key: "j", Job: jobD, Rec: &coordinator.Job{ID: jobD, Kind: "history", Queue: limitedQueue, State: coordinator.StateRunning, MaxAttempts: 25}},
+		StoreEvent{Rev: 13, Key: "o", Job: jobD, CreateRev: 13})
+	res := Check(w.in)
+	if k := kinds(res); k["over-limit"] != 2+3 {
+		t.Fatalf("over-limit %d, want 2 for the configurations and 3 for the holders: %+v", k["over-limit"], res.Violations)
+	}
 }
 
 // tickWorld: ticks of schedule tickName at 10, 11 and 12 s, each one job,

@@ -559,10 +559,10 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	anomalies := append([]string(nil), h.anomalies...)
 	h.mu.Unlock()
 	in := &CheckInput{Mode: cfg.mode, Jobs: w.snapshot(), Final: final, Events: events, Faults: faults,
-		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, End: end, FinalAt: finalAt,
+		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, SlotsLogged: logOK, End: end, FinalAt: finalAt,
 		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax}
 	if err := writeJSON(filepath.Join(h.out, "checkinput.json"), savedInput{Mode: in.Mode, Jobs: in.Jobs, Final: in.Final,
-		Faults: in.Faults, Instances: in.Instances, LogOK: in.LogOK, End: in.End, FinalAt: finalAt, Plan: plans, Lanes: len(h.daemons),
+		Faults: in.Faults, Instances: in.Instances, LogOK: in.LogOK, SlotsLogged: in.SlotsLogged, End: in.End, FinalAt: finalAt, Plan: plans, Lanes: len(h.daemons),
 		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax}); err != nil {
 		return fail(err)
 	}
@@ -714,7 +714,9 @@ type savedInput struct {
 	Faults    []*Fault                    `json:"faults"`
 	Instances []instance                  `json:"instances"`
 	LogOK     bool                        `json:"log_ok"`
-	End       time.Time                   `json:"end"`
+	// SlotsLogged: CheckInput's (absent from runs saved before it was).
+	SlotsLogged bool      `json:"slots_logged,omitempty"`
+	End         time.Time `json:"end"`
 	// FinalAt: CheckInput's (absent from runs saved before it was).
 	FinalAt time.Time `json:"final_at,omitzero"`
 	Plan    []plan    `json:"plan"`
@@ -745,7 +747,7 @@ func recheck(cfg config, stdout io.Writer) (int, error) {
 	if err != nil {
 		return 3, err
 	}
-	in := &CheckInput{Mode: si.Mode, Jobs: si.Jobs, Final: si.Final, Events: events, Faults: si.Faults, Instances: si.Instances, LogOK: si.LogOK, End: si.End, FinalAt: si.FinalAt,
+	in := &CheckInput{Mode: si.Mode, Jobs: si.Jobs, Final: si.Final, Events: events, Faults: si.Faults, Instances: si.Instances, LogOK: si.LogOK, SlotsLogged: si.SlotsLogged, End: si.End, FinalAt: si.FinalAt,
 		QuiesceEnd: si.QuiesceEnd, Quiesce: si.Quiesce, QuiesceMax: si.QuiesceMax}
 	if si.Mode == "shared" {
 		in.Log, err = readStoreLog(filepath.Join(dir, "store.jsonl"))

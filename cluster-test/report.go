@@ -68,12 +68,12 @@ func timeline(w io.Writer, in *CheckInput, res *Result, id string) {
 	}
 	var storeLines []string
 	for _, e := range in.Log {
-		if e.Job != id {
+		if e.Job != id && (e.Key != "qs" || e.Holder != id) { // and the slots the job took
 			continue
 		}
 		switch {
 		case e.Key != "j" && e.Key != "o":
-			what := map[string]string{"c": "cancel request", "r": "running index", "q": "available index", "t": "timer index", "f": "finished index"}[e.Key]
+			what := map[string]string{"c": "cancel request", "r": "running index", "q": "available index", "t": "timer index", "f": "finished index", "qm": "queue configuration", "qs": "global-limit slot"}[e.Key]
 			verb := "put"
 			if e.Delete {
 				verb = "deleted"

@@ -15,14 +15,16 @@ import (
 )
 
 // StoreEvent is one change of a job's record (j/ID), ownership key (o/ID),
-// cancel request or index entries, or of a queue's configuration, in etcd,
+// cancel request or index entries, or of a queue's configuration or
+// global-limit slots, in etcd,
 // in revision order: the store's own history, which the checker uses to
 // place writes exactly (a fencing token is a revision).
 type StoreEvent struct {
 	Rev int64 `json:"rev"`
 	// Key is the kind of key: "j" the record, "o" the ownership key, "c"
 	// a cancel request, "r" the running index, "q" the available index,
-	// "t" the timer index, "f" the finished index.
+	// "t" the timer index, "f" the finished index; "qm" a queue's
+	// configuration, "qs" a slot of its global limit.
 	Key string `json:"key"`
 	// Index is an index key below the namespace (q, t, f), for timelines.
 	Index     string `json:"index,omitempty"`
@@ -37,6 +39,10 @@ type StoreEvent struct {
 	// Conf is the configuration written by a put of qm/c/QUEUE (key
 	// "qm", Job the queue's name).
 	Conf *coordinator.QueueConfig `json:"conf,omitempty"`
+	// Holder is the job a put of a global-limit slot qm/s/QUEUE/N names
+	// (key "qs", Job the queue's name, Index the slot's key); a delete
+	// names none.
+	Holder string `json:"holder,omitempty"`
 }
 
 // storeLog watches the namespace from the start of the run and keeps
@@ -142,6 +148,15 @@ func (l *storeLog) add(ev *clientv3.Event) {
 				return
 			}
 			se.Conf = &conf
+		}
+		l.record(se)
+		return
+	}
+	if slot, ok := strings.CutPrefix(rest, "qm/s/"); ok {
+		q, _, _ := strings.Cut(slot, "/")
+		se := StoreEvent{Rev: ev.Kv.ModRevision, Key: "qs", Job: q, Index: rest, Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision, Seen: time.Now()}
+		if !se.Delete {
+			se.Holder = string(ev.Kv.Value)
 		}
 		l.record(se)
 		return
