@@ -1289,11 +1289,19 @@ func (c *checker) checkUnique() {
 // has runs and all of them started after the final read began. Only the
 // periodic schedule enqueues jobs then: the workload has stopped, and the
 // quiesce period ended with every job in the store final (or the job
-// would be in the final state, open).
+// would be in the final state, open). A job that the store's history saw
+// written before the final read began was in the store when it was read
+// (its reads are linearizable): missing from it, the job is lost, whenever
+// it ran.
 func (c *checker) startedAfterFinalRead(id string) bool {
 	runs := c.byJob[id]
 	if c.in.FinalAt.IsZero() || len(runs) == 0 {
 		return false
+	}
+	for _, e := range c.logJob[id] {
+		if e.Key == "j" && !e.Seen.IsZero() && e.Seen.Before(c.in.FinalAt) {
+			return false
+		}
 	}
 	for _, r := range runs {
 		if !r.Start.After(c.in.FinalAt) {

@@ -989,3 +989,24 @@ func TestJobEnqueuedAfterTheFinalReadNotLost(t *testing.T) {
 	w.cleanRun(jobB, "w1", 11, 49)
 	wantKind(t, Check(w.in), "lost")
 }
+
+// A job that the store's history saw written before the final read began
+// was in the store then: missing from the final read, it is lost, though
+// it first ran after.
+func TestJobWrittenBeforeTheFinalReadLostThoughItRanAfter(t *testing.T) {
+	w := newWorld()
+	w.in.LogOK = true
+	w.in.FinalAt = at(50)
+	w.cleanRun(jobA, "w1", 10, 51)
+	rec := &coordinator.Job{ID: jobA, Kind: "history", Queue: "default", State: coordinator.StateAvailable, MaxAttempts: 25}
+	w.in.Log = []StoreEvent{{Rev: 3, Key: "j", Job: jobA, Rec: rec, Seen: at(49)}}
+	res := Check(w.in)
+	if !slices.Contains(res.Lost, jobA) || res.AfterFinalRead != 0 {
+		t.Fatalf("lost %v, enqueued after the final read %d; want %s lost", res.Lost, res.AfterFinalRead, jobA)
+	}
+	// Seen after the final read began: enqueued after it.
+	w.in.Log[0].Seen = at(50.5)
+	if res := Check(w.in); len(res.Lost) != 0 || res.AfterFinalRead != 1 {
+		t.Fatalf("lost %v, enqueued after the final read %d; want none lost, 1", res.Lost, res.AfterFinalRead)
+	}
+}
