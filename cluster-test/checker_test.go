@@ -925,6 +925,20 @@ func TestTickTwiceReported(t *testing.T) {
 	}
 }
 
+// A tick's second job written after the final read (a stale leader, say)
+// shows in the store's history.
+func TestTickTwiceAfterTheFinalReadReported(t *testing.T) {
+	w := tickWorld()
+	w.in.LogOK = true
+	rec := *w.in.Final[jobB]
+	rec.ID, rec.State = "01JF0000000000000000000004", coordinator.StateAvailable
+	w.in.Log = []StoreEvent{{Rev: 30, Key: "j", Job: rec.ID, Rec: &rec, Seen: at(21)}}
+	res := Check(w.in)
+	if n := kinds(res)["tick-twice"]; n != 1 || res.Ticks.Twice != 1 {
+		t.Fatalf("tick-twice %d, twice %d; want 1 and 1: %+v", n, res.Ticks.Twice, res.Violations)
+	}
+}
+
 func TestTickMissedReported(t *testing.T) {
 	w := tickWorld()
 	w.tick("01JF0000000000000000000004", 15, coordinator.StateCompleted)
