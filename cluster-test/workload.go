@@ -469,14 +469,17 @@ func (w *workload) pauseLoop(ctx context.Context) {
 
 // queueOp sends op for limitedQueue until the store takes it or ctx ends
 // (a resume is given 2 minutes: longer than any fault lasts). It reports
-// whether the store took it.
+// whether the store took it. A request in flight when ctx ends is let
+// finish: cut off, a pause could still land after the resume that
+// follows, which would find the queue running, write nothing, and leave
+// it paused for good.
 func (w *workload) queueOp(ctx context.Context, op string) bool {
 	qo := QueueOp{Op: op, At: time.Now()}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	for ctx.Err() == nil {
 		qo.Tries++
-		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		err := w.t.queue(rctx, limitedQueue, op, -1)
 		rcancel()
 		if err == nil {
