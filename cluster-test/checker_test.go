@@ -915,13 +915,21 @@ func TestTicksCleanPass(t *testing.T) {
 	}
 }
 
-func TestTickTwiceReported(t *testing.T) {
-	w := tickWorld()
-	w.tick("01JF0000000000000000000004", 11, coordinator.StateCompleted)
-	res := Check(w.in)
-	wantKind(t, res, "tick-twice")
-	if res.Ticks.Twice != 1 {
-		t.Fatalf("twice %d, want 1", res.Ticks.Twice)
+// A second job of tick 11 s is tick-twice; a tick at 15 s after 12 s
+// misses two (13 s and 14 s).
+func TestTickTwiceAndMissedReported(t *testing.T) {
+	for _, c := range []struct {
+		kind          string
+		at            float64
+		twice, missed int
+	}{{"tick-twice", 11, 1, 0}, {"tick-missed", 15, 0, 2}} {
+		w := tickWorld()
+		w.tick("01JF0000000000000000000004", c.at, coordinator.StateCompleted)
+		res := Check(w.in)
+		wantKind(t, res, c.kind)
+		if res.Ticks.Twice != c.twice || res.Ticks.Missed != c.missed {
+			t.Errorf("%s: twice %d, missed %d; want %d and %d", c.kind, res.Ticks.Twice, res.Ticks.Missed, c.twice, c.missed)
+		}
 	}
 }
 
@@ -936,16 +944,6 @@ func TestTickTwiceAfterTheFinalReadReported(t *testing.T) {
 	res := Check(w.in)
 	if n := kinds(res)["tick-twice"]; n != 1 || res.Ticks.Twice != 1 {
 		t.Fatalf("tick-twice %d, twice %d; want 1 and 1: %+v", n, res.Ticks.Twice, res.Violations)
-	}
-}
-
-func TestTickMissedReported(t *testing.T) {
-	w := tickWorld()
-	w.tick("01JF0000000000000000000004", 15, coordinator.StateCompleted)
-	res := Check(w.in)
-	wantKind(t, res, "tick-missed")
-	if res.Ticks.Missed != 2 {
-		t.Fatalf("missed %d, want 2 (13 s and 14 s)", res.Ticks.Missed)
 	}
 }
 
