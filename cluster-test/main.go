@@ -572,7 +572,7 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 		StoreLog: storeLogState, Out: h.out,
 		Workload: map[string]int64{"acknowledged": int64(w.count()), "enqueue_errors": w.enqErrs.Load(),
 			"skipped": w.skipped.Load(), "cancel_requests": w.cancels.Load(), "history_events": int64(len(events)),
-			"unique_hits": w.uniqueHitsSnapshot()},
+			"unique_hits": w.uniqueHits.Load()},
 		QueueOps: w.queueOpsSnapshot()}
 	return report(cfg, in, &rep, len(h.daemons), wall, stdout)
 }
@@ -640,12 +640,10 @@ func report(cfg config, in *CheckInput, rep *Report, lanes int, wall time.Time, 
 	ts := res.Ticks
 	fmt.Fprintf(stdout, "periodic %s (%s): %d ticks enqueued from %s to %s, %d twice, %d missed, %d not yet run at the final read; %d jobs enqueued after it began\n",
 		ts.Name, tickSpec, ts.Ticks, ts.First.Format(tsFormat), ts.Last.Format(tsFormat), ts.Twice, ts.Missed, ts.Late, res.AfterFinalRead)
+	qs := res.Queue
 	if res.LogChecked {
 		fmt.Fprintf(stdout, "unique keys: %d jobs with one, no two alive at once with the same key checked in the store history; %d enqueues answered with a live job\n",
 			res.UniqueJobs, rep.Workload["unique_hits"])
-	}
-	qs := res.Queue
-	if res.LogChecked {
 		fmt.Fprintf(stdout, "queue %s: %d jobs, limit %d, at most %d held at once; %d claims checked against %d pauses and the limit\n",
 			qs.Name, qs.Jobs, qs.Limit, qs.MaxHeld, qs.ClaimsChecked, qs.Pauses)
 	} else {

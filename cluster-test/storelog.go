@@ -137,53 +137,45 @@ func (l *storeLog) add(ev *clientv3.Event) {
 	if ev.Kv.ModRevision > l.lastRev {
 		l.lastRev = ev.Kv.ModRevision
 	}
-	if q, ok := strings.CutPrefix(rest, "qm/c/"); ok {
-		se := StoreEvent{Rev: ev.Kv.ModRevision, Key: "qm", Job: q, Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision, Seen: time.Now()}
+	se := StoreEvent{Rev: ev.Kv.ModRevision, Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision, Seen: time.Now()}
+	undecodable := func(what string, err error) {
+		if l.gap == "" {
+			l.gap = fmt.Sprintf("undecodable %s at revision %d: %v", what, se.Rev, err)
+		}
+	}
+	switch {
+	case strings.HasPrefix(rest, "qm/c/"):
+		se.Key, se.Job = "qm", strings.TrimPrefix(rest, "qm/c/")
 		if !se.Delete {
 			var conf coordinator.QueueConfig
 			if err := json.Unmarshal(ev.Kv.Value, &conf); err != nil {
-				if l.gap == "" {
-					l.gap = fmt.Sprintf("undecodable queue configuration at revision %d: %v", se.Rev, err)
-				}
+				undecodable("queue configuration", err)
 				return
 			}
 			se.Conf = &conf
 		}
-		l.record(se)
-		return
-	}
-	if slot, ok := strings.CutPrefix(rest, "qm/s/"); ok {
-		q, _, _ := strings.Cut(slot, "/")
-		se := StoreEvent{Rev: ev.Kv.ModRevision, Key: "qs", Job: q, Index: rest, Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision, Seen: time.Now()}
+	case strings.HasPrefix(rest, "qm/s/"):
+		se.Key, se.Index = "qs", rest
+		se.Job, _, _ = strings.Cut(strings.TrimPrefix(rest, "qm/s/"), "/")
 		if !se.Delete {
 			se.Holder = string(ev.Kv.Value)
 		}
-		l.record(se)
-		return
-	}
-	if len(rest) < 3 || rest[1] != '/' || !strings.Contains("jocrqtf", rest[:1]) {
-		return
-	}
-	se := StoreEvent{Rev: ev.Kv.ModRevision, Key: rest[:1], Job: rest[strings.LastIndexByte(rest, '/')+1:],
-		Delete: ev.Type == clientv3.EventTypeDelete, CreateRev: ev.Kv.CreateRevision, Seen: time.Now()}
-	if strings.Contains("qtf", se.Key) {
-		se.Index = rest
-	}
-	if se.Key == "j" && !se.Delete {
-		j, err := coordinator.DecodeJob(string(ev.Kv.Key), ev.Kv.Value)
-		if err != nil {
-			if l.gap == "" {
-				l.gap = fmt.Sprintf("undecodable record at revision %d: %v", se.Rev, err)
-			}
-			return
+	case len(rest) >= 3 && rest[1] == '/' && strings.Contains("jocrqtf", rest[:1]):
+		se.Key, se.Job = rest[:1], rest[strings.LastIndexByte(rest, '/')+1:]
+		if strings.Contains("qtf", se.Key) {
+			se.Index = rest
 		}
-		se.Rec = j
+		if se.Key == "j" && !se.Delete {
+			j, err := coordinator.DecodeJob(string(ev.Kv.Key), ev.Kv.Value)
+			if err != nil {
+				undecodable("record", err)
+				return
+			}
+			se.Rec = j
+		}
+	default:
+		return
 	}
-	l.record(se)
-}
-
-// record keeps se and appends it to the log file. l.mu is held.
-func (l *storeLog) record(se StoreEvent) {
 	l.events = append(l.events, se)
 	b, _ := json.Marshal(se)
 	_, _ = l.f.Write(append(b, '\n'))

@@ -289,7 +289,7 @@ type workload struct {
 	// queueOps are the pauses and resumes of limitedQueue, in order.
 	queueOps []QueueOp
 	// uniqueHits counts enqueues answered with a job enqueued before.
-	uniqueHits int64
+	uniqueHits atomic.Int64
 	inFl       atomic.Int64
 	enqErrs    atomic.Int64
 	skipped    atomic.Int64
@@ -383,7 +383,7 @@ func (w *workload) run(ctx context.Context, rate float64) {
 			for i, id := range ids {
 				if w.jobs[id] != nil {
 					// A unique key's live job, enqueued earlier.
-					w.uniqueHits++
+					w.uniqueHits.Add(1)
 					continue
 				}
 				w.jobs[id] = &JobInfo{ID: id, Spec: specs[i], EnqueuedAt: at}
@@ -509,12 +509,6 @@ func (w *workload) snapshot() map[string]*JobInfo {
 		out[k] = &c
 	}
 	return out
-}
-
-func (w *workload) uniqueHitsSnapshot() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.uniqueHits
 }
 
 func (w *workload) queueOpsSnapshot() []QueueOp {
