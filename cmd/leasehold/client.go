@@ -110,7 +110,7 @@ func (c *client) transportError(ctx context.Context, method, path string, err er
 	var cve *tls.CertificateVerificationError
 	switch {
 	case errors.As(err, &oe) && oe.Op == "dial":
-		return failf("cannot reach the daemon at %s: is 'leasehold daemon' running? (set --server)", c.server)
+		return &cliError{code: exitFailure, unreachable: true, msg: fmt.Sprintf("cannot reach the daemon at %s: is 'leasehold daemon' running? (set --server)", c.server)}
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		if u := apiserver.UnknownOutcome(method, path); u != "" {
 			// A change sent and not answered may have been made.
@@ -126,7 +126,9 @@ func (c *client) transportError(ctx context.Context, method, path string, err er
 		plain.Scheme = "http"
 		return failf("the daemon at %s serves plain HTTP: use %s (or start it with --tls-cert and --tls-key)", c.server, plain.String())
 	}
-	return failf("request to the daemon at %s failed: %v: check that it is running and retry", c.server, err)
+	// The connection failed before the answer (reset, closed): the
+	// daemon may be stopping or restarting.
+	return &cliError{code: exitFailure, unreachable: true, msg: fmt.Sprintf("request to the daemon at %s failed: %v: check that it is running and retry", c.server, err)}
 }
 
 func (c *client) statusError(resp *http.Response, body []byte) error {

@@ -29,6 +29,9 @@ type cliError struct {
 	// status is the HTTP status of the API answer the error reports (0:
 	// none), for commands whose input cannot be what a 400 is about.
 	status int
+	// unreachable marks a request that reached no daemon, or lost the
+	// connection before its answer (a daemon restarting, say).
+	unreachable bool
 }
 
 func (e *cliError) Error() string { return e.msg }

@@ -366,7 +366,9 @@ Progress goes to stderr: a bar on a terminal, else a line every 10 s for a
 wait that lasts over 2 s. Exits 0 once everything waited for is final,
 whatever the final states; 1 if --timeout passes first, after printing the
 jobs as they are (a line per final job; with --json every job, or with --all
-the counts, as on success).`,
+the counts, as on success). A wait reads again, a second later, after a 503
+(the daemon's store did not answer in time), until --timeout, and after a
+daemon it reached stops answering (a restart), for up to 5 minutes.`,
 		Args: argsBetween(0, -1, "[ID... | --all] [--timeout DUR]"),
 		RunE: action(func(cmd *cobra.Command, args []string) error { return runJobsWait(cmd, o, args) }),
 	}
@@ -419,6 +421,7 @@ func runJobsWait(cmd *cobra.Command, o *waitOpts, ids []string) error {
 
 func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, out io.Writer, p *meter) error {
 	final := make([]*coordinator.Job, 0, len(ids))
+	var reads waitReads
 	for i, id := range ids {
 		for {
 			p.update(i, len(ids), id+" is not final yet")
@@ -431,13 +434,12 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 				p.clear()
 				return waitIDsTimedOut(parent, c, o, ids, final, out)
 			}
-			if unavailable(err) {
-				p.update(i, len(ids), id+" could not be read (the store did not answer in time): retrying")
+			if again, err := reads.retry(err, c); err != nil {
+				return err
+			} else if again != "" {
+				p.update(i, len(ids), id+" could not be read ("+again+"): retrying")
 				pause(ctx, waitRetry)
 				continue
-			}
-			if err != nil {
-				return err
 			}
 			if res.Job.State.Final() {
 				p.clear()
@@ -458,9 +460,45 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 	return nil
 }
 
-// waitRetry is how long jobs wait pauses after an answer that the store
-// did not answer in time (503) before it reads again.
+// waitRetry is how long jobs wait pauses after a read that failed for a
+// while (a 503, a daemon restarting) before it reads again.
 const waitRetry = time.Second
+
+// waitUnreachable is how long a wait reads again a daemon it reached
+// before and that no longer answers (stopped, restarting) before it gives
+// up (a variable for tests).
+var waitUnreachable = 5 * time.Minute
+
+// waitReads decides which failed reads a wait outlasts.
+type waitReads struct {
+	reached bool      // the daemon answered a read of this wait
+	lost    time.Time // when it stopped answering (zero: it answers)
+}
+
+// retry classifies the outcome of a read: again names why the wait should
+// read again (a 503: the daemon's store did not answer in time, etcd
+// without quorum, say; or a daemon the wait reached before that does not
+// answer now, for up to waitUnreachable: it is restarting), else err is
+// the wait's end (nil after a read that succeeded). A daemon never reached
+// ends the wait at once: --server is likely wrong.
+func (w *waitReads) retry(err error, c *client) (again string, _ error) {
+	var ce *cliError
+	switch {
+	case err == nil:
+		w.reached, w.lost = true, time.Time{}
+		return "", nil
+	case unavailable(err):
+		w.reached, w.lost = true, time.Time{}
+		return "the store did not answer in time", nil
+	case !w.reached || !errors.As(err, &ce) || !ce.unreachable:
+		return "", err
+	case w.lost.IsZero():
+		w.lost = time.Now()
+	case time.Since(w.lost) >= waitUnreachable:
+		return "", failf("%s has not answered for %s: start it (or check --server) and wait again", c.peer(), time.Since(w.lost).Round(time.Second))
+	}
+	return "the daemon does not answer: restarting?", nil
+}
 
 // unavailable reports whether err is the API's 503: the store did not
 // answer in time (etcd without quorum, a leader election), which a wait
@@ -576,6 +614,7 @@ func (o *waitOpts) lastReadTimeout() time.Duration {
 func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer, p *meter) error {
 	var last *apiserver.StatsResponse
 	base := -1 // final jobs at the first poll
+	var reads waitReads
 	for {
 		st, err := c.stats(ctx)
 		if ctx.Err() != nil {
@@ -606,12 +645,14 @@ func waitAll(ctx, parent context.Context, c *client, o *waitOpts, out io.Writer,
 			}
 			return failf("timed out after %s with jobs not final yet%s: raise %s or wait again", o.timeout, pending, o.timeoutFlag)
 		}
-		if unavailable(err) {
+		if again, err := reads.retry(err, c); err != nil {
+			return err
+		} else if again != "" {
+			if last != nil {
+				p.update(last.Total-pendingTotal(last.Counts)-base, last.Total-base, "the counts could not be read ("+again+"): retrying")
+			}
 			pause(ctx, waitRetry)
 			continue
-		}
-		if err != nil {
-			return err
 		}
 		last = st
 		pending := pendingTotal(st.Counts)
