@@ -377,6 +377,23 @@ func (c *Coordinator) KnownQueue(ctx context.Context, q string) (bool, error) {
 	return false, nil
 }
 
+// QueueConfigs returns the stored configuration of every queue that has
+// one (paused or resumed, or given a limit, at some time), by name.
+func (c *Coordinator) QueueConfigs(ctx context.Context) ([]QueueConfig, error) {
+	var out []QueueConfig
+	if err := c.scan(ctx, c.keys.queueConfs(), false, func(x kv.KeyValue) error {
+		conf, err := decodeQueueConfig(&x)
+		if err != nil {
+			return err
+		}
+		out = append(out, conf)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: read queue configurations: %w", err)
+	}
+	return out, nil
+}
+
 // Queues lists the known queues: those with a configuration, those a live
 // daemon serves, and those with available jobs; sorted by name.
 func (c *Coordinator) Queues(ctx context.Context) ([]QueueInfo, error) {
@@ -389,15 +406,12 @@ func (c *Coordinator) Queues(ctx context.Context) ([]QueueInfo, error) {
 		byName[q] = x
 		return x
 	}
-	if err := c.scan(ctx, c.keys.queueConfs(), false, func(x kv.KeyValue) error {
-		conf, err := decodeQueueConfig(&x)
-		if err != nil {
-			return err
-		}
+	confs, err := c.QueueConfigs(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, conf := range confs {
 		get(conf.Name).QueueConfig = conf
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("coordinator: list queues: %w", err)
 	}
 	ws, err := c.Workers(ctx)
 	if err != nil {

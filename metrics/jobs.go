@@ -13,7 +13,9 @@ import (
 
 // RegisterJobs registers the job gauges, read from c's store at each
 // scrape: jobs in each state (leasehold_jobs), available and running jobs
-// of each queue (leasehold_queue_jobs), and whether the read failed
+// of each queue (leasehold_queue_jobs), whether each queue is paused
+// (leasehold_queue_paused) and its global limit (leasehold_queue_limit),
+// and whether the read failed
 // (leasehold_jobs_scrape_error; the failure is logged to log, or to
 // slog.Default if log is nil). One process of a namespace is enough to
 // register them: the counts are the namespace's.
@@ -41,12 +43,16 @@ var (
 	jobsDesc      = prometheus.NewDesc("leasehold_jobs", "Jobs in each state (the whole namespace).", []string{"state"}, nil)
 	queueJobsDesc = prometheus.NewDesc("leasehold_queue_jobs", "Available and running jobs of each queue (other states are not indexed by queue).", []string{"queue", "state"}, nil)
 	scrapeErrDesc = prometheus.NewDesc("leasehold_jobs_scrape_error", "1 if reading the job counts for this scrape failed.", nil, nil)
+	pausedDesc    = prometheus.NewDesc("leasehold_queue_paused", "1 if the queue is paused (for queue=\"other\": how many of the queues summed there are).", []string{"queue"}, nil)
+	limitDesc     = prometheus.NewDesc("leasehold_queue_limit", "The queue's global limit on jobs running at once across daemons (0: none).", []string{"queue"}, nil)
 )
 
 func (jc *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- jobsDesc
 	ch <- queueJobsDesc
 	ch <- scrapeErrDesc
+	ch <- pausedDesc
+	ch <- limitDesc
 }
 
 func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -69,6 +75,23 @@ func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		failed = 1
 		return
 	}
+	confs, err := jc.c.QueueConfigs(ctx)
+	if err != nil {
+		jc.log.Warn("metrics: reading queue configurations failed", slog.Any("err", err))
+		failed = 1
+		return
+	}
+	for _, conf := range confs {
+		q := queues[conf.Name]
+		if q == nil {
+			q = &queueCount{}
+			queues[conf.Name] = q
+		}
+		q.Limit = conf.Limit
+		if conf.Paused {
+			q.Paused = 1
+		}
+	}
 	// In name order, so that which queues get their own label does not
 	// depend on map order.
 	byLabel := map[string]*queueCount{}
@@ -79,16 +102,26 @@ func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		byLabel[l].Available += queues[q].Available
 		byLabel[l].Running += queues[q].Running
+		byLabel[l].Paused += queues[q].Paused
+		byLabel[l].Limit = queues[q].Limit
 	}
 	for l, c := range byLabel {
 		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(c.Available), l, string(coordinator.StateAvailable))
 		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(c.Running), l, string(coordinator.StateRunning))
+		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, float64(c.Paused), l)
+		if l != "other" {
+			// Limits of different queues do not add up.
+			ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(c.Limit), l)
+		}
 	}
 }
 
-// queueCount is what is cheap to count per queue.
+// queueCount is what is cheap to read per queue: its available and running
+// jobs, and its configuration.
 type queueCount struct {
 	Available, Running int
+	Paused             int // 1 if paused (summed over the queues of a label)
+	Limit              int
 }
 
 // queueCounts counts available jobs per queue from the index keys and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"testing"
 	"time"
 
@@ -127,6 +128,67 @@ func TestQueueJobsLabelsBounded(t *testing.T) {
 		if len(got) != MaxQueueLabels+1 || got["other"] != 50 || got["q000"] != 1 || got[fmt.Sprintf("q%03d", MaxQueueLabels-1)] != 1 {
 			t.Fatalf("%d queue labels (other %v, q000 %v); want %d, other 50, q000 1", len(got), got["other"], got["q000"], MaxQueueLabels+1)
 		}
+	}
+}
+
+// leasehold_queue_paused and leasehold_queue_limit give each queue's stored
+// configuration at scrape time: a queue paused with no job in it included,
+// and a resume or a limit change seen at the next scrape. Queues beyond
+// MaxQueueLabels count their paused ones under "other", with no limit.
+func TestQueuePausedAndLimitGauges(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ls.Close() }()
+	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k", Queue: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := coord.SetQueueLimit(ctx, "a", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := coord.PauseQueue(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	m, reg := newTest()
+	m.RegisterJobs(coord, log)
+	check := func(when string, paused, limit map[string]float64) {
+		t.Helper()
+		if got := gatherValues(t, reg, "leasehold_queue_paused", "queue"); !maps.Equal(got, paused) {
+			t.Errorf("%s: leasehold_queue_paused %v, want %v", when, got, paused)
+		}
+		if got := gatherValues(t, reg, "leasehold_queue_limit", "queue"); !maps.Equal(got, limit) {
+			t.Errorf("%s: leasehold_queue_limit %v, want %v", when, got, limit)
+		}
+	}
+	check("b paused, a limited", map[string]float64{"a": 0, "b": 1}, map[string]float64{"a": 3, "b": 0})
+	if _, _, err := coord.ResumeQueue(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := coord.SetQueueLimit(ctx, "a", 0); err != nil {
+		t.Fatal(err)
+	}
+	check("b resumed, a unlimited", map[string]float64{"a": 0, "b": 0}, map[string]float64{"a": 0, "b": 0})
+
+	for i := range MaxQueueLabels + 2 {
+		if _, _, err := coord.PauseQueue(ctx, fmt.Sprintf("z%03d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paused := gatherValues(t, reg, "leasehold_queue_paused", "queue")
+	limits := gatherValues(t, reg, "leasehold_queue_limit", "queue")
+	// a and b and the first 98 z queues have labels; 4 z queues are other.
+	if len(paused) != MaxQueueLabels+1 || paused["other"] != 4 || paused["z000"] != 1 || paused["b"] != 0 {
+		t.Errorf("%d paused labels (other %v, z000 %v, b %v); want %d, other 4, z000 1, b 0", len(paused), paused["other"], paused["z000"], paused["b"], MaxQueueLabels+1)
+	}
+	if _, ok := limits["other"]; ok || len(limits) != MaxQueueLabels {
+		t.Errorf("%d limit labels (other included: %v); want %d, without other", len(limits), ok, MaxQueueLabels)
 	}
 }
 
