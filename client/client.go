@@ -7,7 +7,12 @@
 // (Dial: shared mode, straight to etcd; New: over any coordinator). Both
 // behave the same, down to the errors: test them with errors.Is against
 // coordinator.ErrInvalid, ErrNotFound, ErrWrongState and ErrConflict (a
-// change that kept losing races: safe to retry). A store that does not
+// change that kept losing races: safe to retry). A job of a kind that no
+// live daemon runs (a typo, a handler never registered) is ErrInvalid on
+// both, and nothing is written; with no daemon live at all, any kind is
+// accepted (its daemons may start later). A queue is not checked: a queue
+// that no daemon serves is accepted, and its jobs wait until one does
+// (Queues lists the daemons serving each). A store that does not
 // answer in time gives an error wrapping context.DeadlineExceeded, also
 // through a daemon (its 503 with Retry-After): the outcome of a write is
 // then unknown, so insert with a unique key to retry without a duplicate.
@@ -41,6 +46,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
@@ -281,7 +288,8 @@ func merge(base, over InsertOpts) InsertOpts {
 }
 
 // Insert enqueues one job of args (opts may be nil) and returns once it is
-// durable. With a unique key or options that match an existing job, that
+// durable. A kind that no live daemon runs is ErrInvalid (see the package
+// doc). With a unique key or options that match an existing job, that
 // job is returned with Existed set and nothing is written.
 func (c *Client) Insert(ctx context.Context, args Args, opts *InsertOpts) (*InsertResult, error) {
 	rs, err := c.InsertMany(ctx, []InsertParams{{Args: args, Opts: opts}})
@@ -402,6 +410,9 @@ type coordBackend struct {
 }
 
 func (b coordBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams) ([]InsertResult, error) {
+	if err := b.checkKinds(ctx, ps); err != nil {
+		return nil, err
+	}
 	rs, err := b.c.EnqueueBatch(ctx, ps)
 	if err != nil {
 		return nil, err
@@ -411,6 +422,41 @@ func (b coordBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams
 		out[i] = InsertResult{Job: r.Job, Existed: r.Existed}
 	}
 	return out, nil
+}
+
+// checkKinds refuses, as the daemon's API does, a job of a kind that no
+// live daemon runs: while daemons are live, such a job would only fail
+// attempt after attempt ("no handler for kind") until discarded. With no
+// daemon live (they may start later), every kind is accepted. Kinds that
+// are not valid names are left to the coordinator's own check.
+func (b coordBackend) checkKinds(ctx context.Context, ps []coordinator.EnqueueParams) error {
+	var kinds []string
+	read := false
+	for i, p := range ps {
+		if coordinator.ValidateKind(p.Kind) != nil {
+			continue
+		}
+		if !read {
+			live, err := b.c.LiveKinds(ctx)
+			if err != nil {
+				return err
+			}
+			if len(live) == 0 {
+				return nil
+			}
+			kinds, read = live, true
+		}
+		if slices.Contains(kinds, p.Kind) {
+			continue
+		}
+		err := fmt.Errorf("%w: unknown kind %s: the live daemons run %s: register a handler for it or check its spelling",
+			coordinator.ErrInvalid, p.Kind, strings.Join(kinds, ", "))
+		if len(ps) > 1 {
+			return fmt.Errorf("job %d: %w", i, err)
+		}
+		return err
+	}
+	return nil
 }
 
 func (b coordBackend) get(ctx context.Context, id string) (*Job, error) { return b.c.Get(ctx, id) }

@@ -2,8 +2,10 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +187,29 @@ func TestInsertMiddlewareThatDropsTheJob(t *testing.T) {
 	res, err := c.Insert(context.Background(), clienttest.Echo{Msg: "dropped"}, nil)
 	if err == nil {
 		t.Fatalf("Insert = %+v, want an error", res)
+	}
+}
+
+// With no daemon live (they may start later), a client on the store
+// accepts any kind, as the daemon's API does in shared mode; once one is
+// live, only the kinds the live daemons run.
+func TestInsertKindsOfLiveDaemons(t *testing.T) {
+	store := openPebble(t)
+	coord, err := coordinator.New(store, coordinator.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(coord, nil)
+	ctx := context.Background()
+	if _, err := c.Insert(ctx, client.RawArgs{KindName: "later"}, nil); err != nil {
+		t.Fatalf("no daemon live: %v", err)
+	}
+	runEcho(t, store, "")
+	_, err = c.Insert(ctx, client.RawArgs{KindName: "later"}, nil)
+	if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "unknown kind later: the live daemons run echo") {
+		t.Fatalf("a daemon of echo live: %v", err)
+	}
+	if _, err := c.Insert(ctx, client.RawArgs{KindName: "echo"}, nil); err != nil {
+		t.Fatalf("echo: %v", err)
 	}
 }

@@ -12,7 +12,12 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Enqueue inserts one job and returns once it is durable.
+// Enqueue inserts one job and returns once it is durable. It checks the job
+// itself, not whether any worker runs its kind or serves its queue: a job
+// of a kind no handler runs fails each attempt ("no handler for kind")
+// until it is discarded, and one in a queue no worker serves waits. The
+// client package (client.New over this coordinator) refuses kinds that no
+// live daemon runs, as the daemon's API does.
 func (c *Coordinator) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResult, error) {
 	res, err := c.EnqueueBatch(ctx, []EnqueueParams{p})
 	if err != nil {

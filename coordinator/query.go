@@ -525,6 +525,33 @@ func (c *Coordinator) waitEvents(ch <-chan kv.WatchResponse, key string, retry *
 	return nil, nil, nil
 }
 
+// LiveKinds returns the kinds that the live daemons of the namespace run
+// (the union of their registrations' Kinds), sorted; none when no daemon is
+// live. It reads the registrations only (one key per daemon), not the
+// ownership keys that Workers counts, so it is cheap enough to call before
+// an insert.
+func (c *Coordinator) LiveKinds(ctx context.Context) ([]string, error) {
+	set := map[string]bool{}
+	if err := c.scan(ctx, c.keys.workers(), false, func(x kv.KeyValue) error {
+		var w WorkerInfo
+		if err := json.Unmarshal(x.Value, &w); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrCorrupt, x.Key, err)
+		}
+		for _, k := range w.Kinds {
+			set[k] = true
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("coordinator: read the live daemons' kinds: %w", err)
+	}
+	kinds := make([]string, 0, len(set))
+	for k := range set {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	return kinds, nil
+}
+
 // Workers lists the live daemons (those whose session lease is alive) with
 // the number of jobs each holds.
 func (c *Coordinator) Workers(ctx context.Context) ([]WorkerInfo, error) {

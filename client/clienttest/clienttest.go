@@ -161,6 +161,19 @@ func RunWith(t *testing.T, newClient func(t *testing.T, o *client.Options) *clie
 		if _, err := c.Insert(ctx, client.RawArgs{KindName: "bad kind"}, nil); !errors.Is(err, coordinator.ErrInvalid) {
 			t.Errorf("bad kind: %v", err)
 		}
+		// A kind that no live daemon runs (a typo, a handler not
+		// registered) is refused on every backend, as the daemon's API
+		// refuses it: it would only fail attempt after attempt. A batch
+		// with one is refused whole.
+		if _, err := c.Insert(ctx, client.RawArgs{KindName: "no-such-kind"}, nil); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("kind no live daemon runs: %v", err)
+		}
+		if _, err := c.InsertMany(ctx, []client.InsertParams{{Args: Echo{Msg: "unwritten"}}, {Args: client.RawArgs{KindName: "no-such-kind"}}}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("batch with a kind no live daemon runs: %v", err)
+		}
+		if page, err := c.List(ctx, client.ListParams{Kind: "no-such-kind", Limit: 10}); err != nil || len(page.Jobs) != 0 {
+			t.Errorf("jobs of a refused kind: %d, %v", len(page.Jobs), err)
+		}
 		if _, err := c.Insert(ctx, Echo{}, &client.InsertOpts{Priority: 9}); !errors.Is(err, coordinator.ErrInvalid) {
 			t.Errorf("bad priority: %v", err)
 		}
