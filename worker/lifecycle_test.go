@@ -44,6 +44,27 @@ func TestStopAfterFailedStart(t *testing.T) {
 	}
 }
 
+// TestStartWithoutHandlers: Start on a worker with no handler says what to
+// do, and on a stopped one is ErrStopped, handlers or not (as ErrStopped's
+// doc says), rather than the missing handlers.
+func TestStartWithoutHandlers(t *testing.T) {
+	e := newEnv(t, nil)
+	w, err := worker.New(e.c, worker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = w.Start(context.Background())
+	if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "register them with Handle") {
+		t.Fatalf("Start without handlers: %v", err)
+	}
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); !errors.Is(err, worker.ErrStopped) {
+		t.Fatalf("Start of a stopped worker without handlers: %v, want ErrStopped", err)
+	}
+}
+
 // TestCancelRequestJustAfterClaim: a cancel request written after the
 // claim committed but delivered before the worker registered the run (the
 // window a batch claim's start-up widens) still cancels it.

@@ -378,15 +378,15 @@ func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 // Cancelling ctx after Start returned does not stop the worker (nor does
 // the end of a signal.NotifyContext given to Start): Stop does.
 func (w *Worker) Start(ctx context.Context) error {
-	if len(w.handlers) == 0 {
-		return fmt.Errorf("%w: worker has no handlers", coordinator.ErrInvalid)
-	}
 	w.lifeMu.Lock()
 	defer w.lifeMu.Unlock()
 	select {
 	case <-w.stopped:
 		return ErrStopped
 	default:
+	}
+	if len(w.handlers) == 0 {
+		return fmt.Errorf("%w: worker has no handlers: register them with Handle, HandleWith or HandleArgs before Start", coordinator.ErrInvalid)
 	}
 	if w.started.Load() {
 		return fmt.Errorf("worker: Start called twice")
