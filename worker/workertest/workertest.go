@@ -67,7 +67,9 @@ type runs struct {
 // t if the configuration is invalid.
 func New(t testing.TB, cfg Config) *Worker {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// t.Output, not t.Log: a log line is written as is, neither ended by a
+	// blank line nor placed at slog's own source line.
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if cfg.Worker.Logger == nil {
 		cfg.Worker.Logger = log
 	}
@@ -255,13 +257,4 @@ func RequireEnqueued(t testing.TB, c *coordinator.Coordinator, kind string, matc
 		t.Fatalf("workertest: no job of kind %q enqueued that matches (%d of the kind)", kind, n)
 	}
 	return found
-}
-
-// testWriter writes log lines to the test's log.
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Helper()
-	w.t.Log(string(p))
-	return len(p), nil
 }

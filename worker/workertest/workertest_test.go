@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -192,5 +194,53 @@ func TestRequireEnqueuedFailsWithoutAMatch(t *testing.T) {
 		if j, ok := <-done; ok || !strings.Contains(f.msg, "no job of kind") {
 			t.Errorf("kind %s: RequireEnqueued returned %v, failed with %q; want it to fail", tc.kind, j, f.msg)
 		}
+	}
+}
+
+// logTB records what a test worker logs through t.Log and t.Output.
+type logTB struct {
+	testing.TB
+	mu   sync.Mutex
+	logs []string
+	out  strings.Builder
+}
+
+func (l *logTB) Log(args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.logs = append(l.logs, fmt.Sprint(args...))
+}
+
+func (l *logTB) Output() io.Writer { return lockedWriter{l} }
+
+type lockedWriter struct{ l *logTB }
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.l.mu.Lock()
+	defer w.l.mu.Unlock()
+	return w.l.out.Write(p)
+}
+
+// The worker's warnings reach the test's output one line each: not through
+// t.Log, which ended each with a blank line and placed it at slog's own
+// source line (handler.go) rather than anywhere in the test.
+func TestWarningsAreTestOutputLines(t *testing.T) {
+	l := &logTB{TB: t}
+	tw := workertest.New(l, workertest.Config{})
+	tw.Worker().Handle("fails", func(context.Context, *worker.Job) error { return errors.New("boom") })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := tw.Work(ctx, coordinator.EnqueueParams{Kind: "fails", MaxAttempts: 1}); err != nil { // discarded: a warning
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.logs {
+		if strings.HasSuffix(s, "\n") {
+			t.Errorf("a log line through t.Log ends in a newline (a blank line in the test's log): %q", s)
+		}
+	}
+	if !strings.Contains(l.out.String(), `msg="attempt failed"`) || !strings.HasSuffix(l.out.String(), "\n") {
+		t.Errorf("the failed attempt's warning is not a line of the test's output: %q", l.out.String())
 	}
 }
