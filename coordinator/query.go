@@ -531,18 +531,15 @@ func (c *Coordinator) waitEvents(ch <-chan kv.WatchResponse, key string, retry *
 // ownership keys that Workers counts, so it is cheap enough to call before
 // an insert.
 func (c *Coordinator) LiveKinds(ctx context.Context) ([]string, error) {
+	ws, err := c.registrations(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: read the live daemons' kinds: %w", err)
+	}
 	set := map[string]bool{}
-	if err := c.scan(ctx, c.keys.workers(), false, func(x kv.KeyValue) error {
-		var w WorkerInfo
-		if err := json.Unmarshal(x.Value, &w); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrCorrupt, x.Key, err)
-		}
+	for _, w := range ws {
 		for _, k := range w.Kinds {
 			set[k] = true
 		}
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("coordinator: read the live daemons' kinds: %w", err)
 	}
 	kinds := make([]string, 0, len(set))
 	for k := range set {
@@ -555,15 +552,8 @@ func (c *Coordinator) LiveKinds(ctx context.Context) ([]string, error) {
 // Workers lists the live daemons (those whose session lease is alive) with
 // the number of jobs each holds.
 func (c *Coordinator) Workers(ctx context.Context) ([]WorkerInfo, error) {
-	var out []WorkerInfo
-	if err := c.scan(ctx, c.keys.workers(), false, func(x kv.KeyValue) error {
-		var w WorkerInfo
-		if err := json.Unmarshal(x.Value, &w); err != nil {
-			return fmt.Errorf("%w: %s: %v", ErrCorrupt, x.Key, err)
-		}
-		out = append(out, w)
-		return nil
-	}); err != nil {
+	out, err := c.registrations(ctx)
+	if err != nil {
 		return nil, fmt.Errorf("coordinator: list workers: %w", err)
 	}
 	running := map[string]int{}
@@ -581,6 +571,21 @@ func (c *Coordinator) Workers(ctx context.Context) ([]WorkerInfo, error) {
 		out = []WorkerInfo{}
 	}
 	return out, nil
+}
+
+// registrations reads the live daemons' registrations (their keys live on
+// their sessions' leases).
+func (c *Coordinator) registrations(ctx context.Context) ([]WorkerInfo, error) {
+	var out []WorkerInfo
+	err := c.scan(ctx, c.keys.workers(), false, func(x kv.KeyValue) error {
+		var w WorkerInfo
+		if err := json.Unmarshal(x.Value, &w); err != nil {
+			return fmt.Errorf("%w: %s: %v", ErrCorrupt, x.Key, err)
+		}
+		out = append(out, w)
+		return nil
+	})
+	return out, err
 }
 
 // NextDue returns the due time of the earliest scheduled or retryable job,

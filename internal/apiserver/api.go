@@ -1303,7 +1303,7 @@ func SortedKeys[V any](m map[string]V) []string {
 }
 
 // liveKindsOnce returns liveKinds for one request, read at most once (it
-// scans every worker and ownership key).
+// reads every daemon's registration).
 func (a *Handler) liveKindsOnce(ctx context.Context) func() ([]string, error) {
 	return sync.OnceValues(func() ([]string, error) { return a.liveKinds(ctx) })
 }
@@ -1311,21 +1311,19 @@ func (a *Handler) liveKindsOnce(ctx context.Context) func() ([]string, error) {
 // liveKinds returns the kinds this daemon and every live daemon of the
 // namespace run, sorted; nil when no daemon is live.
 func (a *Handler) liveKinds(ctx context.Context) ([]string, error) {
-	ws, err := a.cfg.Coord.Workers(ctx)
+	live, err := a.cfg.Coord.LiveKinds(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read the live daemons' kinds: %w", err)
+		return nil, err
 	}
-	if len(ws) == 0 && len(a.cfg.Kinds) == 0 {
+	if len(live) == 0 && len(a.cfg.Kinds) == 0 {
 		return nil, nil
 	}
 	set := map[string]bool{}
 	for k := range a.cfg.Kinds {
 		set[k] = true
 	}
-	for _, w := range ws {
-		for _, k := range w.Kinds {
-			set[k] = true
-		}
+	for _, k := range live {
+		set[k] = true
 	}
 	return SortedKeys(set), nil
 }
