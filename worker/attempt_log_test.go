@@ -63,3 +63,48 @@ func TestAttemptFailedLineSaysQueueAndState(t *testing.T) {
 		}
 	}
 }
+
+// A run that a stop interrupts logs one line naming its job and how long
+// it ran: the job's record keeps no trace of a run given back (no attempt
+// used, no error), and the daemon's line about the stop gave only a count,
+// so that an operator could not tell which jobs, hours into their run, had
+// to start again.
+func TestStopLogsEachRunItInterrupts(t *testing.T) {
+	e := newEnv(t, nil)
+	var buf testutil.SyncBuffer
+	started := make(chan struct{})
+	w, err := worker.New(e.c, worker.Config{Logger: slog.New(slog.NewJSONHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("long", func(ctx context.Context, j *worker.Job) error {
+		close(started)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "long", Queue: "default"})
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // no drain: the run is interrupted at once
+	if err := w.Stop(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop = %v, want its ctx's error", err)
+	}
+	if j, _ := e.c.Get(context.Background(), id); j.State != coordinator.StateAvailable || j.Attempt != 0 {
+		t.Fatalf("job %s attempt %d: want given back, no attempt used", j.State, j.Attempt)
+	}
+	var got []map[string]any
+	for _, l := range jsonLines(t, &buf) {
+		if l["msg"] == "run interrupted by the stop: job re-queued" {
+			got = append(got, l)
+		}
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d lines for the interrupted run, want 1: %v", len(got), got)
+	}
+	if l := got[0]; l["level"] != "INFO" || l["job"] != id || l["kind"] != "long" || l["queue"] != "default" || l["ran"] == nil {
+		t.Errorf("line %v: want INFO with job %s, kind long, queue default and ran", l, id)
+	}
+}

@@ -1352,6 +1352,12 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 				}
 				w.runLog(r).Log(context.Background(), level, "attempt failed", slog.String("state", string(out.State)), slog.Any("err", herr))
 			}
+			if out.Op == "release" {
+				// The job's record keeps no trace of a run given back
+				// (no attempt used, no error): this line says which
+				// jobs a stop interrupted, and how much work each lost.
+				w.runLog(r).Info("run interrupted by the stop: job re-queued", slog.Duration("ran", out.Ended.Sub(out.Started)))
+			}
 			return
 		case errors.Is(err, fence.ErrLeaseLost):
 			w.runLog(r).Warn("outcome refused: the run no longer owns the job (its lease ended, or another run took it); recording nothing", slog.Any("err", err))
