@@ -101,8 +101,10 @@ func (l *boundedLabels) keep(q string) {
 	}
 }
 
-// latencyBuckets suit queue latency and handler durations: 1 ms to ~30 min.
-var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 17)
+// latencyBuckets suit queue latency and handler durations: 1 ms to ~25 h,
+// so that jobs of hours (reports, encodes, migrations) are told apart;
+// with buckets up to ~40 min they all fell in +Inf.
+var latencyBuckets = prometheus.ExponentialBuckets(0.001, 2.5, 21)
 
 // outcomeOps are the Op values of worker.Outcome.
 var outcomeOps = []string{"complete", "fail", "snooze", "cancel", "release", "abandon"}

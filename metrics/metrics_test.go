@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/localstore"
@@ -201,4 +202,43 @@ func TestKindLabelsBounded(t *testing.T) {
 			t.Errorf("%s: other %v, k00000 %v; want %d and 1", mf.GetName(), kinds["other"], kinds["k00000"], n-MaxKindLabels)
 		}
 	}
+}
+
+// Handler durations of hours fall in buckets of their own: a job of 2
+// hours and one of 10 are told apart. The buckets ended at about 40
+// minutes, so every long job was only +Inf.
+func TestHandlerDurationBucketsReachHours(t *testing.T) {
+	m, reg := newTest()
+	start := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, d := range []time.Duration{2 * time.Hour, 10 * time.Hour} {
+		m.onOutcome(worker.Outcome{Job: coordinator.Job{Kind: "report"}, Op: "complete", Started: start, Ended: start.Add(d)})
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "leasehold_handler_duration_seconds" {
+			continue
+		}
+		h := mf.GetMetric()[0].GetHistogram()
+		var below2h, below10h uint64 // cumulative counts of the last buckets below each
+		for _, b := range h.GetBucket() {
+			if b.GetUpperBound() < (2 * time.Hour).Seconds() {
+				below2h = b.GetCumulativeCount()
+			}
+			if b.GetUpperBound() < (10 * time.Hour).Seconds() {
+				below10h = b.GetCumulativeCount()
+			}
+		}
+		var finite uint64 // in a bucket of finite bound
+		if bs := h.GetBucket(); len(bs) > 0 {
+			finite = bs[len(bs)-1].GetCumulativeCount()
+		}
+		if below2h != 0 || below10h != 1 || finite != 2 {
+			t.Fatalf("buckets %v: want the 2 h run above every bucket below 2 h, the 10 h run apart from it, both in a finite bucket", h.GetBucket())
+		}
+		return
+	}
+	t.Fatal("no leasehold_handler_duration_seconds")
 }
