@@ -199,3 +199,45 @@ func BenchmarkFencedCheckpoint(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "checkpoints/s")
 	})
 }
+
+// BenchmarkReap: one op is the reap of the 2,000 running jobs of a daemon
+// whose lease was revoked (as its death would end it): the pass that
+// finds them, reads them, and moves them back to available. Failover
+// time with many jobs is lease expiry plus this plus the claims after.
+func BenchmarkReap(b *testing.B) {
+	const jobs = 2000
+	benchStores(b, func(b *testing.B, store kv.Store) {
+		ctx := context.Background()
+		var moved int
+		b.ReportAllocs()
+		for b.Loop() {
+			b.StopTimer()
+			c := newBenchCoordinator(b, store)
+			enqueueN(b, c, jobs)
+			sess, err := c.NewSession(ctx, coordinator.SessionConfig{Worker: coordinator.WorkerInfo{ID: coordinator.NewWorkerID()}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			for held := 0; held < jobs; {
+				runs, _, err := c.Claim(ctx, sess, coordinator.DefaultQueue, jobs-held, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				held += len(runs)
+			}
+			if err := store.Revoke(ctx, sess.Lease()); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			n, err := c.Reap(ctx, nil, nil)
+			if err != nil || n != jobs {
+				b.Fatalf("reaped %d, %v; want %d", n, err, jobs)
+			}
+			moved += n
+			b.StopTimer()
+			_ = sess.Close(ctx)
+			b.StartTimer()
+		}
+		b.ReportMetric(float64(moved)/b.Elapsed().Seconds(), "jobs/s")
+	})
+}
