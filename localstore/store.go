@@ -62,6 +62,13 @@ type Store struct {
 	syncCh chan struct{} // closed and replaced when synced or failed changes
 	failed error         // a sync failed; the store refuses further calls
 	failCh chan struct{} // closed when failed is set
+	// idle holds the watches that have sent every event up to synced and
+	// wait for one of their prefix: markSynced wakes only those that a
+	// revision it marks has an event for, so that each write does not
+	// wake every watch (a worker serving many queues has one per queue).
+	idle idleWatches
+	// watchWakes counts the wake-ups of idle watches, for tests.
+	watchWakes atomic.Int64
 
 	hist *history
 
@@ -179,6 +186,7 @@ func open(lock *dirLock, opts Options) (*Store, error) {
 		done:   make(chan struct{}),
 		syncCh: make(chan struct{}),
 		failCh: make(chan struct{}),
+		idle:   newIdleWatches(),
 		misuse: misuse,
 		fs:     fs,
 	}
@@ -498,9 +506,11 @@ func (s *Store) markSynced(rev int64) {
 	s.smu.Lock()
 	defer s.smu.Unlock()
 	if rev > s.synced {
+		old := s.synced
 		s.synced = rev
 		close(s.syncCh)
 		s.syncCh = make(chan struct{})
+		s.idle.wake(s.hist, old, rev)
 	}
 }
 

@@ -63,8 +63,9 @@ func (s *Store) watch(ctx context.Context, out chan<- kv.WatchResponse, prefix s
 		}
 		return false
 	}
+	w := &idleWatch{prefix: prefix, wake: make(chan struct{}, 1)}
 	for {
-		synced, changed, failed := s.syncState()
+		synced, _, failed := s.syncState()
 		if next <= synced {
 			evs, n, compactRev, ok := s.hist.read(next, synced, prefix, maxWatchEvents)
 			if !ok {
@@ -84,13 +85,117 @@ func (s *Store) watch(ctx context.Context, out chan<- kv.WatchResponse, prefix s
 			send(kv.WatchResponse{Err: failed})
 			return
 		}
+		if !s.waitEvents(ctx, out, w, next) {
+			return
+		}
+		s.watchWakes.Add(1)
+	}
+}
+
+// waitEvents waits, for the watch w, until the synced watermark reaches
+// next with an event for its prefix among the revisions marked since, or
+// the store fails. It returns false when the watch is to end (ctx ended,
+// or the store closes: then it says so on out).
+func (s *Store) waitEvents(ctx context.Context, out chan<- kv.WatchResponse, w *idleWatch, next int64) bool {
+	s.smu.Lock()
+	if s.synced >= next || s.failed != nil {
+		s.smu.Unlock()
+		return true
+	}
+	// Under smu, with synced below next: every revision from next on is
+	// marked later, by a markSynced that sees w.
+	s.idle.add(w)
+	s.smu.Unlock()
+	defer func() {
+		s.smu.Lock()
+		s.idle.remove(w)
+		s.smu.Unlock()
+	}()
+	select {
+	case <-w.wake:
+	case <-s.failCh:
+	case <-ctx.Done():
+		return false
+	case <-s.done:
+		closedErr(out)
+		return false
+	}
+	return true
+}
+
+// idleWatch is a watch as idleWatches holds it.
+type idleWatch struct {
+	prefix string
+	wake   chan struct{} // buffer 1
+}
+
+// idleWatches are the watches waiting for events, by prefix, under the
+// store's smu.
+type idleWatches struct {
+	byPrefix map[string]map[*idleWatch]struct{}
+	// lens counts the watches by the length of their prefix: an event's
+	// key is looked up once for each length, not compared with each
+	// prefix.
+	lens map[int]int
+}
+
+func newIdleWatches() idleWatches {
+	return idleWatches{byPrefix: map[string]map[*idleWatch]struct{}{}, lens: map[int]int{}}
+}
+
+func (iw *idleWatches) add(w *idleWatch) {
+	set := iw.byPrefix[w.prefix]
+	if set == nil {
+		set = map[*idleWatch]struct{}{}
+		iw.byPrefix[w.prefix] = set
+	}
+	if _, ok := set[w]; !ok {
+		set[w] = struct{}{}
+		iw.lens[len(w.prefix)]++
+	}
+}
+
+func (iw *idleWatches) remove(w *idleWatch) {
+	set := iw.byPrefix[w.prefix]
+	if _, ok := set[w]; !ok {
+		return
+	}
+	delete(set, w)
+	if len(set) == 0 {
+		delete(iw.byPrefix, w.prefix)
+	}
+	if iw.lens[len(w.prefix)]--; iw.lens[len(w.prefix)] == 0 {
+		delete(iw.lens, len(w.prefix))
+	}
+}
+
+// wakePrefix wakes (and forgets) the watches of prefix.
+func (iw *idleWatches) wakePrefix(prefix string) {
+	for w := range iw.byPrefix[prefix] {
 		select {
-		case <-changed:
-		case <-ctx.Done():
-			return
-		case <-s.done:
-			closedErr(out)
-			return
+		case w.wake <- struct{}{}:
+		default:
+		}
+		iw.remove(w)
+	}
+}
+
+// wake wakes the watches that an event of a revision after from, up to
+// upto, concerns; every watch when some of those events are no longer
+// held (they then learn so from the history).
+func (iw *idleWatches) wake(h *history, from, upto int64) {
+	if len(iw.byPrefix) == 0 {
+		return
+	}
+	if !h.writtenBetween(from, upto, func(key string) {
+		for n := range iw.lens {
+			if n <= len(key) {
+				iw.wakePrefix(key[:n])
+			}
+		}
+	}) {
+		for prefix := range iw.byPrefix {
+			iw.wakePrefix(prefix)
 		}
 	}
 }
@@ -184,6 +289,21 @@ func (h *history) writtenSince(rev int64, visit func(key string)) bool {
 		return false
 	}
 	for i := sort.Search(h.n, func(i int) bool { return h.at(i).KV.ModRevision > rev }); i < h.n; i++ {
+		visit(h.at(i).KV.Key)
+	}
+	return true
+}
+
+// writtenBetween calls visit with the key of every event of a revision
+// after from, up to upto. It returns false, visiting nothing, when some of
+// those events are no longer held.
+func (h *history) writtenBetween(from, upto int64, visit func(key string)) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	if from < h.compact {
+		return false
+	}
+	for i := sort.Search(h.n, func(i int) bool { return h.at(i).KV.ModRevision > from }); i < h.n && h.at(i).KV.ModRevision <= upto; i++ {
 		visit(h.at(i).KV.Key)
 	}
 	return true
