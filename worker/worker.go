@@ -184,14 +184,18 @@ type Worker struct {
 	// replaces it (nil for the first, whose context is sessParent):
 	// else every replaced session's context would stay among
 	// sessParent's children until Stop.
-	sessEnd  context.CancelFunc
-	slots    chan struct{} // one token per running handler
-	tickets  chan struct{} // one token per run not yet recorded: bounds outcome writes in flight
-	wake     chan struct{} // new work may be available
-	freed    chan struct{} // slots the claim loop waits for are free
-	needFree atomic.Int64  // free slots the claim loop waits for; 0: none
-	active   sync.Map      // job id -> *active: its latest run here
-	held     sync.Map      // job id -> *coordinator.Run: claimed by this worker and not yet finished
+	sessEnd context.CancelFunc
+	slots   chan struct{} // one token per running handler
+	tickets chan struct{} // one token per run not yet recorded: bounds outcome writes in flight
+	wake    chan struct{} // new work may be available, in any queue
+	// wakeQueue wakes the claim loop for the queues whose count in
+	// queueWakes grew: a job of theirs may have become available.
+	wakeQueue  chan struct{}
+	queueWakes map[string]*atomic.Uint64 // per queue served, fixed after New
+	freed      chan struct{}             // slots the claim loop waits for are free
+	needFree   atomic.Int64              // free slots the claim loop waits for; 0: none
+	active     sync.Map                  // job id -> *active: its latest run here
+	held       sync.Map                  // job id -> *coordinator.Run: claimed by this worker and not yet finished
 	// Cancel requests seen lately, by job id: the newest request's
 	// revision. A request may arrive before the run it is for is in
 	// active (just after its claim commits); the run looks here as it
@@ -287,6 +291,8 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 		slots:      make(chan struct{}, cfg.Concurrency),
 		tickets:    make(chan struct{}, 2*cfg.Concurrency),
 		wake:       make(chan struct{}, 1),
+		wakeQueue:  make(chan struct{}, 1),
+		queueWakes: make(map[string]*atomic.Uint64, len(cfg.Queues)),
 		freed:      make(chan struct{}, 1),
 		stopped:    make(chan struct{}),
 		force:      make(chan struct{}),
@@ -294,6 +300,9 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 		finishQuit: make(chan struct{}),
 
 		cancelSeen: map[string]cancelSeen{},
+	}
+	for _, q := range cfg.Queues {
+		w.queueWakes[q] = new(atomic.Uint64)
 	}
 	w.initFeatures()
 	return w, nil
@@ -430,8 +439,8 @@ func (w *Worker) Start(ctx context.Context) error {
 	})
 	// Queue pauses, limits and freed slots wake the claim loop.
 	w.goLoop(func() { _ = w.c.WatchQueues(w.loopCtx, w.poke) })
-	for _, q := range w.cfg.Queues {
-		w.goLoop(func() { _ = w.c.WatchAvailable(w.loopCtx, q, w.poke) })
+	for q, wakes := range w.queueWakes {
+		w.goLoop(func() { _ = w.c.WatchAvailable(w.loopCtx, q, func() { w.pokeQueue(wakes) }) })
 	}
 	if w.cfg.Maintain {
 		w.goLoop(func() {
@@ -548,10 +557,24 @@ func (w *Worker) released() {
 	}
 }
 
-// poke wakes the claim loop without blocking.
+// poke wakes the claim loop without blocking, for every queue: each is
+// claimed from again, even one a claim found empty.
 func (w *Worker) poke() {
 	select {
 	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pokeQueue wakes the claim loop without blocking, for one queue (wakes is
+// its count in queueWakes): a job of it may have become available. Only
+// that queue is claimed from again, not every queue found empty: with many
+// queues served, a wake for each would make every job cost a claim of
+// each queue.
+func (w *Worker) pokeQueue(wakes *atomic.Uint64) {
+	wakes.Add(1) // before the wake-up, which reads it
+	select {
+	case w.wakeQueue <- struct{}{}:
 	default:
 	}
 }
@@ -620,7 +643,7 @@ const claimsInFlight = 2
 type claimed struct {
 	queue string
 	sess  *coordinator.Session // the session it claimed under
-	wakes uint64               // the loop's wake count when the claim started
+	wakes wakeMark             // the wake counts of its queue when the claim started
 	runs  int
 	st    coordinator.ClaimStats
 	err   error
@@ -635,10 +658,20 @@ type claimState struct {
 	peersRead    time.Time // last read of the live daemons, while spreading
 	holdUntil    time.Time // no claim before: back-off after conflicts
 	gatherUntil  time.Time // no claim before, unless half the slots are free
-	wakes        uint64    // wake-ups received (new work may be available, polls)
-	// empty holds, per queue, the wake count when a claim found it empty:
-	// it is not claimed from again until the next wake-up.
-	empty map[string]uint64
+	wakes        uint64    // wake-ups for every queue received (queue changes, polls)
+	// empty holds, per queue, the wake counts when a claim found it empty:
+	// it is not claimed from again until the next wake-up for every
+	// queue or for it.
+	empty map[string]wakeMark
+}
+
+// wakeMark is when a claim began: the claim loop's count of wake-ups for
+// every queue, and its queue's count of its own (Worker.queueWakes).
+type wakeMark struct{ all, queue uint64 }
+
+// mark returns the wake counts of queue q now.
+func (w *Worker) mark(st *claimState, q string) wakeMark {
+	return wakeMark{all: st.wakes, queue: w.queueWakes[q].Load()}
 }
 
 // claimLoop claims while slots are free, sleeping on the availability watch
@@ -654,7 +687,7 @@ type claimState struct {
 func (w *Worker) claimLoop() {
 	ctx := w.loopCtx
 	done := make(chan claimed, claimsInFlight)
-	st := &claimState{lastJanitor: time.Now(), empty: map[string]uint64{}}
+	st := &claimState{lastJanitor: time.Now(), empty: map[string]wakeMark{}}
 	inFlight := 0
 	// stale counts the claims in flight of sessions replaced since they
 	// began: a store out of reach may hold them for long, and nothing
@@ -728,7 +761,7 @@ func (w *Worker) claimLoop() {
 			}
 			w.reserve(q, want)
 			inFlight++
-			wakes := st.wakes
+			wakes := w.mark(st, q)
 			go func() {
 				c := w.claim(ctx, sess, q, want, spread)
 				c.wakes = wakes
@@ -761,6 +794,7 @@ func (w *Worker) claimLoop() {
 			report(c)
 		case <-w.wake:
 			st.wakes++
+		case <-w.wakeQueue: // the queue's count says which
 		case <-w.freed:
 		case <-timer:
 		case <-poll:
@@ -799,7 +833,7 @@ func (w *Worker) nextClaim(st *claimState) (q string, want, need int) {
 	waiting := false
 	for i := range w.cfg.Queues {
 		q = w.cfg.Queues[(st.next+i)%len(w.cfg.Queues)]
-		if e, ok := st.empty[q]; ok && e == st.wakes {
+		if e, ok := st.empty[q]; ok && e == w.mark(st, q) {
 			continue
 		}
 		if want = w.queueRoom(q, share); want > 0 {
@@ -909,7 +943,7 @@ func (w *Worker) claimDone(c claimed, st *claimState) {
 		// contending daemons spread out.
 		st.backoff = min(max(2*st.backoff, time.Millisecond), 50*time.Millisecond)
 		st.holdUntil = time.Now().Add(st.backoff/2 + jitter(st.backoff/2))
-	case c.wakes == st.wakes:
+	case c.wakes == w.mark(st, c.queue):
 		st.empty[c.queue] = c.wakes
 	}
 }
