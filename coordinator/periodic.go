@@ -295,6 +295,13 @@ func (c *Coordinator) RunPeriodic(ctx context.Context, pjs []PeriodicJob) error 
 		<-ctx.Done()
 		return ctx.Err()
 	}
+	// When each schedule was last read, and its next tick then: a pass
+	// reads only the schedules with a tick due, and the others once a
+	// minute, as every pass read all of them before. A pass comes as
+	// often as the most frequent schedule ticks: one ticking every second
+	// beside a thousand hourly ones made a thousand reads a second.
+	readAt := make([]time.Time, len(entries))
+	nextAt := make([]time.Time, len(entries))
 	for {
 		// Without its monotonic reading: wake is a time of day, and the
 		// wait for it below must see the wall clock step or the host
@@ -303,6 +310,17 @@ func (c *Coordinator) RunPeriodic(ctx context.Context, pjs []PeriodicJob) error 
 		now := c.clock.Now().Round(0)
 		wake := now.Add(time.Minute)
 		for i := range entries {
+			if since := now.Sub(readAt[i]); !readAt[i].IsZero() && since >= 0 && since < time.Minute &&
+				(nextAt[i].IsZero() || now.Before(nextAt[i])) {
+				// Nothing due since the read: it would find nothing.
+				if !nextAt[i].IsZero() && nextAt[i].Before(wake) {
+					wake = nextAt[i]
+				}
+				if again := readAt[i].Add(time.Minute); again.Before(wake) {
+					wake = again
+				}
+				continue
+			}
 			next, err := c.enqueueDueTicks(ctx, &entries[i], now)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -314,6 +332,7 @@ func (c *Coordinator) RunPeriodic(ctx context.Context, pjs []PeriodicJob) error 
 					next = now.Add(periodicNoSpaceRetry)
 				}
 			}
+			readAt[i], nextAt[i] = now, next
 			if !next.IsZero() && next.Before(wake) {
 				wake = next
 			}
