@@ -13,6 +13,9 @@ import (
 // (with --json, the same array as on success; else a line per final job),
 // counts the jobs that are not final, and exits 1 with one line saying
 // what to do. No worker runs, so the waited-for job never becomes final.
+// The timeouts are a second, not less: the reads a wait makes after its
+// timeout are bounded by it too, and a loaded machine can take longer
+// than 50 ms to answer them.
 func TestJobsWaitTimeoutPrintsJobsAsTheyAre(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
 	pending := e.create(t, apiserver.CreateRequest{Kind: "echo"})
@@ -24,7 +27,7 @@ func TestJobsWaitTimeoutPrintsJobsAsTheyAre(t *testing.T) {
 	}
 	const want = "1 of 2 jobs is not final yet (" // the cancelled one is final
 
-	code, out, errs := runInProcess("jobs", "wait", pending.ID, done.ID, "--json", "--timeout", "50ms", "--server", e.srv.URL)
+	code, out, errs := runInProcess("jobs", "wait", pending.ID, done.ID, "--json", "--timeout", "1s", "--server", e.srv.URL)
 	checkWaitTimeoutError(t, "--json", code, errs, want)
 	var jobs []*coordinator.Job
 	if err := json.Unmarshal([]byte(out), &jobs); err != nil {
@@ -35,13 +38,13 @@ func TestJobsWaitTimeoutPrintsJobsAsTheyAre(t *testing.T) {
 		t.Errorf("--json at a timeout: got %s, want the two jobs in order, available then cancelled", out)
 	}
 
-	code, out, errs = runInProcess("jobs", "wait", pending.ID, done.ID, "--timeout", "50ms", "--server", e.srv.URL)
+	code, out, errs = runInProcess("jobs", "wait", pending.ID, done.ID, "--timeout", "1s", "--server", e.srv.URL)
 	checkWaitTimeoutError(t, "text", code, errs, want)
 	if out != done.ID+" cancelled\n" {
 		t.Errorf("text at a timeout: stdout %q, want the final job's line only", out)
 	}
 
-	code, out, errs = runInProcess("jobs", "wait", "--all", "--json", "--timeout", "50ms", "--server", e.srv.URL)
+	code, out, errs = runInProcess("jobs", "wait", "--all", "--json", "--timeout", "1s", "--server", e.srv.URL)
 	checkWaitTimeoutError(t, "--all --json", code, errs, "available=1")
 	var counts map[coordinator.State]int
 	if err := json.Unmarshal([]byte(out), &counts); err != nil {
@@ -51,7 +54,7 @@ func TestJobsWaitTimeoutPrintsJobsAsTheyAre(t *testing.T) {
 		t.Errorf("--all --json at a timeout: counts %v, want available=1 cancelled=1", counts)
 	}
 
-	code, out, errs = runInProcess("jobs", "wait", "--all", "--timeout", "50ms", "--server", e.srv.URL)
+	code, out, errs = runInProcess("jobs", "wait", "--all", "--timeout", "1s", "--server", e.srv.URL)
 	checkWaitTimeoutError(t, "--all", code, errs, "available=1")
 	if want := "not all jobs final: completed=0 discarded=0 cancelled=1\n"; out != want {
 		t.Errorf("--all at a timeout: stdout %q, want the counts line, %q", out, want)
@@ -73,9 +76,9 @@ func checkWaitTimeoutError(t *testing.T, what string, code int, stderr, want str
 func TestJobsWaitTimeoutOneJob(t *testing.T) {
 	e := newAPIEnv(t, envOpts{noWorker: true})
 	j := e.create(t, apiserver.CreateRequest{Kind: "echo"})
-	code, out, errs := runInProcess("jobs", "wait", j.ID, "--timeout", "50ms", "--server", e.srv.URL)
+	code, out, errs := runInProcess("jobs", "wait", j.ID, "--timeout", "1s", "--server", e.srv.URL)
 	if out != "" {
 		t.Errorf("stdout %q, want nothing: the job is not final", out)
 	}
-	checkWaitTimeoutError(t, "one job", code, errs, "timed out after 50ms: job "+j.ID+" is not final yet: raise --timeout or wait again")
+	checkWaitTimeoutError(t, "one job", code, errs, "timed out after 1s: job "+j.ID+" is not final yet: raise --timeout or wait again")
 }

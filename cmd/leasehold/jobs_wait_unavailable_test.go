@@ -120,18 +120,26 @@ func TestJobsWaitGivesUpOnDaemonGone(t *testing.T) {
 	defer func(d time.Duration) { waitUnreachable = d }(waitUnreachable)
 	waitUnreachable = 1500 * time.Millisecond
 
-	answered := make(chan struct{})
+	// The first read is answered; the second (sent once the command has
+	// the answer) has its connection cut and the daemon go away.
+	gone := make(chan struct{})
+	var reads atomic.Int32
 	var once sync.Once
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "echo", Queue: "default", State: coordinator.StateRunning, Errors: []coordinator.AttemptError{}}})
-		once.Do(func() { close(answered) })
+		if reads.Add(1) == 1 {
+			_ = json.NewEncoder(w).Encode(apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "echo", Queue: "default", State: coordinator.StateRunning, Errors: []coordinator.AttemptError{}}})
+			return
+		}
+		once.Do(func() { close(gone) })
+		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+			_ = conn.Close()
+		}
 	}))
 	url := srv.URL
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
-		<-answered
-		srv.CloseClientConnections()
+		<-gone
 		srv.Close()
 	}()
 	code, out, errs := runInProcess("jobs", "wait", id, "--server", url)
