@@ -68,3 +68,56 @@ func (c *Coordinator) RunningByQueue(ctx context.Context) (map[string]int, error
 	}
 	return out, nil
 }
+
+// RunningOwners is what RunningByOwner returns.
+type RunningOwners struct {
+	// Count is the number of running jobs of each owner (worker id).
+	Count map[string]int
+	// Jobs holds up to n running jobs of each owner asked for, the first
+	// in id (creation) order, with their pending cancel requests.
+	Jobs map[string][]*Job
+}
+
+// RunningByOwner counts the running jobs of every owner from the running
+// index's small values, and reads the records of the first n jobs of each
+// of owners and no others: a view of thousands of running jobs reads a few
+// records per daemon shown, not one per job.
+func (c *Coordinator) RunningByOwner(ctx context.Context, n int, owners []string) (RunningOwners, error) {
+	out := RunningOwners{Count: map[string]int{}, Jobs: map[string][]*Job{}}
+	want := make(map[string]bool, len(owners))
+	for _, o := range owners {
+		want[o] = true
+	}
+	prefix := c.keys.runningAll()
+	var ids []string
+	if err := c.scan(ctx, prefix, false, func(x kv.KeyValue) error {
+		owner, _, _ := strings.Cut(string(x.Value), "\n")
+		out.Count[owner]++
+		if want[owner] && out.Count[owner] <= n {
+			ids = append(ids, strings.TrimPrefix(x.Key, prefix))
+		}
+		return nil
+	}); err != nil {
+		return RunningOwners{}, fmt.Errorf("coordinator: count running jobs by owner: %w", err)
+	}
+	keys := make([]string, 0, 2*len(ids))
+	for _, id := range ids {
+		keys = append(keys, c.keys.job(id), c.keys.cancel(id))
+	}
+	recs, err := c.getMany(ctx, keys)
+	if err != nil {
+		return RunningOwners{}, fmt.Errorf("coordinator: read running jobs: %w", err)
+	}
+	for i := 0; i+1 < len(recs); i += 2 {
+		if recs[i] == nil {
+			continue // finished and purged meanwhile
+		}
+		j, err := decodeKV(recs[i])
+		if err != nil || j.State != StateRunning {
+			continue // finished meanwhile; a corrupt record is the job page's to report
+		}
+		j.CancelRequested = recs[i+1] != nil
+		out.Jobs[j.Owner] = append(out.Jobs[j.Owner], j)
+	}
+	return out, nil
+}

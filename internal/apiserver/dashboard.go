@@ -40,10 +40,17 @@ import (
 
 // Sizes of the dashboard's lists.
 const (
-	dashboardJobs     = 50   // latest jobs on the overview
-	dashboardPage     = 100  // jobs per page of /jobs
-	dashboardRunning  = 1000 // running jobs read for the daemons table
-	dashboardErrorLen = 160  // characters of an error shown in a list
+	dashboardJobs     = 50  // latest jobs on the overview
+	dashboardPage     = 100 // jobs per page of /jobs
+	dashboardErrorLen = 160 // characters of an error shown in a list
+
+	// The overview refreshes every few seconds: its lists are bounded
+	// whatever the numbers of daemons, queues and running jobs, and say
+	// how many they leave out and where to see them.
+	dashboardDaemons          = 100 // daemons listed
+	dashboardQueues           = 100 // queues listed
+	dashboardRunningPerDaemon = 10  // running jobs listed under a daemon
+	dashboardRunning          = 100 // running jobs listed in all
 )
 
 var dashboardFuncs = template.FuncMap{
@@ -237,17 +244,18 @@ const dashboardOverview = `{{define "content"}}
 {{range .Queues}}<tr id="queue-{{.Name}}"><td><a href="jobs?queue={{.Name}}">{{.Name}}</a></td><td>{{if .Paused}}<span class="state s-retryable">paused</span>{{with .PausedAt}} <span class="mute">{{ago .}}</span>{{end}}{{else}}<span class="mute">active</span>{{end}}</td><td class="n">{{.Available}}</td><td class="n">{{.Running}}</td><td class="n">{{with .Limit}}{{.}}{{else}}<span class="mute">none</span>{{end}}</td><td class="n">{{.Daemons}}</td>
 <td>{{if $.CanPause}}{{if .Paused}}<button data-url="v1/queues/{{.Name}}/resume" data-confirm="Resume queue {{.Name}}? Its jobs will be claimed again." data-done="Queue {{.Name}} resumed." data-queue="{{.Name}}">resume</button>{{else}}<button class="danger" data-url="v1/queues/{{.Name}}/pause" data-confirm="Pause queue {{.Name}}? No daemon will claim its jobs until it is resumed; running jobs go on." data-done="Queue {{.Name}} paused." data-queue="{{.Name}}">pause</button>{{end}}{{end}}</td></tr>
 {{end}}</table>
+{{with .QueuesCut}}<p class="note" id="queues-cut">{{.N}} more queues not listed, with {{.Available}} available and {{.Running}} running jobs (the page lists 100: paused ones first, then those with the most jobs): see <a href="v1/queues">/v1/queues</a> or <code>leasehold queues list</code>.</p>{{end}}
 <p class="note">Per queue: available and running jobs (the other states are counted for the whole namespace above).</p>{{else}}<p class="mute">No queues.</p>{{end}}
 </section>
 <section><h2>Daemons</h2>
 {{if .Daemons}}<table class="daemons"><tr><th>worker</th><th>host</th><th class="n">pid</th><th>lease</th><th class="n">running</th><th>queues</th><th>kinds</th><th>started</th></tr>
-{{range .Daemons}}<tr id="daemon-{{.ID}}"><td><code>{{.ID}}</code>{{if .Self}}<span class="self">this daemon</span>{{end}}</td><td>{{.Host}}</td><td class="n">{{.PID}}</td><td><code>{{printf "%x" .Lease}}</code> <span class="mute">ttl {{seconds .LeaseTTLMS}}</span></td><td class="n">{{.Running}}/{{.Concurrency}}</td><td>{{join .Queues}}</td><td>{{join .Kinds}}</td><td title="{{ts .StartedAt}}">{{ago .StartedAt}}</td></tr>
-{{if .Jobs}}<tr><td colspan="8"><table class="running"><tr><th>running job</th><th>kind</th><th>queue</th><th class="n">attempt</th><th class="n">token</th><th>started</th><th></th></tr>
+{{range $d := .Daemons}}<tr id="daemon-{{.ID}}"><td><code>{{.ID}}</code>{{if .Self}}<span class="self">this daemon</span>{{end}}</td><td>{{.Host}}</td><td class="n">{{.PID}}</td><td><code>{{printf "%x" .Lease}}</code> <span class="mute">ttl {{seconds .LeaseTTLMS}}</span></td><td class="n">{{.Running}}/{{.Concurrency}}</td><td>{{join .Queues}}</td><td>{{join .Kinds}}</td><td title="{{ts .StartedAt}}">{{ago .StartedAt}}</td></tr>
+{{if or .Jobs .More}}<tr><td colspan="8">{{if .Jobs}}<table class="running"><tr><th>running job</th><th>kind</th><th>queue</th><th class="n">attempt</th><th class="n">token</th><th>started</th><th></th></tr>
 {{range .Jobs}}<tr data-job="{{.ID}}"><td><a href="jobs/{{.ID}}"><code>{{.ID}}</code></a>{{if .CancelRequested}} <span class="mute">cancel requested</span>{{end}}</td><td>{{.Kind}}</td><td>{{.Queue}}</td><td class="n">{{.Attempt}}/{{.MaxAttempts}}</td><td class="n">{{.Token}}</td><td>{{with .AttemptedAt}}{{ago .}}{{end}}</td><td>{{template "actions" (act $ .)}}</td></tr>
-{{end}}</table></td></tr>{{end}}
+{{end}}</table>{{end}}{{with .More}}<p class="note more-running">{{.}} {{if $d.Jobs}}more {{end}}running jobs of this daemon not listed (the page lists the first 10 of a daemon, of at most 10 daemons): see <a href="jobs?state=running">all running jobs</a> or <code>leasehold jobs list --state running</code>.</p>{{end}}</td></tr>{{end}}
 {{end}}</table>{{else}}<p class="mute">No live daemons.</p>{{end}}
-{{if .RunningCut}}<p class="note">Not every running job is listed under its daemon (the page holds at most 1,000 of them, or 16 MiB); see <a href="jobs?state=running">all running jobs</a>.</p>{{end}}
-{{if .Orphans}}<p class="note">{{len .Orphans}} running jobs belong to no live daemon: they are re-queued once their owner's lease expires.</p>{{end}}
+{{with .DaemonsCut}}<p class="note" id="daemons-cut">{{.}} more live daemons not listed (the page lists 100): see <a href="v1/workers">/v1/workers</a> or <code>leasehold workers list</code>.</p>{{end}}
+{{if .Orphans}}<p class="note">{{.Orphans}} running jobs belong to no live daemon: they are re-queued once their owner's lease expires.</p>{{end}}
 </section>
 <section><h2>Latest jobs</h2>
 {{template "filters" .}}
@@ -335,10 +343,12 @@ type dashPage struct {
 	Total   int
 	Queues  []queueRow
 	Daemons []daemonRow
-	Orphans []*coordinator.Job
+	// DaemonsCut: live daemons not listed; QueuesCut: queues not listed.
+	DaemonsCut int
+	QueuesCut  *queuesCut
+	// Orphans: running jobs whose owner is no live daemon.
+	Orphans int
 	Jobs    []*coordinator.Job
-	// RunningCut: not every running job is listed under its daemon.
-	RunningCut bool
 
 	// Job list.
 	Next  string
@@ -372,6 +382,13 @@ type daemonRow struct {
 	coordinator.WorkerInfo
 	Self bool
 	Jobs []*coordinator.Job
+	// More: its running jobs not listed.
+	More int
+}
+
+// queuesCut is what the overview says of the queues it does not list.
+type queuesCut struct {
+	N, Available, Running int
 }
 
 type timelineEvent struct {
@@ -453,6 +470,32 @@ func pageStatus(w http.ResponseWriter, r *http.Request, p *dashPage, status int)
 	return http.StatusServiceUnavailable
 }
 
+// cutQueues returns at most n of qs in name order: if there are more, the
+// paused ones first, then those with the most available and running jobs;
+// and what the others hold (nil if none is left out).
+func cutQueues(qs []queueRow, n int) ([]queueRow, *queuesCut) {
+	var cut *queuesCut
+	if len(qs) > n {
+		slices.SortFunc(qs, func(x, y queueRow) int {
+			if x.Paused != y.Paused {
+				if x.Paused {
+					return -1
+				}
+				return 1
+			}
+			return cmp.Or(cmp.Compare(y.Available+y.Running, x.Available+x.Running), cmp.Compare(x.Name, y.Name))
+		})
+		cut = &queuesCut{N: len(qs) - n}
+		for _, q := range qs[n:] {
+			cut.Available += q.Available
+			cut.Running += q.Running
+		}
+		qs = qs[:n]
+	}
+	slices.SortFunc(qs, func(x, y queueRow) int { return cmp.Compare(x.Name, y.Name) })
+	return qs, cut
+}
+
 // known fills the kinds and queues offered by the filters, from the live
 // daemons and the queues seen.
 func (p *dashPage) known(ws []coordinator.WorkerInfo, queues []queueRow) {
@@ -482,13 +525,17 @@ func (a *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	}
 	ws, err := a.cfg.Coord.Workers(ctx)
 	a.storeErr(r, p, "live daemons", err)
-	// One page of running jobs for the daemons' tables (at most
-	// dashboardRunning, and about 16 MiB: this page refreshes every few
-	// seconds); the queues' running counts come from the running index.
-	runPage, err := a.cfg.Coord.List(ctx, coordinator.ListParams{State: coordinator.StateRunning, Limit: dashboardRunning})
+	// The first dashboardDaemons daemons (ws is in id order), with the
+	// first running jobs of the first of them: the running index's small
+	// values are read whole, and only the records listed.
+	shown := ws[:min(len(ws), dashboardDaemons)]
+	p.DaemonsCut = len(ws) - len(shown)
+	var withJobs []string
+	for _, wi := range shown[:min(len(shown), dashboardRunning/dashboardRunningPerDaemon)] {
+		withJobs = append(withJobs, wi.ID)
+	}
+	runs, err := a.cfg.Coord.RunningByOwner(ctx, dashboardRunningPerDaemon, withJobs)
 	a.storeErr(r, p, "running jobs", err)
-	running := runPage.Jobs
-	p.RunningCut = runPage.Next != ""
 	runningByQueue, err := a.cfg.Coord.RunningByQueue(ctx)
 	a.storeErr(r, p, "running jobs by queue", err)
 	queues, err := a.cfg.Coord.Queues(ctx)
@@ -512,20 +559,21 @@ func (a *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	for _, q := range rows {
 		p.Queues = append(p.Queues, *q)
 	}
-	slices.SortFunc(p.Queues, func(x, y queueRow) int { return cmp.Compare(x.Name, y.Name) })
+	p.Queues, p.QueuesCut = cutQueues(p.Queues, dashboardQueues)
 
-	// Daemons with their running jobs.
-	byOwner := map[string][]*coordinator.Job{}
-	for _, j := range running {
-		byOwner[j.Owner] = append(byOwner[j.Owner], j)
-	}
+	// Daemons with their first running jobs.
+	live := map[string]bool{}
 	for _, wi := range ws {
-		p.Daemons = append(p.Daemons, daemonRow{WorkerInfo: wi, Self: wi.ID == a.cfg.WorkerID, Jobs: byOwner[wi.ID]})
-		delete(byOwner, wi.ID)
+		live[wi.ID] = true
 	}
-	slices.SortFunc(p.Daemons, func(x, y daemonRow) int { return cmp.Compare(x.ID, y.ID) })
-	for _, js := range byOwner {
-		p.Orphans = append(p.Orphans, js...)
+	for _, wi := range shown {
+		jobs := runs.Jobs[wi.ID]
+		p.Daemons = append(p.Daemons, daemonRow{WorkerInfo: wi, Self: wi.ID == a.cfg.WorkerID, Jobs: jobs, More: max(0, runs.Count[wi.ID]-len(jobs))})
+	}
+	for owner, n := range runs.Count {
+		if !live[owner] {
+			p.Orphans += n
+		}
 	}
 	p.known(ws, p.Queues)
 
