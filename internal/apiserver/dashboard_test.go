@@ -2,6 +2,10 @@ package apiserver
 
 import (
 	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,3 +71,63 @@ type stepClock struct{ now time.Time }
 
 func (c *stepClock) Now() time.Time                         { return c.now }
 func (c *stepClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// The overview refreshes every few seconds, so its lists are bounded:
+// many daemons, queues and running jobs are listed in part, with how many
+// are left out and where to see them.
+func TestDashboardOverviewIsBounded(t *testing.T) {
+	coord, h := newAPIOn(t, nil, Config{})
+	ctx := context.Background()
+	sessions := make([]*coordinator.Session, dashboardDaemons+1)
+	for i := range sessions {
+		s, err := coord.NewSession(ctx, coordinator.SessionConfig{TTL: time.Minute, Worker: coordinator.WorkerInfo{ID: fmt.Sprintf("w%03d-%s", i, coordinator.NewWorkerID()), Queues: []string{"default"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sessions[i] = s
+		t.Cleanup(func() { _ = s.Close(context.Background()) })
+	}
+	// 30 running jobs on the first daemon, 2 on the second, and one on
+	// each of dashboardQueues+50 other queues, the last of them paused.
+	var ps []coordinator.EnqueueParams
+	for range 32 {
+		ps = append(ps, coordinator.EnqueueParams{Kind: "sleep"})
+	}
+	for i := range dashboardQueues + 50 {
+		ps = append(ps, coordinator.EnqueueParams{Kind: "echo", Queue: fmt.Sprintf("q%03d", i)})
+	}
+	if _, err := coord.EnqueueBatch(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{30, 2} {
+		if runs, _, err := coord.Claim(ctx, sessions[i], "default", n, false); err != nil || len(runs) != n {
+			t.Fatalf("claim %d: %d runs, %v", n, len(runs), err)
+		}
+	}
+	paused := fmt.Sprintf("q%03d", dashboardQueues+49)
+	if _, _, err := coord.PauseQueue(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	body := rec.Body.String()
+	if rec.Code != http.StatusOK {
+		t.Fatalf("overview: %d\n%.2000s", rec.Code, body)
+	}
+	daemons := strings.Count(body, `<tr id="daemon-`)
+	queues := strings.Count(body, `<tr id="queue-`)
+	running := strings.Count(body[strings.Index(body, "<h2>Daemons"):strings.Index(body, "<h2>Latest jobs")], `<tr data-job=`)
+	if daemons != dashboardDaemons || !strings.Contains(body, `id="daemons-cut">1 more live daemons not listed`) {
+		t.Errorf("%d daemons listed, want %d and a note that 1 more is not", daemons, dashboardDaemons)
+	}
+	if queues != dashboardQueues || !strings.Contains(body, `id="queues-cut">51 more queues not listed, with 51 available and 0 running jobs`) {
+		t.Errorf("%d queues listed, want %d and a note that 51 more are not", queues, dashboardQueues)
+	}
+	if !strings.Contains(body, `<tr id="queue-`+paused+`">`) || !strings.Contains(body, `<tr id="queue-default">`) {
+		t.Errorf("the paused queue %s or the busiest (default) is not listed", paused)
+	}
+	if running != dashboardRunningPerDaemon+2 || !strings.Contains(body, `20 more running jobs of this daemon not listed`) {
+		t.Errorf("%d running jobs listed, want %d and a note that 20 more of the first daemon are not", running, dashboardRunningPerDaemon+2)
+	}
+}
