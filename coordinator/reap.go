@@ -28,7 +28,8 @@ import (
 // reaped by it, even when their ownership key is gone (the caller's own
 // self-fencing abandons them first). All moves
 // of one pass are applied in as few transactions as the store allows: one,
-// on the embedded store. It returns how many jobs it moved, with an error
+// on the embedded store; each as soon as it is full, before the jobs of
+// the next are read. It returns how many jobs it moved, with an error
 // too: those moved before it.
 func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID string) bool) (int, error) {
 	if ids == nil {
@@ -56,9 +57,60 @@ func (c *Coordinator) Reap(ctx context.Context, ids []string, mine func(jobID st
 
 // reap is one pass of Reap over ids. It returns the ids whose move was
 // refused by its transaction's compares.
+//
+// It reads the jobs a transaction's worth at a time and applies each
+// transaction of moves as soon as it is full, not after reading every job:
+// the jobs of a daemon that held thousands become claimable one
+// transaction after another while the rest are still being read (the same
+// reads and the same transactions as reading them all first).
 func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID string) bool) (int, []string, error) {
+	var b reapBatch
+	n := 0
+	var again []string
+	per := c.unitsPerTxn(3, len(ids)) // three keys read per job
+	for start := 0; start < len(ids); start += per {
+		if err := c.reapRead(ctx, ids[start:min(start+per, len(ids))], mine, &b); err != nil {
+			return n, nil, err
+		}
+		// Every transaction but the last is full: apply them now.
+		chunks := c.chunk(b.units)
+		full := 0
+		for _, ch := range chunks[:len(chunks)-1] {
+			full += len(ch)
+		}
+		if full == 0 {
+			continue
+		}
+		m, a, err := c.reapMove(ctx, b.units[:full], b.reaped[:full], b.lost[:full])
+		n += m
+		again = append(again, a...)
+		if err != nil {
+			return n, nil, err
+		}
+		b.units, b.reaped, b.lost = b.units[full:], b.reaped[full:], b.lost[full:]
+	}
+	if len(b.units) > 0 {
+		m, a, err := c.reapMove(ctx, b.units, b.reaped, b.lost)
+		n += m
+		again = append(again, a...)
+		if err != nil {
+			return n, nil, err
+		}
+	}
+	return n, again, nil
+}
+
+// reapBatch holds the moves a reap pass decided and has not applied yet.
+type reapBatch struct {
+	units  []unit
+	reaped []*Job
+	lost   []lostRun // reaped[i]'s lost run, for its log line
+}
+
+// reapRead reads the jobs ids and adds the move of each one to reap to b.
+func (c *Coordinator) reapRead(ctx context.Context, ids []string, mine func(jobID string) bool, b *reapBatch) error {
 	if len(ids) == 0 {
-		return 0, nil, nil
+		return nil
 	}
 	keys := make([]string, 0, 3*len(ids))
 	for _, id := range ids {
@@ -66,12 +118,9 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 	}
 	got, err := c.getMany(ctx, keys)
 	if err != nil {
-		return 0, nil, fmt.Errorf("coordinator: reap: read running jobs: %w", err)
+		return fmt.Errorf("coordinator: reap: read running jobs: %w", err)
 	}
 	now := c.clock.Now().UTC()
-	var units []unit
-	var reaped []*Job
-	var lost []lostRun // reaped[i]'s lost run, for its log line
 	for i := range ids {
 		o, rec, cr := got[3*i], got[3*i+1], got[3*i+2]
 		if o != nil || rec == nil {
@@ -118,13 +167,16 @@ func (c *Coordinator) reap(ctx context.Context, ids []string, mine func(jobID st
 		if !ok {
 			continue
 		}
-		units = append(units, u)
-		reaped = append(reaped, j)
-		lost = append(lost, lostRun{owner: lostOwner, token: lostToken})
+		b.units = append(b.units, u)
+		b.reaped = append(b.reaped, j)
+		b.lost = append(b.lost, lostRun{owner: lostOwner, token: lostToken})
 	}
-	if len(units) == 0 {
-		return 0, nil, nil
-	}
+	return nil
+}
+
+// reapMove applies the moves units of the jobs reaped. It returns how many
+// moved and the ids whose move was refused by its transaction's compares.
+func (c *Coordinator) reapMove(ctx context.Context, units []unit, reaped []*Job, lost []lostRun) (int, []string, error) {
 	// On an error, res still holds the results of the transactions
 	// applied before it (the store's limits may split the moves): those
 	// jobs moved, and are counted, logged and reported like the others.

@@ -21,6 +21,7 @@ var reapReviewTests = []suiteTest{
 	{"SessionEndsOnRenewalAcknowledgedAfterDeadline", testSessionLateAck},
 	{"SessionDeadlineInMonotonicTime", testSessionDeadlineMonotonic},
 	{"SessionCloseRetriesFailedRevoke", testSessionCloseRetry},
+	{"ReapMovesBeforeReadingEveryJob", testReapMovesAsItReads},
 }
 
 // chunkStore reports a small MaxOps, so that the coordinator splits a
@@ -96,6 +97,75 @@ func testReapPartialCounted(t *testing.T, h *harness) {
 	// The third is reaped by the next pass.
 	if n, err := h.c.Reap(h.ctx(), nil, nil); err != nil || n != 1 {
 		t.Fatalf("next Reap = %d, %v; want 1", n, err)
+	}
+}
+
+// orderStore reports a small MaxOps, like chunkStore, and counts the
+// transactions that only read until the first one that writes.
+type orderStore struct {
+	kv.Store
+	maxOps int
+	mu     sync.Mutex
+	reads  int // read-only transactions before the first write
+	writes int
+}
+
+func (s *orderStore) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.MaxOps = s.maxOps
+	return l
+}
+
+func (s *orderStore) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	s.mu.Lock()
+	if kvtest.Writes(t) {
+		s.writes++
+	} else if s.writes == 0 {
+		s.reads++
+	}
+	s.mu.Unlock()
+	return s.Store.Txn(ctx, t)
+}
+
+// testReapMovesAsItReads: a reap of many jobs, whose reads and moves take
+// many transactions each (the store's limits), applies its first
+// transaction of moves after reading the jobs it moves, not after reading
+// every job: a daemon that held thousands of jobs dies, and the first of
+// them must be claimable elsewhere one transaction's worth of reads after
+// its death is seen, not after thousands of reads (2026-12-05: 47 reads of
+// 128 keys for 2,000 jobs before the first move, on etcd). The moves take
+// as few transactions as before.
+func testReapMovesAsItReads(t *testing.T, h *harness) {
+	const jobs = 60
+	for range jobs {
+		h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	}
+	s := h.session(h.c)
+	for held := 0; held < jobs; {
+		runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, jobs-held, false)
+		if err != nil || len(runs) == 0 {
+			t.Fatalf("Claim: %d runs, %v", len(runs), err)
+		}
+		held += len(runs)
+	}
+	if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+		t.Fatal(err)
+	}
+	// At most 16 ops a transaction: a read takes 5 jobs (3 keys each), a
+	// transaction of moves 12 (4 ops each, one per job), so 3 reads come
+	// before the first move, and 60 jobs take 5 transactions of moves.
+	os := &orderStore{Store: h.store, maxOps: 16}
+	n, err := h.coordinator(os, coordinator.Config{}).Reap(h.ctx(), nil, nil)
+	if err != nil || n != jobs {
+		t.Fatalf("Reap = %d, %v; want %d", n, err, jobs)
+	}
+	os.mu.Lock()
+	defer os.mu.Unlock()
+	if os.reads > 3 {
+		t.Errorf("%d read transactions before the first move, want at most 3 (those of the jobs it moves)", os.reads)
+	}
+	if os.writes != 5 {
+		t.Errorf("the moves took %d transactions, want 5 (12 jobs each)", os.writes)
 	}
 }
 
