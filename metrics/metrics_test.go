@@ -3,12 +3,11 @@ package metrics
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
-	"github.com/leasehold/leasehold/localstore"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -93,15 +92,7 @@ func TestFailOutcomeCountedByRecordedState(t *testing.T) {
 // included, so that rates and alerts work before the first event.
 func TestSeriesStartAtZero(t *testing.T) {
 	m, reg := newTest()
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ls.Close() }()
-	c, err := coordinator.New(m.WrapStore(ls, "pebble"), coordinator.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCoordinator(t, func(s kv.Store) kv.Store { return m.WrapStore(s, "pebble") })
 	w, err := worker.New(c, worker.Config{Queues: []string{"mail"}})
 	if err != nil {
 		t.Fatal(err)
@@ -151,15 +142,7 @@ func TestSeriesStartAtZero(t *testing.T) {
 // process lives.
 func TestKindLabelsBounded(t *testing.T) {
 	m, reg := newTest()
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ls.Close() }()
-	c, err := coordinator.New(ls, coordinator.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := testCoordinator(t, nil)
 	w, err := worker.New(c, worker.Config{})
 	if err != nil {
 		t.Fatal(err)

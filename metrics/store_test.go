@@ -105,15 +105,7 @@ func TestStoreErrorsCountDeadlines(t *testing.T) {
 // series.
 func TestQueueJobsLabelsBounded(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ls.Close() }()
-	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	coord := testCoordinator(t, nil)
 	ctx := context.Background()
 	const queues = MaxQueueLabels + 50
 	for i := range queues {
@@ -137,15 +129,7 @@ func TestQueueJobsLabelsBounded(t *testing.T) {
 // MaxQueueLabels count their paused ones under "other", with no limit.
 func TestQueuePausedAndLimitGauges(t *testing.T) {
 	log := slog.New(slog.DiscardHandler)
-	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ls.Close() }()
-	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
-	if err != nil {
-		t.Fatal(err)
-	}
+	coord := testCoordinator(t, nil)
 	ctx := context.Background()
 	if _, err := coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k", Queue: "a"}); err != nil {
 		t.Fatal(err)
@@ -258,4 +242,25 @@ func TestWrappedStoreScans(t *testing.T) {
 	if _, err := plain.Scan(context.Background(), kv.RangeRequest{}, nil); err != kv.ErrScanUnsupported {
 		t.Fatalf("Scan through the wrapper of a store that cannot scan: %v, want kv.ErrScanUnsupported", err)
 	}
+}
+
+// testCoordinator returns a coordinator on a fresh Pebble directory
+// (through wrap, if not nil), which is closed when the test ends.
+func testCoordinator(t *testing.T, wrap func(kv.Store) kv.Store) *coordinator.Coordinator {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ls.Close() })
+	var store kv.Store = ls
+	if wrap != nil {
+		store = wrap(ls)
+	}
+	c, err := coordinator.New(store, coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
