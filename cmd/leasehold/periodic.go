@@ -161,7 +161,7 @@ schedule now.`,
 			if asJSON {
 				return printJSON(out, res.Periodic)
 			}
-			notes := periodicNotes(res)
+			notes := periodicNotes(res, time.Now())
 			if len(res.Periodic) == 0 && len(notes) == 0 {
 				fmt.Fprintln(cmd.ErrOrStderr(), "leasehold: periodic list: no periodic jobs yet: declare them with 'leasehold daemon --periodic NAME|SPEC|KIND'")
 				return nil
@@ -187,20 +187,38 @@ schedule now.`,
 // run while the present maintenance leader leads: only the leader
 // enqueues, its own schedules (a daemon added with a new schedule waits
 // for the leader to be one that declares it, and said nothing).
-func periodicNotes(res apiserver.PeriodicResponse) []string {
+//
+// A leader that lists no schedule at all may be a build from before
+// 2026-12-05, whose registration does not list them: during a rolling
+// upgrade it leads and runs its schedules. For a schedule that such a
+// leader may be running (its next tick is not overdue, as printPeriodic
+// counts it), the note says both cases; for one that no leader runs now
+// (overdue, or never run), it says what it always did.
+func periodicNotes(res apiserver.PeriodicResponse, now time.Time) []string {
 	if len(res.Declared) == 0 {
 		return nil
 	}
 	if res.Leader == "" {
 		return []string{"no daemon leads maintenance now: no schedule runs until one does"}
 	}
+	leaderLists := false
+	for _, by := range res.Declared {
+		leaderLists = leaderLists || slices.Contains(by, res.Leader)
+	}
+	onTime := map[string]bool{}
+	for _, p := range res.Periodic {
+		onTime[p.Name] = !p.NextAt.IsZero() && !p.NextAt.Before(now.Add(-time.Minute))
+	}
 	var notes []string
 	for _, name := range apiserver.SortedKeys(res.Declared) {
-		by := res.Declared[name]
-		if slices.Contains(by, res.Leader) {
-			continue
+		by := strings.Join(res.Declared[name], ", ")
+		switch {
+		case slices.Contains(res.Declared[name], res.Leader):
+		case !leaderLists && onTime[name]:
+			notes = append(notes, fmt.Sprintf("schedule %s is declared by %s; the maintenance leader %s lists no schedules: either it declares none, and %s runs only while a daemon that declares it leads (declare the same schedules on every daemon), or its build is from before 2026-12-05 and does not list the schedules it runs", name, by, res.Leader, name))
+		default:
+			notes = append(notes, fmt.Sprintf("schedule %s is declared by %s but not by the maintenance leader %s: it runs only while a daemon that declares it leads; declare the same schedules on every daemon", name, by, res.Leader))
 		}
-		notes = append(notes, fmt.Sprintf("schedule %s is declared by %s but not by the maintenance leader %s: it runs only while a daemon that declares it leads; declare the same schedules on every daemon", name, strings.Join(by, ", "), res.Leader))
 	}
 	return notes
 }
