@@ -189,7 +189,7 @@ schedule now.`,
 // for the leader to be one that declares it, and said nothing).
 //
 // A leader that lists no schedule at all may be a build from before
-// 2026-12-05, whose registration does not list them: during a rolling
+// 2026-12-05 09:23, whose registration does not list them: during a rolling
 // upgrade it leads and runs its schedules. For a schedule that such a
 // leader may be running (its next tick is not overdue, as printPeriodic
 // counts it), the note says both cases; for one that no leader runs now
@@ -215,7 +215,7 @@ func periodicNotes(res apiserver.PeriodicResponse, now time.Time) []string {
 		switch {
 		case slices.Contains(res.Declared[name], res.Leader):
 		case !leaderLists && onTime[name]:
-			notes = append(notes, fmt.Sprintf("schedule %s is declared by %s; the maintenance leader %s lists no schedules: either it declares none, and %s runs only while a daemon that declares it leads (declare the same schedules on every daemon), or its build is from before 2026-12-05 and does not list the schedules it runs", name, by, res.Leader, name))
+			notes = append(notes, fmt.Sprintf("schedule %s is declared by %s; the maintenance leader %s lists no schedules: either it declares none, and %s runs only while a daemon that declares it leads (declare the same schedules on every daemon), or its build is from before 2026-12-05 09:23, which does not list the schedules it runs", name, by, res.Leader, name))
 		default:
 			notes = append(notes, fmt.Sprintf("schedule %s is declared by %s but not by the maintenance leader %s: it runs only while a daemon that declares it leads; declare the same schedules on every daemon", name, by, res.Leader))
 		}

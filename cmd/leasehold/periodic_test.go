@@ -29,7 +29,7 @@ func TestPeriodicEveryFractionalSecondsRefused(t *testing.T) {
 }
 
 // TestPeriodicNotesOldLeaderThatListsNoSchedules: in a rolling upgrade a
-// leader of a build from before 2026-12-05 registers without the names
+// leader of a build from before 2026-12-05 09:23 registers without the names
 // of its schedules, and runs them. periodic list said of a schedule that
 // a new daemon declares, and that the old leader ticked on time, that it
 // ran only while a daemon that declares it leads: it does not say that
@@ -61,7 +61,7 @@ func TestPeriodicNotesOldLeaderThatListsNoSchedules(t *testing.T) {
 			t.Errorf("note %d: %q, want it to start %q", i, notes[i], w)
 		}
 	}
-	if !strings.Contains(notes[2], "build is from before 2026-12-05") {
+	if !strings.Contains(notes[2], "build is from before 2026-12-05 09:23") {
 		t.Errorf("note %q does not name the older build", notes[2])
 	}
 
