@@ -95,11 +95,16 @@ func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	// In name order, so that which queues get their own label does not
 	// depend on map order.
 	byLabel := map[string]*queueCount{}
+	// own: the labels that are the name of the one queue behind them (not
+	// "other" summing queues past the bound, even just one).
+	own := map[string]bool{}
 	for _, q := range slices.Sorted(maps.Keys(queues)) {
 		l := jc.queues.label(q)
 		if byLabel[l] == nil {
 			byLabel[l] = &queueCount{}
 		}
+		_, summed := own[l]
+		own[l] = !summed && l == q
 		byLabel[l].Available += queues[q].Available
 		byLabel[l].Running += queues[q].Running
 		byLabel[l].Paused += queues[q].Paused
@@ -109,8 +114,10 @@ func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(c.Available), l, string(coordinator.StateAvailable))
 		ch <- prometheus.MustNewConstMetric(queueJobsDesc, prometheus.GaugeValue, float64(c.Running), l, string(coordinator.StateRunning))
 		ch <- prometheus.MustNewConstMetric(pausedDesc, prometheus.GaugeValue, float64(c.Paused), l)
-		if l != "other" {
-			// Limits of different queues do not add up.
+		if own[l] {
+			// Limits of different queues do not add up: "other", summing
+			// the queues past the bound, has none, but a queue named
+			// "other" alone under its label has its own.
 			ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(c.Limit), l)
 		}
 	}

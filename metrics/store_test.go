@@ -176,6 +176,37 @@ func TestQueuePausedAndLimitGauges(t *testing.T) {
 	}
 }
 
+// A queue named "other", below the bound, keeps its leasehold_queue_limit:
+// only the "other" that sums the queues past the bound has none. It had
+// none, so that a limited queue of that name had no limit series at all.
+func TestQueueNamedOtherHasItsLimit(t *testing.T) {
+	log := slog.New(slog.DiscardHandler)
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ls.Close() }()
+	coord, err := coordinator.New(ls, coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := coord.SetQueueLimit(ctx, "other", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := coord.PauseQueue(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	m, reg := newTest()
+	m.RegisterJobs(coord, log)
+	if got, want := gatherValues(t, reg, "leasehold_queue_limit", "queue"), map[string]float64{"other": 3}; !maps.Equal(got, want) {
+		t.Errorf("leasehold_queue_limit %v, want %v", got, want)
+	}
+	if got, want := gatherValues(t, reg, "leasehold_queue_paused", "queue"), map[string]float64{"other": 1}; !maps.Equal(got, want) {
+		t.Errorf("leasehold_queue_paused %v, want %v", got, want)
+	}
+}
+
 // scanningStore scans: it visits keys "a" and "b", or fails with err.
 type scanningStore struct {
 	kv.Store
