@@ -34,6 +34,7 @@ fuzz-short:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeJob$$' -fuzztime $(FUZZTIME) ./coordinator/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeValue$$' -fuzztime $(FUZZTIME) ./localstore/
 	$(GO) test -run '^$$' -fuzz '^FuzzCreateRequest$$' -fuzztime $(FUZZTIME) ./cmd/leasehold/
+	$(GO) test -run '^$$' -fuzz '^FuzzLoneSurrogate$$' -fuzztime $(FUZZTIME) ./internal/jsontext/
 
 # The multi-process fault test, short form, shared and embedded (about 2 and
 # 1.5 minutes): real etcd members and daemons, a nemesis and a checker.
