@@ -104,7 +104,8 @@ func TestStopLogsEachRunItInterrupts(t *testing.T) {
 	if len(got) != 1 {
 		t.Fatalf("%d lines for the interrupted run, want 1: %v", len(got), got)
 	}
-	if l := got[0]; l["level"] != "INFO" || l["job"] != id || l["kind"] != "long" || l["queue"] != "default" || l["ran"] == nil {
-		t.Errorf("line %v: want INFO with job %s, kind long, queue default and ran", l, id)
+	// The run's attempt (1), not the record's after the give-back (0).
+	if l := got[0]; l["level"] != "INFO" || l["job"] != id || l["kind"] != "long" || l["queue"] != "default" || l["attempt"] != float64(1) || l["ran"] == nil {
+		t.Errorf("line %v: want INFO with job %s, kind long, queue default, attempt 1 and ran", l, id)
 	}
 }

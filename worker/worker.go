@@ -1265,6 +1265,13 @@ func (w *Worker) runLog(r *coordinator.Run) *slog.Logger {
 	return w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.String("queue", jc.Queue), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
 }
 
+// outcomeLog is the logger of r's run once its outcome is recorded: with
+// the attempt of the run (j's), not the record's, which a run given back
+// leaves one lower.
+func (w *Worker) outcomeLog(r *coordinator.Run, j *Job) *slog.Logger {
+	return w.log.With(slog.String("job", j.ID), slog.String("kind", j.Kind), slog.String("queue", j.Queue), slog.Int("attempt", j.Attempt), slog.Int64("token", int64(r.Token())))
+}
+
 // record writes the outcome of a run under its fence. cause is what had
 // ended the run's context when its handler returned (nil if nothing had).
 func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, cause error, herr error, trace string, a *active) {
@@ -1384,13 +1391,13 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 				if out.State == coordinator.StateDiscarded {
 					level = slog.LevelWarn
 				}
-				w.runLog(r).Log(context.Background(), level, "attempt failed", slog.String("state", string(out.State)), slog.Any("err", herr))
+				w.outcomeLog(r, j).Log(context.Background(), level, "attempt failed", slog.String("state", string(out.State)), slog.Any("err", herr))
 			}
 			if out.Op == "release" {
 				// The job's record keeps no trace of a run given back
 				// (no attempt used, no error): this line says which
 				// jobs a stop interrupted, and how much work each lost.
-				w.runLog(r).Info("run interrupted by the stop: job re-queued", slog.Duration("ran", out.Ended.Sub(out.Started)))
+				w.outcomeLog(r, j).Info("run interrupted by the stop: job re-queued", slog.Duration("ran", out.Ended.Sub(out.Started)))
 			}
 			return
 		case errors.Is(err, fence.ErrLeaseLost):
