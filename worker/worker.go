@@ -1261,15 +1261,18 @@ func checkError(err error) (checked error) {
 // runLog is the logger of r's run, built only when there is something to
 // say (most runs say nothing).
 func (w *Worker) runLog(r *coordinator.Run) *slog.Logger {
-	jc := r.Job()
-	return w.log.With(slog.String("job", jc.ID), slog.String("kind", jc.Kind), slog.String("queue", jc.Queue), slog.Int("attempt", jc.Attempt), slog.Int64("token", int64(r.Token())))
+	return w.jobLog(r.Job(), r.Token())
 }
 
 // outcomeLog is the logger of r's run once its outcome is recorded: with
 // the attempt of the run (j's), not the record's, which a run given back
 // leaves one lower.
 func (w *Worker) outcomeLog(r *coordinator.Run, j *Job) *slog.Logger {
-	return w.log.With(slog.String("job", j.ID), slog.String("kind", j.Kind), slog.String("queue", j.Queue), slog.Int("attempt", j.Attempt), slog.Int64("token", int64(r.Token())))
+	return w.jobLog(j.Job, r.Token())
+}
+
+func (w *Worker) jobLog(j coordinator.Job, token fence.Token) *slog.Logger {
+	return w.log.With(slog.String("job", j.ID), slog.String("kind", j.Kind), slog.String("queue", j.Queue), slog.Int("attempt", j.Attempt), slog.Int64("token", int64(token)))
 }
 
 // record writes the outcome of a run under its fence. cause is what had
