@@ -21,31 +21,14 @@ import (
 // are. Before, the first 503 ended the wait, exit 1, as if it had failed.
 func TestJobsWaitOutlastsUnavailableStore(t *testing.T) {
 	const id = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
-	var jobReads, statsReads atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		unavailable := func() {
+	srv := waitDaemon(t, id, func(w http.ResponseWriter, n int32) (final, done bool) {
+		if n <= 2 {
 			w.Header().Set("Retry-After", "1")
 			apiserver.WriteError(w, http.StatusServiceUnavailable, "the store did not answer within 10s (etcd unreachable or without quorum?): retry later")
+			return false, true
 		}
-		switch r.URL.Path {
-		case "/v1/jobs/" + id:
-			if jobReads.Add(1) <= 2 {
-				unavailable()
-				return
-			}
-			now := time.Now()
-			_ = json.NewEncoder(w).Encode(apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "echo", Queue: "default", State: coordinator.StateCompleted, Errors: []coordinator.AttemptError{}, FinalizedAt: &now}})
-		case "/v1/stats":
-			if statsReads.Add(1) <= 2 {
-				unavailable()
-				return
-			}
-			_ = json.NewEncoder(w).Encode(apiserver.StatsResponse{Counts: map[coordinator.State]int{coordinator.StateCompleted: 1}, Total: 1})
-		default:
-			apiserver.WriteError(w, http.StatusNotFound, "unexpected request "+r.Method+" "+r.URL.Path)
-		}
-	}))
-	defer srv.Close()
+		return true, false
+	})
 
 	code, out, errs := runInProcess("jobs", "wait", id, "--server", srv.URL)
 	if code != 0 || out != id+" completed\n" {
@@ -66,41 +49,16 @@ func TestJobsWaitOutlastsUnavailableStore(t *testing.T) {
 // least two reach the command), then answers that the job is final.
 func TestJobsWaitOutlastsDaemonRestart(t *testing.T) {
 	const id = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
-	var jobReads, statsReads atomic.Int32
-	cut := func(w http.ResponseWriter) {
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err != nil {
-			t.Errorf("hijack: %v", err)
-			return
+	srv := waitDaemon(t, id, func(w http.ResponseWriter, n int32) (final, done bool) {
+		switch {
+		case n == 1:
+			return false, false
+		case n <= 5:
+			cut(t, w)
+			return false, true
 		}
-		_ = conn.Close()
-	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		now := time.Now()
-		switch r.URL.Path {
-		case "/v1/jobs/" + id:
-			switch n := jobReads.Add(1); {
-			case n == 1:
-				_ = json.NewEncoder(w).Encode(apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "echo", Queue: "default", State: coordinator.StateRunning, Errors: []coordinator.AttemptError{}}})
-			case n <= 5:
-				cut(w)
-			default:
-				_ = json.NewEncoder(w).Encode(apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "echo", Queue: "default", State: coordinator.StateCompleted, Errors: []coordinator.AttemptError{}, FinalizedAt: &now}})
-			}
-		case "/v1/stats":
-			switch n := statsReads.Add(1); {
-			case n == 1:
-				_ = json.NewEncoder(w).Encode(apiserver.StatsResponse{Counts: map[coordinator.State]int{coordinator.StateRunning: 1}, Total: 1})
-			case n <= 5:
-				cut(w)
-			default:
-				_ = json.NewEncoder(w).Encode(apiserver.StatsResponse{Counts: map[coordinator.State]int{coordinator.StateCompleted: 1}, Total: 1})
-			}
-		default:
-			apiserver.WriteError(w, http.StatusNotFound, "unexpected request "+r.Method+" "+r.URL.Path)
-		}
-	}))
-	defer srv.Close()
+		return true, false
+	})
 
 	code, out, errs := runInProcess("jobs", "wait", id, "--server", srv.URL)
 	if code != 0 || out != id+" completed\n" {
@@ -123,18 +81,15 @@ func TestJobsWaitGivesUpOnDaemonGone(t *testing.T) {
 	// The first read is answered; the second (sent once the command has
 	// the answer) has its connection cut and the daemon go away.
 	gone := make(chan struct{})
-	var reads atomic.Int32
 	var once sync.Once
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if reads.Add(1) == 1 {
-			_ = json.NewEncoder(w).Encode(apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "echo", Queue: "default", State: coordinator.StateRunning, Errors: []coordinator.AttemptError{}}})
-			return
+	srv := waitDaemon(t, id, func(w http.ResponseWriter, n int32) (final, done bool) {
+		if n == 1 {
+			return false, false
 		}
 		once.Do(func() { close(gone) })
-		if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-			_ = conn.Close()
-		}
-	}))
+		cut(t, w)
+		return false, true
+	})
 	url := srv.URL
 	closed := make(chan struct{})
 	go func() {
@@ -152,4 +107,52 @@ func TestJobsWaitGivesUpOnDaemonGone(t *testing.T) {
 	if want := "cannot reach the daemon"; code != 1 || !strings.Contains(errs, want) {
 		t.Errorf("jobs wait ID on a daemon never reached: exit %d, stderr %q; want exit 1 and %q", code, errs, want)
 	}
+}
+
+// waitDaemon is a fake daemon for jobs wait: it serves GET /v1/jobs/{id}
+// and GET /v1/stats, the nth read of each (from 1) going first to
+// step(w, n). done: step answered it itself; else the job (or the counts)
+// is answered completed if final, else running.
+func waitDaemon(t *testing.T, id string, step func(w http.ResponseWriter, n int32) (final, done bool)) *httptest.Server {
+	var jobReads, statsReads atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		state := coordinator.StateRunning
+		var finalized *time.Time
+		switch r.URL.Path {
+		case "/v1/jobs/" + id:
+			final, done := step(w, jobReads.Add(1))
+			if done {
+				return
+			}
+			if final {
+				now := time.Now()
+				state, finalized = coordinator.StateCompleted, &now
+			}
+			_ = json.NewEncoder(w).Encode(apiserver.JobResponse{Job: &coordinator.Job{ID: id, Kind: "echo", Queue: "default", State: state, Errors: []coordinator.AttemptError{}, FinalizedAt: finalized}})
+		case "/v1/stats":
+			final, done := step(w, statsReads.Add(1))
+			if done {
+				return
+			}
+			if final {
+				state = coordinator.StateCompleted
+			}
+			_ = json.NewEncoder(w).Encode(apiserver.StatsResponse{Counts: map[coordinator.State]int{state: 1}, Total: 1})
+		default:
+			apiserver.WriteError(w, http.StatusNotFound, "unexpected request "+r.Method+" "+r.URL.Path)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// cut ends the request's connection without an answer, as a daemon that
+// stops does.
+func cut(t *testing.T, w http.ResponseWriter) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		t.Errorf("hijack: %v", err)
+		return
+	}
+	_ = conn.Close()
 }
