@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -132,10 +133,26 @@ func runJobsList(cmd *cobra.Command, o *listOpts) error {
 			return err
 		}
 	} else {
+		// Running jobs are listed with the daemon that runs them and when
+		// their run started, in place of when they were created.
+		running := o.state == string(coordinator.StateRunning)
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tCREATED")
+		if running {
+			fmt.Fprintln(tw, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tOWNER\tSTARTED")
+		} else {
+			fmt.Fprintln(tw, "ID\tKIND\tQUEUE\tSTATE\tATTEMPT\tCREATED")
+		}
 		for _, j := range page.Jobs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\n", j.ID, j.Kind, j.Queue, stateLabel(j), j.Attempt, j.MaxAttempts, fmtTime(j.CreatedAt))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t", j.ID, j.Kind, j.Queue, stateLabel(j), j.Attempt, j.MaxAttempts)
+			if running {
+				started := "-"
+				if j.AttemptedAt != nil {
+					started = fmtTime(*j.AttemptedAt)
+				}
+				fmt.Fprintf(tw, "%s\t%s\n", cmp.Or(j.Owner, "-"), started)
+			} else {
+				fmt.Fprintf(tw, "%s\n", fmtTime(j.CreatedAt))
+			}
 		}
 		if err := tw.Flush(); err != nil {
 			return failf("write output: %v", err)

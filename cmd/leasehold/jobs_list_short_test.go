@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apiserver"
@@ -83,5 +84,36 @@ func TestJobsListPagesOnToTheLimit(t *testing.T) {
 		if (tc.stderr == "" && errs != "") || !strings.Contains(errs, tc.stderr) {
 			t.Errorf("--limit %s: stderr %q, want %q", tc.limit, errs, tc.stderr)
 		}
+	}
+}
+
+// jobs list --state running shows which daemon runs each job and since
+// when, in place of when it was created; other listings keep CREATED.
+func TestJobsListRunningShowsOwnerAndStart(t *testing.T) {
+	started := time.Date(2026, 12, 6, 1, 2, 3, 0, time.UTC)
+	created := started.Add(-time.Hour)
+	jobs := []*coordinator.Job{
+		{ID: "01ARZ3NDEKTSV4RRFFQ69G5FA1", Kind: "echo", Queue: "default", State: coordinator.StateRunning,
+			Attempt: 1, MaxAttempts: 25, CreatedAt: created, AttemptedAt: &started, Owner: "host-1-abc"},
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		apiserver.WriteJSON(w, http.StatusOK, coordinator.ListPage{Jobs: jobs})
+	}))
+	defer srv.Close()
+	code, out, errs := runInProcess("jobs", "list", "--state", "running", "--server", srv.URL)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[0]), " ") != "ID KIND QUEUE STATE ATTEMPT OWNER STARTED" {
+		t.Fatalf("stdout %q, want a header with OWNER and STARTED and one job", out)
+	}
+	if !strings.Contains(lines[1], "host-1-abc") || !strings.Contains(lines[1], fmtTime(started)) || strings.Contains(lines[1], fmtTime(created)) {
+		t.Errorf("row %q, want the owner and the start time %s (not the creation time)", lines[1], fmtTime(started))
+	}
+	code, out, errs = runInProcess("jobs", "list", "--server", srv.URL)
+	if code != 0 || !strings.HasPrefix(strings.Join(strings.Fields(out), " "), "ID KIND QUEUE STATE ATTEMPT CREATED 01ARZ3NDEKTSV4RRFFQ69G5FA1") ||
+		!strings.Contains(out, fmtTime(created)) {
+		t.Errorf("jobs list without --state: exit %d, stdout %q, stderr %q; want the CREATED column", code, out, errs)
 	}
 }
