@@ -22,6 +22,9 @@ var (
 	ErrUnknownKind = errors.New("worker: no handler for kind")
 	// ErrStopped is returned by Start on a stopped worker.
 	ErrStopped = errors.New("worker: stopped")
+	// ErrStarted is wrapped by the error of Start on a worker already
+	// started (a failed Start may be called again; a successful one not).
+	ErrStarted = errors.New("worker: already started")
 )
 
 type snoozeError struct{ d time.Duration }

@@ -32,7 +32,7 @@ func TestStopAfterFailedStart(t *testing.T) {
 	}
 	w.Handle("k", func(context.Context, *worker.Job) error { return nil })
 	for range 2 {
-		if err := w.Start(context.Background()); err == nil || err.Error() == "worker: Start called twice" {
+		if err := w.Start(context.Background()); err == nil || errors.Is(err, worker.ErrStarted) {
 			t.Fatalf("Start on a store that refuses sessions: %v", err)
 		}
 	}
@@ -41,6 +41,23 @@ func TestStopAfterFailedStart(t *testing.T) {
 	}
 	if err := w.Start(context.Background()); !errors.Is(err, worker.ErrStopped) {
 		t.Fatalf("Start after Stop: %v, want ErrStopped", err)
+	}
+}
+
+// TestStartTwice: a second Start of a started worker is ErrStarted, a
+// sentinel (it was a bare error), with one line saying what to do, and
+// leaves the worker running.
+func TestStartTwice(t *testing.T) {
+	e := newEnv(t, nil)
+	w := e.worker(worker.Config{}, map[string]worker.Handler{
+		"k": func(context.Context, *worker.Job) error { return nil },
+	})
+	err := w.Start(context.Background())
+	if !errors.Is(err, worker.ErrStarted) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "once per Worker") {
+		t.Fatalf("second Start: %v, want ErrStarted saying what to do", err)
+	}
+	if j := e.wait(e.enqueue(coordinator.EnqueueParams{Kind: "k"})); j.State != coordinator.StateCompleted {
+		t.Fatalf("job after a refused second Start: %s, want completed", j.State)
 	}
 }
 

@@ -383,7 +383,9 @@ func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 
 // Start opens a session and starts claiming. It returns once work is
 // running, or the error that prevented it (then Start may be called
-// again). ctx bounds only the start; a Stop called meanwhile waits for it.
+// again). A second Start after one that succeeded is ErrStarted, and on a
+// stopped worker ErrStopped. ctx bounds only the start; a Stop called
+// meanwhile waits for it.
 // Cancelling ctx after Start returned does not stop the worker (nor does
 // the end of a signal.NotifyContext given to Start): Stop does.
 func (w *Worker) Start(ctx context.Context) error {
@@ -398,7 +400,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return fmt.Errorf("%w: worker has no handlers: register them with Handle, HandleWith or HandleArgs before Start", coordinator.ErrInvalid)
 	}
 	if w.started.Load() {
-		return fmt.Errorf("worker: Start called twice")
+		return fmt.Errorf("%w: Start called twice: call it once per Worker (after Stop, make a new one with New)", ErrStarted)
 	}
 	if err := w.wrapHandlers(); err != nil {
 		return fmt.Errorf("worker: start: %w", err)
