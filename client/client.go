@@ -44,6 +44,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -68,7 +69,9 @@ type ArgsWithOpts interface {
 	InsertOpts() InsertOpts
 }
 
-// RawArgs are untyped arguments: a kind and a JSON payload.
+// RawArgs are untyped arguments: a kind and a JSON payload. A payload
+// that is not valid JSON is refused by Insert with an error wrapping
+// coordinator.ErrInvalid; an empty one is {}.
 type RawArgs struct {
 	KindName string
 	Payload  json.RawMessage
@@ -241,9 +244,12 @@ func params(p InsertParams) (coordinator.EnqueueParams, error) {
 	if p.Args == nil {
 		return coordinator.EnqueueParams{}, fmt.Errorf("%w: nil job arguments", coordinator.ErrInvalid)
 	}
+	if err := checkRaw(p.Args); err != nil {
+		return coordinator.EnqueueParams{}, err
+	}
 	payload, err := json.Marshal(p.Args)
 	if err != nil {
-		return coordinator.EnqueueParams{}, fmt.Errorf("%w: encode %s arguments: %v", coordinator.ErrInvalid, p.Args.Kind(), err)
+		return coordinator.EnqueueParams{}, fmt.Errorf("%w: encode %s arguments: %v: give them a type that encoding/json can encode", coordinator.ErrInvalid, p.Args.Kind(), err)
 	}
 	var o InsertOpts
 	if d, ok := p.Args.(ArgsWithOpts); ok {
@@ -256,6 +262,34 @@ func params(p InsertParams) (coordinator.EnqueueParams, error) {
 		Kind: p.Args.Kind(), Payload: payload, Queue: o.Queue, Priority: o.Priority, ScheduledAt: o.ScheduledAt,
 		MaxAttempts: o.MaxAttempts, Timeout: o.Timeout, UniqueKey: o.UniqueKey, Unique: o.Unique, Metadata: o.Metadata,
 	}, nil
+}
+
+// checkRaw refuses RawArgs whose payload is not JSON in one line that says
+// where and what to do; json.Marshal would say it through its own error
+// about calling MarshalJSON.
+func checkRaw(a Args) error {
+	var r RawArgs
+	switch v := a.(type) {
+	case RawArgs:
+		r = v
+	case *RawArgs:
+		if v == nil {
+			return fmt.Errorf("%w: nil job arguments", coordinator.ErrInvalid)
+		}
+		r = *v
+	default:
+		return nil
+	}
+	if len(r.Payload) == 0 || json.Valid(r.Payload) {
+		return nil
+	}
+	where := ""
+	var se *json.SyntaxError
+	if err := json.Unmarshal(r.Payload, new(json.RawMessage)); errors.As(err, &se) {
+		where = fmt.Sprintf(" (at byte %d: %s)", se.Offset, se.Error())
+	}
+	return fmt.Errorf("%w: RawArgs payload of kind %s is not valid JSON%s: pass JSON text as Payload (an object, say), or none for {}",
+		coordinator.ErrInvalid, r.KindName, where)
 }
 
 // merge returns base with every non-zero field of over.
