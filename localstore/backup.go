@@ -191,7 +191,7 @@ func ReadBackup(dir string) (BackupInfo, error) {
 // bumped, Open refuses dir, even after a crash. With from empty, dir is an
 // existing data directory that went back in time (a filesystem or VM
 // snapshot put back, a copy of a stopped store) and is bumped in place; it
-// must not be open.
+// must not be open (a [*LockedError] if it is).
 //
 // Either way the revision counter is raised by bump (DefaultRevisionBump
 // when 0): fencing tokens are revisions, and the lost store may have handed

@@ -9,9 +9,9 @@
 //   - One owner. [Open] takes the data directory: an exclusive flock on a
 //     lock file in it, and a registry of the directories open in this
 //     process (flock and Pebble's fcntl lock do not both conflict within one
-//     process). A second Open, here or in another process, fails with an
-//     error wrapping [ErrLocked] that names the directory, and leaves the
-//     owner untouched.
+//     process). A second Open, here or in another process, fails with a
+//     [*LockedError] (matching [ErrLocked]) that names the directory and
+//     its holder, and leaves the owner untouched.
 //   - Durable, atomic transactions. [Store.Txn] evaluates
 //     If(compares) Then(ops) Else(ops), nested transactions included, under
 //     one mutex, writes the result as one Pebble batch together with the

@@ -13,8 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrLocked is wrapped by the error of [Open] when another process, or
-// another open Store of this process, holds the data directory.
+// ErrLocked is matched by the error of [Open] (a [*LockedError]) when
+// another process, or another open Store of this process, holds the data
+// directory.
 var ErrLocked = errors.New("localstore: data directory in use")
 
 // lockFileName is the file in the data directory that the owner holds an
@@ -37,25 +38,39 @@ type dirLock struct {
 	f   *os.File // holds the flock while open
 }
 
-// lockedError is the refusal of a directory held by someone else.
-type lockedError struct {
-	dir       string
-	pid       int  // 0 if unknown
-	inProcess bool // held by another Store of this process
+// LockedError is the refusal of a data directory that someone else holds:
+// errors.Is(err, ErrLocked) matches it, and errors.As gives the directory
+// and the holder, for a program that says in its own terms what to do (the
+// daemon names its --data flag).
+type LockedError struct {
+	Dir       string // absolute and clean, as given
+	PID       int    // the holder's pid; 0 if unknown
+	InProcess bool   // held by another open Store of this process
 }
 
-func (e *lockedError) Error() string {
-	if e.inProcess {
-		return fmt.Sprintf("localstore: data directory %s is already open in this process (pid %d); close the other store first or pass another --data directory", e.dir, e.pid)
+// Holder says whose the directory is, without what to do: "data directory
+// DIR is in use by another leasehold process (pid N)", or "... is already
+// open in this process (pid N)".
+func (e *LockedError) Holder() string {
+	if e.InProcess {
+		return fmt.Sprintf("data directory %s is already open in this process (pid %d)", e.Dir, e.PID)
 	}
 	holder := "another leasehold process"
-	if e.pid > 0 {
-		holder += fmt.Sprintf(" (pid %d)", e.pid)
+	if e.PID > 0 {
+		holder += fmt.Sprintf(" (pid %d)", e.PID)
 	}
-	return fmt.Sprintf("localstore: data directory %s is in use by %s; stop it or pass another --data directory", e.dir, holder)
+	return fmt.Sprintf("data directory %s is in use by %s", e.Dir, holder)
 }
 
-func (e *lockedError) Is(target error) bool { return target == ErrLocked }
+func (e *LockedError) Error() string {
+	if e.InProcess {
+		return "localstore: " + e.Holder() + ": close the Store open on it first, or open another directory"
+	}
+	return "localstore: " + e.Holder() + ": stop that process first, or open another directory"
+}
+
+// Is makes errors.Is(err, ErrLocked) match.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
 // dataDirPerm is the mode of the data directories (and of their store
 // directory) that Open and Restore create: they hold every job's payload,
@@ -85,7 +100,7 @@ func lockDir(dir string) (*dirLock, error) {
 	openDirs.Lock()
 	defer openDirs.Unlock()
 	if openDirs.m[resolved] {
-		return nil, &lockedError{dir: abs, pid: os.Getpid(), inProcess: true}
+		return nil, &LockedError{Dir: abs, PID: os.Getpid(), InProcess: true}
 	}
 	path := filepath.Join(abs, lockFileName)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
@@ -98,7 +113,7 @@ func lockDir(dir string) (*dirLock, error) {
 			// Not this process (its registry says so), whatever pid the
 			// file names: two containers sharing a volume may both be
 			// pid 1.
-			return nil, &lockedError{dir: abs, pid: readPID(path)}
+			return nil, &LockedError{Dir: abs, PID: readPID(path)}
 		}
 		return nil, fmt.Errorf("localstore: lock %s: %w", path, err)
 	}

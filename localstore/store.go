@@ -92,9 +92,9 @@ type lease struct {
 
 // Open opens the store in dir, creating the directory if it is missing.
 //
-// It fails with an error wrapping [ErrLocked] when another process, or
-// another open Store of this process, holds dir; the holder is not
-// disturbed. Every key that a previous process attached to a lease is
+// It fails with a [*LockedError], which matches [ErrLocked], when another
+// process, or another open Store of this process, holds dir; the holder
+// is not disturbed. Every key that a previous process attached to a lease is
 // deleted at once, in one synced transaction of one new revision, since the
 // process that held those leases is gone; [Store.RecoveredLeasedKeys] says
 // how many. A backup made by [Store.Backup] is refused (ErrBackup): it is

@@ -71,6 +71,9 @@ func TestLockSameProcess(t *testing.T) {
 			t.Fatalf("second Open: %v, want ErrLocked", err)
 		}
 		checkLockedMessage(t, err.Error(), dir)
+		if le := (*LockedError)(nil); !errors.As(err, &le) || !le.InProcess || le.PID != os.Getpid() {
+			t.Fatalf("second Open: %+v, want a LockedError held in this process", le)
+		}
 	}
 	// And through a symlink.
 	link := filepath.Join(t.TempDir(), "link")
@@ -107,11 +110,14 @@ func TestLockSameProcess(t *testing.T) {
 	}
 }
 
+// checkLockedMessage: the refusal is one line naming dir and what a
+// library caller can do, not the CLI's --data flag (the CLI adds that).
 func checkLockedMessage(t *testing.T, msg, dir string) {
 	t.Helper()
 	msg = strings.TrimSpace(msg)
-	if strings.Contains(msg, "\n") || !strings.Contains(msg, dir) || !strings.Contains(msg, "--data") {
-		t.Fatalf("locked message %q: want one line naming %s and saying what to do", msg, dir)
+	if strings.Contains(msg, "\n") || !strings.Contains(msg, dir) || !strings.HasSuffix(msg, ", or open another directory") ||
+		strings.Contains(msg, "--data") {
+		t.Fatalf("locked message %q: want one line naming %s and saying what to do, in the library's terms", msg, dir)
 	}
 }
 
@@ -160,6 +166,13 @@ func TestLockOtherProcess(t *testing.T) {
 	checkLockedMessage(t, err.Error(), dir)
 	if !strings.Contains(err.Error(), fmt.Sprintf("pid %d", cmd.Process.Pid)) {
 		t.Errorf("message %q does not name the holder's pid %d", err, cmd.Process.Pid)
+	}
+	// A program that says what to do in its own terms (the daemon names
+	// its --data flag) gets the directory and the holder.
+	var le *LockedError
+	if !errors.As(err, &le) || le.Dir != dir || le.PID != cmd.Process.Pid || le.InProcess ||
+		le.Holder() != fmt.Sprintf("data directory %s is in use by another leasehold process (pid %d)", dir, cmd.Process.Pid) {
+		t.Errorf("errors.As(%v): %+v, want the directory and the holder", err, le)
 	}
 
 	// The holder is untouched by the refusal: it closes cleanly.

@@ -175,6 +175,9 @@ func runRestore(cmd *cobra.Command, o *restoreOpts) error {
 		return err
 	}
 	rev, err := localstore.Restore(o.data, o.from, o.bump)
+	if lerr, ok := lockedf(err); ok {
+		return lerr
+	}
 	switch {
 	case errors.Is(err, localstore.ErrBackup):
 		// Restore refuses directories it cannot use before it changes
@@ -182,8 +185,6 @@ func runRestore(cmd *cobra.Command, o *restoreOpts) error {
 		// another must be passed. A daemon holding --data (ErrLocked) or
 		// an I/O error is a failure (exit 1).
 		return usagef("%s", strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: backup: "))
-	case errors.Is(err, localstore.ErrLocked):
-		return failf("%s", strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: "))
 	case err != nil:
 		return failf("%s: check the directories and their permissions, then run it again into a new --data", strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: "))
 	}

@@ -272,8 +272,14 @@ func TestRestoreCLI(t *testing.T) {
 	// Another process holds it, as a running daemon would.
 	r := runCLI(t, nil, "", "restore", "--data", dataDir)
 	checkOneLineError(t, "restore in place of an open store", r, exitFailure, "is in use by another leasehold process")
-	if !strings.Contains(r.stderr, "stop it") {
-		t.Errorf("restore in place of an open store: %q does not say to stop the daemon", r.stderr)
+	if !strings.Contains(r.stderr, "stop it") || !strings.Contains(r.stderr, "--data") {
+		t.Errorf("restore in place of an open store: %q does not say to stop the daemon or pass another --data", r.stderr)
+	}
+	// bench on it says the same (the library's line names no flag).
+	r = runCLI(t, nil, "", "bench", "--data", dataDir, "--jobs", "1")
+	if want := "leasehold: bench: data directory " + dataDir + " is in use by another leasehold process"; r.code != exitFailure ||
+		!strings.HasPrefix(r.stderr, want) || !strings.HasSuffix(r.stderr, ": stop it, or pass another --data directory\n") || strings.Count(r.stderr, "\n") != 1 {
+		t.Errorf("bench on an open store: exit %d, stderr %q; want exit 1 and one line %q..., saying to stop it or pass another --data", r.code, r.stderr, want)
 	}
 	if err := ls.Close(); err != nil {
 		t.Fatal(err)

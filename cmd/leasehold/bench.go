@@ -139,6 +139,9 @@ func runBench(cmd *cobra.Command, g *globalOpts, o *benchOpts) error {
 		if ctx.Err() != nil {
 			return failf("interrupted")
 		}
+		if lerr, ok := lockedf(err); ok {
+			return lerr
+		}
 		return failf("%v", err)
 	}
 	return nil

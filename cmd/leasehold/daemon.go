@@ -287,11 +287,10 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	} else {
 		ls, err := localstore.Open(o.data, localstore.Options{Logger: log, MinFreeBytes: o.minFreeBytes()})
 		if err != nil {
-			msg := strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: ")
-			if errors.Is(err, localstore.ErrLocked) {
-				return failf("%s", msg)
+			if lerr, ok := lockedf(err); ok {
+				return lerr
 			}
-			return failf("cannot open data directory %s: %s", o.data, msg)
+			return failf("cannot open data directory %s: %s", o.data, strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: "))
 		}
 		store = m.WrapStore(ls, "pebble")
 		backup = ls

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/localstore"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -44,6 +45,17 @@ func usagef(format string, a ...any) error {
 // failf is a failure: exit code 1.
 func failf(format string, a ...any) error {
 	return &cliError{code: exitFailure, msg: fmt.Sprintf(format, a...)}
+}
+
+// lockedf is the failure of a command whose --data directory another
+// process holds (localstore.ErrLocked): the library says whose it is, the
+// CLI what to do with its flag. ok is false for other errors.
+func lockedf(err error) (_ error, ok bool) {
+	var le *localstore.LockedError
+	if !errors.As(err, &le) {
+		return nil, false
+	}
+	return failf("%s: stop it, or pass another --data directory", le.Holder()), true
 }
 
 // exitCode maps an error returned by the command tree to an exit code.
