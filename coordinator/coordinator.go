@@ -121,8 +121,15 @@ func New(store kv.Store, cfg Config) (*Coordinator, error) {
 	if err := validName("namespace", cfg.Namespace); err != nil {
 		return nil, err
 	}
-	if cfg.MaxPayloadBytes < 0 || cfg.MaxRescues < 0 || cfg.Retention < 0 {
-		return nil, fmt.Errorf("%w: negative limit in coordinator config", ErrInvalid)
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxPayloadBytes", int64(cfg.MaxPayloadBytes)}, {"MaxRescues", int64(cfg.MaxRescues)}, {"Retention", int64(cfg.Retention)},
+	} {
+		if f.v < 0 {
+			return nil, fmt.Errorf("%w: coordinator.Config.%s is negative: want 0 (the default) or more", ErrInvalid, f.name)
+		}
 	}
 	lim := store.Limits()
 	fit := maxPayloadFor(lim)
