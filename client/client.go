@@ -142,7 +142,7 @@ type Options struct {
 	// (HTTP only); white space around it is ignored.
 	Token string
 	// HTTPTimeout bounds one HTTP request that is not a wait. Default
-	// 30s.
+	// 30s; a negative one is refused by NewHTTP.
 	HTTPTimeout time.Duration
 	// HTTPClient sends the requests of a client from NewHTTP: give one
 	// whose Transport trusts your CA (a daemon started with --tls-cert

@@ -149,9 +149,18 @@ func TestOnEtcd(t *testing.T) {
 
 func TestNewHTTPBadServer(t *testing.T) {
 	for _, s := range []string{"", "127.0.0.1:7420", "ftp://x", "http://"} {
-		if _, err := client.NewHTTP(s, nil); err == nil {
-			t.Errorf("NewHTTP(%q) accepted", s)
+		_, err := client.NewHTTP(s, nil)
+		if !errors.Is(err, coordinator.ErrInvalid) || !strings.HasSuffix(err.Error(), "URL: pass the daemon's, e.g. http://127.0.0.1:7420") {
+			t.Errorf("NewHTTP(%q): %v, want ErrInvalid saying what to pass", s, err)
 		}
+	}
+	// A negative timeout was taken as the default.
+	if c, err := client.NewHTTP("http://127.0.0.1:7420", &client.Options{HTTPTimeout: -time.Second}); !errors.Is(err, coordinator.ErrInvalid) ||
+		!strings.Contains(err.Error(), "HTTPTimeout is negative: want 0 (the default, 30s) or more") {
+		if c != nil {
+			_ = c.Close()
+		}
+		t.Errorf("NewHTTP with a negative HTTPTimeout: %v, want ErrInvalid", err)
 	}
 }
 

@@ -74,7 +74,7 @@ type httpBackend struct {
 func NewHTTP(server string, o *Options) (*Client, error) {
 	u, err := url.Parse(server)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("%w: server %q is not an http:// or https:// URL", coordinator.ErrInvalid, server)
+		return nil, fmt.Errorf("%w: server %q is not an http:// or https:// URL: pass the daemon's, e.g. http://127.0.0.1:7420", coordinator.ErrInvalid, server)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	b := &httpBackend{server: server, base: u, hc: &http.Client{}, ownHC: true, timeout: 30 * time.Second}
@@ -87,6 +87,9 @@ func NewHTTP(server string, o *Options) (*Client, error) {
 		b.token = strings.TrimSpace(o.Token)
 		if strings.ContainsFunc(b.token, unicode.IsControl) {
 			return nil, fmt.Errorf("%w: the API token holds a control character (a line break?): pass the token alone, on one line", coordinator.ErrInvalid)
+		}
+		if o.HTTPTimeout < 0 {
+			return nil, fmt.Errorf("%w: client.Options.HTTPTimeout is negative: want 0 (the default, 30s) or more", coordinator.ErrInvalid)
 		}
 		if o.HTTPTimeout > 0 {
 			b.timeout = o.HTTPTimeout
