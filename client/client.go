@@ -10,12 +10,16 @@
 // change that kept losing races: safe to retry). A job of a kind that no
 // live daemon runs (a typo, a handler never registered) is ErrInvalid on
 // both, and nothing is written; with no daemon live at all, any kind is
-// accepted (its daemons may start later). A queue is not checked: a queue
-// that no daemon serves is accepted, and its jobs wait until one does
-// (Queues lists the daemons serving each). A store that does not
-// answer in time gives an error wrapping context.DeadlineExceeded, also
-// through a daemon (its 503 with Retry-After): the outcome of a write is
-// then unknown, so insert with a unique key to retry without a duplicate.
+// accepted (its daemons may start later). A queue is not checked, on
+// purpose: a queue that no daemon serves is accepted, and its jobs wait
+// until one does, unlike a kind's, which would fail attempt after attempt;
+// and its daemons may start after the program that fills it. Check a
+// program's queue names once, at start, if need be: Queues lists the
+// daemons serving each (see the example of Client.Queues). A store that
+// does not answer in time gives an error wrapping
+// context.DeadlineExceeded, also through a daemon (its 503 with
+// Retry-After): the outcome of a write is then unknown, so insert with a
+// unique key to retry without a duplicate.
 // A store without room for new jobs (a daemon's disk under its reserve,
 // etcd over its quota) gives an error wrapping kv.ErrNoSpace, also through
 // a daemon (its 507). A disk's reserve writes nothing; etcd applied the

@@ -163,6 +163,34 @@ func ExampleClient_Queues() {
 	// newsletter 2 available, 0 daemon(s), paused: false
 }
 
+// Insert does not check queues (a job in a queue that no daemon serves
+// waits until one does, and its daemons may start after the program): a
+// program that wants to know checks its queue names once, at start, as
+// here. "newsletter" has no daemon yet.
+func ExampleClient_Queues_served() {
+	coord, stop := exampleDaemon()
+	defer stop()
+	c := client.New(coord, nil)
+	qs, err := c.Queues(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	served := map[string]bool{}
+	for _, q := range qs {
+		served[q.Name] = len(q.Workers) > 0
+	}
+	for _, name := range []string{"mail", "newsletter"} {
+		if !served[name] {
+			fmt.Println(name + ": no live daemon serves it; its jobs wait until one does")
+			continue
+		}
+		fmt.Println(name + ": served")
+	}
+	// Output:
+	// mail: served
+	// newsletter: no live daemon serves it; its jobs wait until one does
+}
+
 // The number of jobs in each state, as a gauge for an autoscaler (or a
 // dashboard) would poll it.
 func ExampleClient_Counts() {
