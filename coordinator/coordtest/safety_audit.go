@@ -58,14 +58,15 @@ type maxOps1 struct{ kv.Store }
 
 func (s maxOps1) Limits() kv.Limits { l := s.Store.Limits(); l.MaxOps = 1; return l }
 
-// testReapTornRead (promise 7): the reaper reads ownership keys, records
-// and cancel keys in chunks of the store's MaxOps (128 on etcd; a job's
-// three keys come in one chunk when they fit, as they do there, not on a
-// store that takes fewer), so it may read one job's missing ownership key
-// and its record at different revisions. A job that another reaper
-// re-queued and a live daemon claimed in between must be left running: the
-// re-queue re-checks, in its own transaction, that the ownership key is
-// missing.
+// testReapTornRead (promise 7): the reaper reads records (and, to decide
+// again a job whose move was refused, its ownership and cancel keys) in
+// chunks of the store's MaxOps (128 on etcd; a job's three keys come in one
+// chunk when they fit, as they do there, not on a store that takes fewer),
+// so it may read a record at a later revision than the one at which it
+// found the job's ownership key missing (its list of ownerless jobs, or the
+// key's own read). A job that another reaper re-queued and a live daemon
+// claimed in between must be left running: the re-queue re-checks, in its
+// own transaction, that the ownership key is missing.
 func testReapTornRead(t *testing.T, h *harness) {
 	h.enqueue(coordinator.EnqueueParams{Kind: "k"})
 	b := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
@@ -77,7 +78,7 @@ func testReapTornRead(t *testing.T, h *harness) {
 		t.Fatal(err)
 	}
 	gate := kvtest.NewGate(maxOps1{h.store})
-	gate.Match = func(tx kv.Txn) bool { // the read of b's record, after its ownership key's
+	gate.Match = func(tx kv.Txn) bool { // the read of b's record, after the reap listed b ownerless
 		return !kvtest.Writes(tx) && len(tx.Then) == 1 && strings.HasSuffix(tx.Then[0].Key, "/j/"+b.ID)
 	}
 	open := openOnce(t, gate)
