@@ -89,6 +89,8 @@ type Coordinator struct {
 	floors floors
 	group  groupCommit
 	qconf  queueCache
+	// finished: RecentCounts' count of the finished states.
+	finished finishedCounts
 
 	// testMaxVersion, if not 0, stands for ClusterVersion (tests of
 	// upgrades: a newer build).

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
 )
@@ -120,4 +122,122 @@ func (c *Coordinator) RunningByOwner(ctx context.Context, n int, owners []string
 		out.Jobs[j.Owner] = append(out.Jobs[j.Owner], j)
 	}
 	return out, nil
+}
+
+// The counts of the finished states that RecentCounts returns are counted
+// again once they are older than finishedRecountFactor times as long as
+// their last count took, but no sooner than finishedRecountMin and no later
+// than finishedRecountMax after it began. Counting them then takes at most
+// 1 % of a process's time until a count takes 0.6 s (several hundred
+// thousand kept jobs), past which they are counted once a minute.
+const (
+	finishedRecountFactor = 100
+	finishedRecountMin    = time.Second
+	finishedRecountMax    = time.Minute
+)
+
+// finishedCounts keeps the last count of the finished index for
+// RecentCounts, and shares a recount under way between its callers.
+type finishedCounts struct {
+	mu     sync.Mutex
+	last   *finishedCount // nil before the first count
+	flight *finishedCount // the recount under way, if any
+	// joined, if set, is called when a caller waits for the recount
+	// under way (tests).
+	joined func()
+}
+
+// finishedCount is one count of the finished index. Its fields other than
+// done are set before done is closed and not changed after.
+type finishedCount struct {
+	done   chan struct{}
+	counts map[State]int
+	at     time.Time // when the count began
+	took   time.Duration
+	err    error
+	// abandoned: err is the end of the counting caller's context, not
+	// the store's answer.
+	abandoned bool
+}
+
+// fresh reports whether the count is recent enough to use at now (a clock
+// stepped back before it began makes it stale).
+func (f *finishedCount) fresh(now time.Time) bool {
+	age := now.Sub(f.at)
+	return age >= 0 && age < min(finishedRecountMax, max(finishedRecountMin, finishedRecountFactor*f.took))
+}
+
+// RecentCounts is Counts for gauges, read often by many processes (each
+// metrics scrape, the dashboard's reloads): the unfinished states are read
+// at each call, as Counts reads them (a count that says that nothing is
+// pending is confirmed), but the finished states, whose index holds every
+// job kept until retention removes it, come from a count that began at the
+// returned time. That count is made again once it is older than 100 times
+// as long as it took, at least 1 s and at most 60 s after it began;
+// callers that need it while it is made wait for it and share it.
+//
+// Jobs that finished after that time are counted in no state. Counts is
+// exact at the time of the call.
+func (c *Coordinator) RecentCounts(ctx context.Context) (map[State]int, time.Time, error) {
+	fin, err := c.countFinished(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	out := newCounts()
+	first, last, err := c.countInto(ctx, out, c.unfinishedIndexes())
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if err := c.confirmPending(ctx, out, first, last); err != nil {
+		return nil, time.Time{}, err
+	}
+	for st, n := range fin.counts {
+		out[st] = n
+	}
+	return out, fin.at, nil
+}
+
+// countFinished returns the last count of the finished index if it is
+// fresh, else the recount under way, else a new count.
+func (c *Coordinator) countFinished(ctx context.Context) (*finishedCount, error) {
+	fc := &c.finished
+	for {
+		now := c.clock.Now()
+		fc.mu.Lock()
+		if f := fc.last; f != nil && f.fresh(now) {
+			fc.mu.Unlock()
+			return f, nil
+		}
+		if f := fc.flight; f != nil {
+			joined := fc.joined
+			fc.mu.Unlock()
+			if joined != nil {
+				joined()
+			}
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("coordinator: count jobs: %w", ctx.Err())
+			}
+			if f.abandoned && ctx.Err() == nil {
+				continue // its caller gave up, this one has not: count
+			}
+			return f, f.err
+		}
+		f := &finishedCount{done: make(chan struct{}), counts: map[State]int{}, at: now}
+		fc.flight = f
+		fc.mu.Unlock()
+
+		_, _, f.err = c.countInto(ctx, f.counts, []string{c.keys.finished()})
+		f.took = c.clock.Now().Sub(now)
+		f.abandoned = f.err != nil && ctx.Err() != nil
+		fc.mu.Lock()
+		fc.flight = nil
+		if f.err == nil {
+			fc.last = f
+		}
+		fc.mu.Unlock()
+		close(f.done)
+		return f, f.err
+	}
 }

@@ -295,28 +295,50 @@ func validCursor(st State, byQueue bool, after string) bool {
 // (then small) again until one read saw no write between its first and
 // last page.
 func (c *Coordinator) Counts(ctx context.Context) (map[State]int, error) {
+	out := newCounts()
+	first, last, err := c.countInto(ctx, out, append(c.unfinishedIndexes(), c.keys.finished()))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.confirmPending(ctx, out, first, last); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// newCounts returns counts of 0 in every state.
+func newCounts() map[State]int {
 	out := make(map[State]int, len(States))
 	for _, st := range States {
 		out[st] = 0
 	}
-	unfinished := []string{c.keys.available(), c.keys.timers(), c.keys.runningAll()}
-	first, last, err := c.countInto(ctx, out, append(unfinished, c.keys.finished()))
-	if err != nil {
-		return nil, err
-	}
+	return out
+}
+
+// unfinishedIndexes are the prefixes of the unfinished states' indexes.
+func (c *Coordinator) unfinishedIndexes() []string {
+	return []string{c.keys.available(), c.keys.timers(), c.keys.runningAll()}
+}
+
+// confirmPending confirms counts out, read between store revisions first
+// and last, that say that no job is pending: it reads the unfinished
+// indexes again until one read saw no write between its first and last
+// page (see Counts).
+func (c *Coordinator) confirmPending(ctx context.Context, out map[State]int, first, last int64) error {
+	var err error
 	for range 8 {
 		if first == last || out[StateScheduled]+out[StateAvailable]+out[StateRunning]+out[StateRetryable] > 0 {
 			break
 		}
 		again := map[State]int{}
-		if first, last, err = c.countInto(ctx, again, unfinished); err != nil {
-			return nil, err
+		if first, last, err = c.countInto(ctx, again, c.unfinishedIndexes()); err != nil {
+			return err
 		}
 		for _, st := range []State{StateScheduled, StateAvailable, StateRunning, StateRetryable} {
 			out[st] = again[st]
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // countInto adds the jobs of the index prefixes to out and returns the
