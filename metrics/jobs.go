@@ -12,7 +12,9 @@ import (
 )
 
 // RegisterJobs registers the job gauges, read from c's store at each
-// scrape: jobs in each state (leasehold_jobs), available and running jobs
+// scrape: jobs in each state (leasehold_jobs; the finished states from a
+// recent count, coordinator.Coordinator.RecentCounts, whose age is
+// leasehold_jobs_finished_age_seconds), available and running jobs
 // of each queue (leasehold_queue_jobs), whether each queue is paused
 // (leasehold_queue_paused) and its global limit (leasehold_queue_limit),
 // and whether the read failed
@@ -40,15 +42,17 @@ type jobsCollector struct {
 }
 
 var (
-	jobsDesc      = prometheus.NewDesc("leasehold_jobs", "Jobs in each state (the whole namespace).", []string{"state"}, nil)
-	queueJobsDesc = prometheus.NewDesc("leasehold_queue_jobs", "Available and running jobs of each queue (other states are not indexed by queue).", []string{"queue", "state"}, nil)
-	scrapeErrDesc = prometheus.NewDesc("leasehold_jobs_scrape_error", "1 if reading the job counts for this scrape failed.", nil, nil)
-	pausedDesc    = prometheus.NewDesc("leasehold_queue_paused", "1 if the queue is paused (for queue=\"other\": how many of the queues summed there are).", []string{"queue"}, nil)
-	limitDesc     = prometheus.NewDesc("leasehold_queue_limit", "The queue's global limit on jobs running at once across daemons (0: none).", []string{"queue"}, nil)
+	jobsDesc        = prometheus.NewDesc("leasehold_jobs", "Jobs in each state (the whole namespace).", []string{"state"}, nil)
+	queueJobsDesc   = prometheus.NewDesc("leasehold_queue_jobs", "Available and running jobs of each queue (other states are not indexed by queue).", []string{"queue", "state"}, nil)
+	finishedAgeDesc = prometheus.NewDesc("leasehold_jobs_finished_age_seconds", "Age of the completed, discarded and cancelled counts of leasehold_jobs: they are counted again once older than 100 times as long as their count took, at least 1 s and at most 60 s (the other states are read at each scrape).", nil, nil)
+	scrapeErrDesc   = prometheus.NewDesc("leasehold_jobs_scrape_error", "1 if reading the job counts for this scrape failed.", nil, nil)
+	pausedDesc      = prometheus.NewDesc("leasehold_queue_paused", "1 if the queue is paused (for queue=\"other\": how many of the queues summed there are).", []string{"queue"}, nil)
+	limitDesc       = prometheus.NewDesc("leasehold_queue_limit", "The queue's global limit on jobs running at once across daemons (0: none).", []string{"queue"}, nil)
 )
 
 func (jc *jobsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- jobsDesc
+	ch <- finishedAgeDesc
 	ch <- queueJobsDesc
 	ch <- scrapeErrDesc
 	ch <- pausedDesc
@@ -60,7 +64,7 @@ func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	failed := 0.0
 	defer func() { ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.GaugeValue, failed) }()
-	counts, err := jc.c.Counts(ctx)
+	counts, countedAt, err := jc.c.RecentCounts(ctx)
 	if err != nil {
 		jc.log.Warn("metrics: counting jobs failed", slog.Any("err", err))
 		failed = 1
@@ -69,6 +73,7 @@ func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range coordinator.States {
 		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
 	}
+	ch <- prometheus.MustNewConstMetric(finishedAgeDesc, prometheus.GaugeValue, jc.c.Clock().Now().Sub(countedAt).Seconds())
 	queues, err := queueCounts(ctx, jc.c)
 	if err != nil {
 		jc.log.Warn("metrics: counting jobs by queue failed", slog.Any("err", err))

@@ -279,6 +279,12 @@ func TestWrappedStoreScans(t *testing.T) {
 // (through wrap, if not nil), which is closed when the test ends.
 func testCoordinator(t *testing.T, wrap func(kv.Store) kv.Store) *coordinator.Coordinator {
 	t.Helper()
+	return testCoordinatorWith(t, coordinator.Config{}, wrap)
+}
+
+// testCoordinatorWith is testCoordinator with cfg (its Logger is set).
+func testCoordinatorWith(t *testing.T, cfg coordinator.Config, wrap func(kv.Store) kv.Store) *coordinator.Coordinator {
+	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
 	if err != nil {
@@ -289,7 +295,8 @@ func testCoordinator(t *testing.T, wrap func(kv.Store) kv.Store) *coordinator.Co
 	if wrap != nil {
 		store = wrap(ls)
 	}
-	c, err := coordinator.New(store, coordinator.Config{Logger: log})
+	cfg.Logger = log
+	c, err := coordinator.New(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

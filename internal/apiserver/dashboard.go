@@ -238,6 +238,7 @@ const dashboardOverview = `{{define "content"}}
 <section><h2>Jobs by state</h2>
 <table class="counts"><tr>{{range .States}}<th class="n">{{.}}</th>{{end}}<th class="n">total</th></tr>
 <tr>{{range .States}}<td class="n"><a id="count-{{.}}" href="jobs?state={{.}}">{{index $.Counts .}}</a></td>{{end}}<td class="n" id="count-total">{{.Total}}</td></tr></table>
+{{with .FinishedAge}}<p class="note" id="finished-age">Completed, discarded and cancelled jobs as counted {{.}} ago (that count is at most a minute old; the other states are read at each load).</p>{{end}}
 </section>
 <section><h2>Queues</h2>
 {{if .Queues}}<table><tr><th>queue</th><th>state</th><th class="n">available</th><th class="n">running</th><th class="n">limit</th><th class="n">daemons serving it</th><th></th></tr>
@@ -339,10 +340,13 @@ type dashPage struct {
 	KnownQueues []string
 
 	// Overview.
-	Counts  map[coordinator.State]int
-	Total   int
-	Queues  []queueRow
-	Daemons []daemonRow
+	Counts map[coordinator.State]int
+	Total  int
+	// FinishedAge: how old the finished states' counts are, if 1 s or
+	// more (coordinator.Coordinator.RecentCounts).
+	FinishedAge time.Duration
+	Queues      []queueRow
+	Daemons     []daemonRow
 	// DaemonsCut: live daemons not listed; QueuesCut: queues not listed.
 	DaemonsCut int
 	QueuesCut  *queuesCut
@@ -518,8 +522,12 @@ func (a *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := a.newPage("Overview", "overview")
 	var err error
-	p.Counts, err = a.cfg.Coord.Counts(ctx)
+	var countedAt time.Time
+	p.Counts, countedAt, err = a.cfg.Coord.RecentCounts(ctx)
 	a.storeErr(r, p, "job counts", err)
+	if age := RoundDuration(a.cfg.Coord.Clock().Now().Sub(countedAt)); err == nil && age >= time.Second {
+		p.FinishedAge = age
+	}
 	for _, n := range p.Counts {
 		p.Total += n
 	}

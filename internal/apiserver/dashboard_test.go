@@ -6,10 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/localstore"
 )
@@ -129,5 +131,88 @@ func TestDashboardOverviewIsBounded(t *testing.T) {
 	}
 	if running != dashboardRunningPerDaemon+2 || !strings.Contains(body, `20 more running jobs of this daemon not listed`) {
 		t.Errorf("%d running jobs listed, want %d and a note that 20 more of the first daemon are not", running, dashboardRunningPerDaemon+2)
+	}
+}
+
+// finishedReads counts the ranges read from the finished index of
+// namespace "dash" (key layout: /leasehold/NS/f/ID).
+// A read takes took on clock.
+type finishedReads struct {
+	kv.Store
+	n     atomic.Int64
+	clock *stepClock
+	took  time.Duration
+}
+
+func (s *finishedReads) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if strings.HasPrefix(r.Start, "/leasehold/dash/f/") {
+		s.n.Add(1)
+		s.clock.now = s.clock.now.Add(s.took)
+	}
+	return s.Store.Range(ctx, r)
+}
+
+// The overview's reloads share the last count of the finished jobs while
+// it is recent (coordinator.Coordinator.RecentCounts), and say how old it
+// is; its other counts are read at each load.
+func TestDashboardOverviewReusesFinishedCounts(t *testing.T) {
+	log := testutil.QuietLogger(t)
+	clock := &stepClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	store := &finishedReads{Store: testutil.TempLocal(t, log), clock: clock}
+	coord, err := coordinator.New(store, coordinator.Config{Namespace: "dash", Logger: log, Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := New(Config{Coord: coord, Logger: log})
+	ctx := context.Background()
+	enqueue := func() string {
+		t.Helper()
+		r, err := coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "echo"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Job.ID
+	}
+	load := func(when string, cancelled, available string, age string) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+		body := rec.Body.String()
+		for _, want := range []string{`id="count-cancelled" href="jobs?state=cancelled">` + cancelled + `<`, `id="count-available" href="jobs?state=available">` + available + `<`} {
+			if !strings.Contains(body, want) {
+				t.Errorf("%s: the overview lacks %s", when, want)
+			}
+		}
+		if got := strings.Contains(body, `id="finished-age">Completed, discarded and cancelled jobs as counted `+age+` ago`); got != (age != "") {
+			t.Errorf("%s: note of the finished counts' age %s: %v", when, age, got)
+		}
+	}
+	if _, err := coord.Cancel(ctx, enqueue()); err != nil {
+		t.Fatal(err)
+	}
+	load("first load", "1", "0", "")
+	if _, err := coord.Cancel(ctx, enqueue()); err != nil {
+		t.Fatal(err)
+	}
+	enqueue()
+	clock.now = clock.now.Add(500 * time.Millisecond)
+	load("a reload 0.5 s later", "1", "1", "")
+	if n := store.n.Load(); n != 1 {
+		t.Errorf("two loads within 1 s read the finished index %d times, want 1", n)
+	}
+	clock.now = clock.now.Add(time.Second)
+	load("1.5 s later", "2", "1", "")
+	if n := store.n.Load(); n != 2 {
+		t.Errorf("%d reads of the finished index, want 2", n)
+	}
+	// A count that takes 2 s is kept for a minute, and the page says
+	// how old it is.
+	store.took = 2 * time.Second
+	clock.now = clock.now.Add(time.Second)
+	load("a count that took 2 s", "2", "1", "2s")
+	clock.now = clock.now.Add(10 * time.Second)
+	load("10 s later", "2", "1", "12s")
+	if n := store.n.Load(); n != 3 {
+		t.Errorf("%d reads of the finished index, want 3", n)
 	}
 }
