@@ -44,7 +44,7 @@ type jobsCollector struct {
 var (
 	jobsDesc        = prometheus.NewDesc("leasehold_jobs", "Jobs in each state (the whole namespace).", []string{"state"}, nil)
 	queueJobsDesc   = prometheus.NewDesc("leasehold_queue_jobs", "Available and running jobs of each queue (other states are not indexed by queue).", []string{"queue", "state"}, nil)
-	finishedAgeDesc = prometheus.NewDesc("leasehold_jobs_finished_age_seconds", "Age of the completed, discarded and cancelled counts of leasehold_jobs: they are counted again once older than 100 times as long as their count took, at least 1 s and at most 60 s (the other states are read at each scrape).", nil, nil)
+	finishedAgeDesc = prometheus.NewDesc("leasehold_jobs_finished_age_seconds", "Age of the completed, discarded and cancelled counts of leasehold_jobs: they are counted again once older than 1,000 times as long as their count took, at least 1 s and at most 60 s (the other states are read at each scrape).", nil, nil)
 	scrapeErrDesc   = prometheus.NewDesc("leasehold_jobs_scrape_error", "1 if reading the job counts for this scrape failed.", nil, nil)
 	pausedDesc      = prometheus.NewDesc("leasehold_queue_paused", "1 if the queue is paused (for queue=\"other\": how many of the queues summed there are).", []string{"queue"}, nil)
 	limitDesc       = prometheus.NewDesc("leasehold_queue_limit", "The queue's global limit on jobs running at once across daemons (0: none).", []string{"queue"}, nil)
