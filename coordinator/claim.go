@@ -24,7 +24,8 @@ type ClaimStats struct {
 }
 
 // Claim takes up to n available jobs of queue for sess, highest priority and
-// oldest first. Each job moves from available to running only through a
+// oldest first; fewer when their records, payloads included, would take more
+// than Config.MaxClaimBytes (but always one, when one is available). Each job moves from available to running only through a
 // compare-and-set on its record's modification revision; the revision of the
 // claiming transaction is the run's fencing token and the creation revision
 // of its ownership key, which hangs on the session's lease.
@@ -98,6 +99,12 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 		return nil, st, nil, fmt.Errorf("coordinator: claim: %w", err)
 	}
 	defer unlock()
+	// A claim takes no more jobs than fit in c.cfg.MaxClaimBytes (below),
+	// and when the queue's entries were large at the last read, it asks
+	// for no more than that many, and reads no more: each entry carries
+	// its job's record, payload included.
+	fit := c.floors.fitting(queue, c.cfg.MaxClaimBytes)
+	n = min(n, fit)
 	var slots []string
 	if conf.Limit > 0 {
 		free, err := c.freeSlots(ctx, queue, conf.Limit, n+c.floors.slotsTried(queue), spread)
@@ -116,7 +123,7 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 	}
 	window := n
 	if spread {
-		window = min(4*n, 512)
+		window = min(4*n, 512, fit)
 	}
 	fs, tracked := c.floors.start(queue)
 	if fs.key > start {
@@ -125,7 +132,7 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 	end := kv.PrefixEnd(c.keys.queue(queue))
 	ahead := window
 	if c.limits.RangeCountsAll {
-		ahead = max(window, readAhead*n)
+		ahead = max(window, min(readAhead*n, fit))
 	}
 	busy := c.floors.pendingFrom(queue, start)
 	// One read to the queue's end, unless ranges cost every key to their
@@ -153,6 +160,7 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 	// Only a read that saw every job the floor was lowered to moves it.
 	moves := tracked && fs.tail != 0 && readRev >= fs.lowRev
 	read := avail
+	c.floors.read(queue, read)
 	avail = c.floors.dropPending(queue, avail)
 	if start != c.keys.queue(queue) && c.floors.dueFullRead(queue, c.clock.Now()) {
 		// Every way a job becomes available lowers the floor (the
@@ -187,6 +195,9 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 		}
 		cands = cands[:n]
 	}
+	// The candidates past the byte bound are left as those past n are:
+	// not tried, so the floor stays before them.
+	cands = withinBytes(cands, c.cfg.MaxClaimBytes)
 	// A job that another claim of this session still tries, under an
 	// older index entry (the job was claimed and given back meanwhile),
 	// waits until that claim is resolved; the floor stays before it.
@@ -328,6 +339,18 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 	// back (its entry did not change): lower the floor to it (ADR 0015).
 	c.floors.release(queue, tried, used, lost, false)
 	return runs, st, nil, nil
+}
+
+// withinBytes returns the longest prefix of xs whose values take at most
+// budget bytes, and at least its first entry.
+func withinBytes(xs []kv.KeyValue, budget int) []kv.KeyValue {
+	total := 0
+	for i, x := range xs {
+		if total += len(x.Value); total > budget && i > 0 {
+			return xs[:i]
+		}
+	}
+	return xs
 }
 
 // availableWindows are the spans of scheduled time, in nanoseconds, of

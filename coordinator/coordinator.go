@@ -46,6 +46,13 @@ type Config struct {
 	// --max-request-bytes). A larger value is refused. See
 	// [Coordinator.MaxPayloadBytes].
 	MaxPayloadBytes int
+	// MaxClaimBytes bounds the bytes of the jobs one claim takes: of their
+	// available-index entries, each of which carries the job's record,
+	// payload included. A claim takes its candidates in order until the
+	// next would pass the bound, and always at least one, so that a job
+	// of any allowed size runs; it also reads fewer entries once it has
+	// seen that a queue's are large. Default: 16 MiB (DefaultMaxClaimBytes).
+	MaxClaimBytes int
 	// MaxRescues is how many times a job may lose its run with its daemon
 	// (lease expiry, crash) before it is discarded. Default: 5.
 	MaxRescues int
@@ -67,9 +74,13 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxRescues = 5
-	DefaultNamespace  = "default"
-	DefaultRetention  = 24 * time.Hour
+	// DefaultMaxClaimBytes is the default of Config.MaxClaimBytes: no
+	// bound for a claim of 64 jobs of up to 256 KiB each; 16 jobs of the
+	// default 1 MiB payload limit.
+	DefaultMaxClaimBytes = 16 << 20
+	DefaultMaxRescues    = 5
+	DefaultNamespace     = "default"
+	DefaultRetention     = 24 * time.Hour
 )
 
 // Coordinator is the job state machine over one store. It is safe for
@@ -108,6 +119,9 @@ func New(store kv.Store, cfg Config) (*Coordinator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxClaimBytes == 0 {
+		cfg.MaxClaimBytes = DefaultMaxClaimBytes
+	}
 	if cfg.MaxRescues == 0 {
 		cfg.MaxRescues = DefaultMaxRescues
 	}
@@ -127,7 +141,7 @@ func New(store kv.Store, cfg Config) (*Coordinator, error) {
 		name string
 		v    int64
 	}{
-		{"MaxPayloadBytes", int64(cfg.MaxPayloadBytes)}, {"MaxRescues", int64(cfg.MaxRescues)}, {"Retention", int64(cfg.Retention)},
+		{"MaxPayloadBytes", int64(cfg.MaxPayloadBytes)}, {"MaxClaimBytes", int64(cfg.MaxClaimBytes)}, {"MaxRescues", int64(cfg.MaxRescues)}, {"Retention", int64(cfg.Retention)},
 	} {
 		if f.v < 0 {
 			return nil, fmt.Errorf("%w: coordinator.Config.%s is negative: want 0 (the default) or more", ErrInvalid, f.name)

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -182,6 +183,33 @@ func (f *floors) freeSlots(queue string, free []string, n int) ([]string, <-chan
 	return out[:min(n, len(out))], nil
 }
 
+// read records the entries a claim of queue read (see fitting).
+func (f *floors) read(queue string, xs []kv.KeyValue) {
+	if len(xs) == 0 {
+		return
+	}
+	total := 0
+	for _, x := range xs {
+		total += len(x.Value)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.of(queue).entryBytes = total / len(xs)
+}
+
+// fitting returns how many entries of queue fit in budget bytes, by the
+// mean size of those the last claim read (at least one; MaxInt before any
+// read): claims of large jobs read fewer, where a claim that will take
+// only as many as fit would read the rest for nothing.
+func (f *floors) fitting(queue string, budget int) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b := f.of(queue).entryBytes; b > 0 {
+		return max(1, budget/b)
+	}
+	return math.MaxInt
+}
+
 // lockReads takes queue's read lock, or fails when ctx ends first, and
 // returns its release, which may be called more than once. Until then,
 // the global-limit slots that claims in flight release are remembered for
@@ -245,6 +273,9 @@ type floor struct {
 	slots         map[string]bool
 	releasedSlots map[string]bool
 	slotsBack     chan struct{}
+	// entryBytes is the mean size of the values of the entries the last
+	// claim's read returned (0: none read yet). See fitting.
+	entryBytes int
 }
 
 // low is one lowering of a floor: a job that became available at key, or

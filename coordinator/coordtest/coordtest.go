@@ -69,6 +69,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, maintenanceTests...)
 	tests = append(tests, reapReviewTests...)
 	tests = append(tests, claimReviewTests...)
+	tests = append(tests, claimBytesTests...)
 	tests = append(tests, opsReviewTests...)
 	tests = append(tests, maintReviewTests...)
 	tests = append(tests, runReviewTests...)
