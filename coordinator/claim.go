@@ -25,10 +25,11 @@ type ClaimStats struct {
 
 // Claim takes up to n available jobs of queue for sess, highest priority and
 // oldest first; fewer when their records, payloads included, would take more
-// than Config.MaxClaimBytes (but always one, when one is available). Each job moves from available to running only through a
-// compare-and-set on its record's modification revision; the revision of the
-// claiming transaction is the run's fencing token and the creation revision
-// of its ownership key, which hangs on the session's lease.
+// than Config.MaxClaimBytes (but always one, when one is available). Each
+// job moves from available to running only through a compare-and-set on its
+// record's modification revision; the revision of the claiming transaction
+// is the run's fencing token and the creation revision of its ownership key,
+// which hangs on the session's lease.
 //
 // When several daemons contend for the same head of a queue, spread makes
 // each pick candidates at random from a window larger than n, so that they
