@@ -80,7 +80,7 @@ const (
 	// several times over while it commits (as read, decoded, its rewrite,
 	// the store's batch): in a drain of 1 MB payloads with 64 slots, a
 	// bound of 16 MiB left the process at 1.0 GB, 4 MiB at 0.6 GB, and
-	// the drain no slower (docs/performance.md, section 39).
+	// the drain no slower (docs/performance.md, section 41).
 	DefaultMaxClaimBytes = 4 << 20
 	DefaultMaxRescues    = 5
 	DefaultNamespace     = "default"
