@@ -16,6 +16,7 @@ func TestNewNamesTheNegativeField(t *testing.T) {
 		want string
 	}{
 		{Config{MaxPayloadBytes: -1}, "coordinator: invalid request: coordinator.Config.MaxPayloadBytes is negative: want 0 (the default) or more"},
+		{Config{MaxClaimBytes: -1}, "coordinator: invalid request: coordinator.Config.MaxClaimBytes is negative: want 0 (the default) or more"},
 		{Config{MaxRescues: -1}, "coordinator: invalid request: coordinator.Config.MaxRescues is negative: want 0 (the default) or more"},
 		{Config{Retention: -time.Hour}, "coordinator: invalid request: coordinator.Config.Retention is negative: want 0 (the default) or more"},
 	} {
