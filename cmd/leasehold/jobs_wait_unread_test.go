@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // A jobs wait --all whose store never answers (etcd without quorum, a hung
@@ -35,5 +36,23 @@ func TestJobsWaitAllTimeoutNothingRead(t *testing.T) {
 	}
 	if n := reads.Load(); n != 1 {
 		t.Errorf("%d reads of the counts, want 1: a store that did not answer within the timeout is not asked again", n)
+	}
+}
+
+// jobs wait --all reads the counts every 250 ms, or, when a read takes
+// long (the daemon counts every kept job), pauses ten times as long as
+// the read took, up to 10 s: a wait over a large namespace must not keep
+// the daemon counting all the time.
+func TestJobsWaitAllPausesByTheCountsCost(t *testing.T) {
+	for _, tc := range []struct{ took, want time.Duration }{
+		{0, waitAllPoll},
+		{10 * time.Millisecond, waitAllPoll},
+		{100 * time.Millisecond, time.Second},
+		{400 * time.Millisecond, 4 * time.Second},
+		{3 * time.Second, waitAllPollMax},
+	} {
+		if got := waitAllPause(tc.took); got != tc.want {
+			t.Errorf("waitAllPause(%s) = %s, want %s", tc.took, got, tc.want)
+		}
 	}
 }
