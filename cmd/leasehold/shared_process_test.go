@@ -365,7 +365,7 @@ func (c *spCluster) waitAllFinal(t *testing.T) map[string]coordinator.Job {
 	t.Helper()
 	c.cli(t, "jobs", "wait", "--all", "--timeout", spWait.String())
 	var jobs []coordinator.Job
-	out := c.cli(t, "jobs", "list", "--json", "--limit", "1000")
+	out := c.cli(t, "jobs", "list", "--json", "--limit", strconv.Itoa(coordinator.MaxListLimit))
 	if err := json.Unmarshal([]byte(out), &jobs); err != nil {
 		t.Fatalf("jobs list --json: %v\n%s", err, out)
 	}
@@ -917,19 +917,36 @@ func TestFailoverMeasure(t *testing.T) {
 		}
 		ttl = d
 	}
-	const jobsPerCycle = 3
+	// LEASEHOLD_FAILOVER_JOBS: the jobs the killed daemon holds (the
+	// README's failover table with thousands of them).
+	jobsPerCycle := 3
+	if s := os.Getenv("LEASEHOLD_FAILOVER_JOBS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > coordinator.MaxListLimit/2 {
+			t.Fatalf("LEASEHOLD_FAILOVER_JOBS=%q: want 1 to %d", s, coordinator.MaxListLimit/2)
+		}
+		jobsPerCycle = n
+	}
+	// The bound: TTL + 1 s, plus, with more than a few jobs, the time to
+	// move and claim them again, which docs/DESIGN.md states as about a
+	// millisecond a job on 2 cores (2 ms here, for a loaded machine).
+	bound := spFailoverBound(ttl)
+	if jobsPerCycle > 3 {
+		bound += time.Duration(jobsPerCycle) * 2 * time.Millisecond
+	}
 	c := newSPCluster(t, "measure", ttl)
 	deaths := c.watchDeaths(t)
-	holder := c.daemon(t, "daemon 0")
+	slots := "--concurrency=" + strconv.Itoa(max(jobsPerCycle+10, 20))
+	holder := c.daemon(t, "daemon 0", slots)
 	// Kill at a random phase of the renewal period (TTL/3) and of etcd's
-	// 500 ms expiry check; the jobs outlast that delay.
+	// 500 ms expiry check; the jobs outlast that delay and the failover.
 	jitter := ttl/3 + 500*time.Millisecond
-	payload := fmt.Sprintf(`{"ms":%d}`, (jitter + 4*time.Second).Milliseconds())
+	payload := fmt.Sprintf(`{"ms":%d}`, (jitter + 4*time.Second + bound - spFailoverBound(ttl)).Milliseconds())
 	var cycles []spFailover
 	for i := 1; i <= runs; i++ {
 		ids := c.enqueue(t, jobsPerCycle, payload)
 		c.waitHistory(t, "start of the cycle's jobs", func(evs []historyEvent) bool { return len(spStarts(evs, ids)) == len(ids) })
-		next := c.daemon(t, fmt.Sprintf("daemon %d", i))
+		next := c.daemon(t, fmt.Sprintf("daemon %d", i), slots)
 		f := c.killAndMeasure(t, holder, next, deaths, jitter)
 		t.Logf("cycle %2d: %s", i, f)
 		cycles = append(cycles, f)
@@ -961,9 +978,8 @@ func TestFailoverMeasure(t *testing.T) {
 	t.Logf("failover summary: TTL %s, %d runs, %d jobs each: kill to all jobs running again: %s", ttl, runs, jobsPerCycle, spStats(last))
 	t.Logf("failover breakdown: kill to lease revoked in etcd: %s; kill to reaped: %s; reaped to last job started: %s",
 		spStats(revoke), spStats(reap), spStats(afterReap))
-	bound := spFailoverBound(ttl)
 	if n := len(last) - len(slices.DeleteFunc(slices.Clone(last), func(d time.Duration) bool { return d > bound })); n > 0 {
-		t.Errorf("%d of %d runs exceeded TTL + 1s = %s", n, runs, bound)
+		t.Errorf("%d of %d runs exceeded %s (TTL + 1s, plus 2 ms a job past 3)", n, runs, bound)
 	}
 }
 
