@@ -216,6 +216,11 @@ type EtcdConfig struct {
 // Dial connects to etcd and returns a client on it (shared mode: no daemon
 // in between). Close releases the connection.
 func Dial(ctx context.Context, cfg EtcdConfig, o *Options) (*Client, error) {
+	if cfg.MaxPayloadBytes < 0 {
+		// Before the dial, and in the caller's terms: coordinator.New
+		// would name its own Config's field.
+		return nil, fmt.Errorf("%w: client.EtcdConfig.MaxPayloadBytes is negative: want 0 (the daemons' default) or more", coordinator.ErrInvalid)
+	}
 	if cfg.Limits.MaxRequestBytes > 0 && cfg.MaxCallSendMsgSize == 0 {
 		cfg.MaxCallSendMsgSize = max(2<<20, cfg.Limits.MaxRequestBytes+etcdkv.RequestBytesMargin)
 	}

@@ -222,3 +222,18 @@ func TestInsertKindsOfLiveDaemons(t *testing.T) {
 		t.Fatalf("echo: %v", err)
 	}
 }
+
+// Dial refuses a negative MaxPayloadBytes before it dials, naming the
+// caller's field (coordinator.New would name coordinator.Config's), and
+// an empty endpoint list says what to set.
+func TestDialBadConfig(t *testing.T) {
+	ctx := context.Background()
+	_, err := client.Dial(ctx, client.EtcdConfig{Config: etcdkv.Config{Endpoints: []string{"http://127.0.0.1:1"}}, MaxPayloadBytes: -1}, nil)
+	if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "client.EtcdConfig.MaxPayloadBytes is negative") {
+		t.Errorf("Dial with MaxPayloadBytes -1: %v, want ErrInvalid naming client.EtcdConfig.MaxPayloadBytes", err)
+	}
+	_, err = client.Dial(ctx, client.EtcdConfig{}, nil)
+	if err == nil || !strings.Contains(err.Error(), "set Config.Endpoints") {
+		t.Errorf("Dial without endpoints: %v, want an error saying to set Config.Endpoints", err)
+	}
+}

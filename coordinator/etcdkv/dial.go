@@ -81,7 +81,7 @@ const (
 // caller closes the client.
 func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
 	if len(cfg.Endpoints) == 0 {
-		return nil, errors.New("etcdkv: dial: no endpoints given")
+		return nil, errors.New("etcdkv: dial: no endpoints given: set Config.Endpoints to the members' client URLs (e.g. http://127.0.0.1:2379)")
 	}
 	ccfg, err := clientConfig(cfg)
 	if err != nil {
