@@ -228,17 +228,28 @@ func (c *Coordinator) countFinished(ctx context.Context) (*finishedCount, error)
 		f := &finishedCount{done: make(chan struct{}), counts: map[State]int{}, at: now}
 		fc.flight = f
 		fc.mu.Unlock()
+		c.recountFinished(ctx, f)
+		return f, f.err
+	}
+}
 
-		_, _, f.err = c.countInto(ctx, f.counts, []string{c.keys.finished()})
-		f.took = c.clock.Now().Sub(now)
-		f.abandoned = f.err != nil && ctx.Err() != nil
+// recountFinished makes the count f, flown by countFinished, and hands it
+// to the callers waiting for it, also when the read does not return (a
+// panic the caller recovers, an HTTP handler's say): they then count
+// themselves rather than wait for it until their contexts end.
+func (c *Coordinator) recountFinished(ctx context.Context, f *finishedCount) {
+	fc := &c.finished
+	f.abandoned = true // until the read returns
+	defer func() {
 		fc.mu.Lock()
 		fc.flight = nil
-		if f.err == nil {
+		if f.err == nil && !f.abandoned {
 			fc.last = f
 		}
 		fc.mu.Unlock()
 		close(f.done)
-		return f, f.err
-	}
+	}()
+	_, _, f.err = c.countInto(ctx, f.counts, []string{c.keys.finished()})
+	f.took = c.clock.Now().Sub(f.at)
+	f.abandoned = f.err != nil && ctx.Err() != nil
 }

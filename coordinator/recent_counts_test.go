@@ -206,3 +206,29 @@ func TestRecentCountsShareOneRead(t *testing.T) {
 		}
 	})
 }
+
+// A count whose read panics (recovered by its caller, as net/http does
+// for a dashboard handler) does not leave the next callers waiting for it:
+// the next call counts.
+func TestRecentCountsAfterAPanickedCount(t *testing.T) {
+	inner := tempLocalstore(t)
+	putFinished(t, inner, 2)
+	s := newFinishedReadStore(inner)
+	c, clock := newCountsCoordinator(t, s)
+	s.during = func(context.Context) error { panic("test: the store's read panics") }
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("RecentCounts did not panic with its read")
+			}
+		}()
+		_, _, _ = c.RecentCounts(context.Background())
+	}()
+	s.during = nil
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n, at, err := c.RecentCounts(ctx)
+	if err != nil || n[StateCompleted] != 2 || !at.Equal(clock.Now()) {
+		t.Fatalf("RecentCounts after a panicked count: %v, %v, %v; want 2 completed, counted now", n, at, err)
+	}
+}
