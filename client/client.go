@@ -253,11 +253,14 @@ func params(p InsertParams) (coordinator.EnqueueParams, error) {
 	if p.Args == nil {
 		return coordinator.EnqueueParams{}, fmt.Errorf("%w: nil job arguments", coordinator.ErrInvalid)
 	}
-	if err := checkRaw(p.Args); err != nil {
-		return coordinator.EnqueueParams{}, err
+	if r, ok := p.Args.(*RawArgs); ok && r == nil {
+		return coordinator.EnqueueParams{}, fmt.Errorf("%w: nil job arguments", coordinator.ErrInvalid)
 	}
 	payload, err := json.Marshal(p.Args)
 	if err != nil {
+		if rerr := rawArgsError(p.Args); rerr != nil {
+			return coordinator.EnqueueParams{}, rerr
+		}
 		return coordinator.EnqueueParams{}, fmt.Errorf("%w: encode %s arguments: %v: give them a type that encoding/json can encode", coordinator.ErrInvalid, p.Args.Kind(), err)
 	}
 	var o InsertOpts
@@ -273,32 +276,26 @@ func params(p InsertParams) (coordinator.EnqueueParams, error) {
 	}, nil
 }
 
-// checkRaw refuses RawArgs whose payload is not JSON in one line that says
-// where and what to do; json.Marshal would say it through its own error
-// about calling MarshalJSON.
-func checkRaw(a Args) error {
+// rawArgsError is the refusal of RawArgs (non-nil) whose payload is not
+// JSON, which json.Marshal reported through its own error about calling
+// MarshalJSON: one line that says where and what to do. It is nil for
+// other arguments, and for RawArgs whose payload is JSON.
+func rawArgsError(a Args) error {
 	var r RawArgs
 	switch v := a.(type) {
 	case RawArgs:
 		r = v
 	case *RawArgs:
-		if v == nil {
-			return fmt.Errorf("%w: nil job arguments", coordinator.ErrInvalid)
-		}
 		r = *v
 	default:
 		return nil
 	}
-	if len(r.Payload) == 0 || json.Valid(r.Payload) {
+	var se *json.SyntaxError
+	if err := json.Unmarshal(r.Payload, new(json.RawMessage)); len(r.Payload) == 0 || !errors.As(err, &se) {
 		return nil
 	}
-	where := ""
-	var se *json.SyntaxError
-	if err := json.Unmarshal(r.Payload, new(json.RawMessage)); errors.As(err, &se) {
-		where = fmt.Sprintf(" (at byte %d: %s)", se.Offset, se.Error())
-	}
-	return fmt.Errorf("%w: RawArgs payload of kind %s is not valid JSON%s: pass JSON text as Payload (an object, say), or none for {}",
-		coordinator.ErrInvalid, r.KindName, where)
+	return fmt.Errorf("%w: RawArgs payload of kind %s is not valid JSON (at byte %d: %s): pass JSON text as Payload (an object, say), or none for {}",
+		coordinator.ErrInvalid, r.KindName, se.Offset, se.Error())
 }
 
 // merge returns base with every non-zero field of over.
