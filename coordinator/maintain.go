@@ -18,16 +18,32 @@ const maintainBatch = 1000
 // available in one transaction of the store (its record grew with errors
 // and a checkpoint) cannot run again: it is discarded, saying why.
 func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
+	n, _, err := c.promoteFrom(ctx, c.keys.timers())
+	return n, err
+}
+
+// promoteFrom is PromoteDue over the timer entries from start on. It also
+// returns a floor: every due entry below it that this pass read was
+// moved, or will never be (an unreadable record, a stale entry, a job too
+// large even to discard), so that a later pass may start there as long as
+// every timer written since is known to it (RunMaintenance's watch). An
+// entry whose move was refused (its record changed meanwhile) keeps the
+// floor at or below it.
+func (c *Coordinator) promoteFrom(ctx context.Context, start string) (int, string, error) {
 	total := 0
-	start := c.keys.timers() // after the entries a pass left (corrupt or too large)
+	floor := ""
 	for {
 		now := c.clock.Now().UTC()
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: c.keys.timers() + tsKey(now) + "\xff", Limit: maintainBatch, KeysOnly: true})
+		end := c.keys.timers() + tsKey(now) + "\xff"
+		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: start, End: end, Limit: maintainBatch, KeysOnly: true})
 		if err != nil {
-			return total, fmt.Errorf("coordinator: list due jobs: %w", err)
+			return total, "", fmt.Errorf("coordinator: list due jobs: %w", err)
 		}
 		if len(rr.KVs) == 0 {
-			return total, nil
+			if floor == "" {
+				floor = max(start, end)
+			}
+			return total, floor, nil
 		}
 		jkeys := make([]string, len(rr.KVs))
 		for i, x := range rr.KVs {
@@ -35,9 +51,12 @@ func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 		}
 		recs, err := c.getMany(ctx, jkeys)
 		if err != nil {
-			return total, fmt.Errorf("coordinator: read due jobs: %w", err)
+			return total, "", fmt.Errorf("coordinator: read due jobs: %w", err)
 		}
-		var units []unit
+		var (
+			units []unit
+			moved []string // the entry each unit moves
+		)
 		for i, rec := range recs {
 			if rec == nil {
 				continue
@@ -64,19 +83,25 @@ func (c *Coordinator) PromoteDue(ctx context.Context) (int, error) {
 			}
 			if u, ok := c.movable("promote", j, now, build); ok {
 				units = append(units, u)
+				moved = append(moved, old)
 			}
 		}
 		res, _, err := c.runUnits(ctx, units)
 		if err != nil {
-			return total, fmt.Errorf("coordinator: promote %d due jobs: %w", len(units), err)
+			return total, "", fmt.Errorf("coordinator: promote %d due jobs: %w", len(units), err)
 		}
-		for _, r := range res {
+		for i, r := range res {
 			if r != nil && r.Succeeded {
 				total++
+			} else if floor == "" {
+				floor = moved[i] // read again by the next pass
 			}
 		}
 		if !rr.More {
-			return total, nil
+			if floor == "" {
+				floor = end
+			}
+			return total, floor, nil
 		}
 		start = rr.KVs[len(rr.KVs)-1].Key + "\x00"
 	}
@@ -145,16 +170,44 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 	// their times meanwhile (a job due during it is not left waiting).
 	var rewatch <-chan time.Time
 	lastPurge := time.Time{}
+	// A pass starts at floor: the timer entries below it were read by an
+	// earlier pass, and every timer written since is known from the
+	// watch, which lowers the floor to it. Without a floor ("": no watch,
+	// or a pass that failed) and once every fullReadEvery a pass reads the
+	// index from its start, so that the floor can delay a job, never hide
+	// it. Reading from the start every pass walked, on etcd and in
+	// Pebble, every entry promoted since the last compaction, at every
+	// wake-up (docs/performance.md section 43).
+	var (
+		floor    string
+		lastFull time.Time
+	)
 	for {
 		if watch == nil && rewatch == nil {
 			retry.begin()
-			watch = c.store.Watch(wctx, c.keys.timers(), 0)
+			// Watch from just after a revision read first: a timer written
+			// after it is delivered, one written before it is seen by the
+			// pass, whose reads come later.
+			// (A failed read leaves the loop without a watch until its next
+			// pass, whose own read fails alike and is logged.)
+			if rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.timers()}); err == nil {
+				watch = c.store.Watch(wctx, c.keys.timers(), rr.Revision+1)
+			}
+			floor = ""
 		}
 		passStart := c.clock.Now()
-		if n, err := c.PromoteDue(ctx); err != nil && ctx.Err() == nil {
+		from := floor
+		if from == "" || passStart.Sub(lastFull) >= fullReadEvery {
+			from, lastFull = c.keys.timers(), passStart
+		}
+		n, next, err := c.promoteFrom(ctx, from)
+		if err != nil && ctx.Err() == nil {
 			c.log.Warn("promoting due jobs failed", slog.Any("err", err))
 		} else if n > 0 {
 			c.log.Debug("promoted due jobs", slog.Int("jobs", n))
+		}
+		if floor = next; watch == nil {
+			floor = ""
 		}
 		if now := c.clock.Now(); now.Sub(lastPurge) >= cfg.PurgeEvery {
 			lastPurge = now
@@ -193,7 +246,7 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 					// Re-watched from now before the next pass; a watch
 					// that keeps ending at once must not make a spin of
 					// passes: after a pause, with timer still running.
-					watch = nil
+					watch, floor = nil, ""
 					if d := retry.next(ctx, "maintenance: timers", resp.Err); d > 0 {
 						rewatch = c.clock.After(d)
 						continue
@@ -203,7 +256,10 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 				if len(resp.Events) > 0 {
 					retry.delivered()
 				}
-				if hasPut(resp) {
+				if lowest, ok := lowestPut(resp); ok {
+					if floor != "" && lowest < floor {
+						floor = lowest
+					}
 					break sleep
 				}
 			}
@@ -211,11 +267,12 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 	}
 }
 
-func hasPut(resp kv.WatchResponse) bool {
+// lowestPut returns the lowest key resp puts, if it puts any.
+func lowestPut(resp kv.WatchResponse) (key string, ok bool) {
 	for _, ev := range resp.Events {
-		if ev.Type == kv.EventPut {
-			return true
+		if ev.Type == kv.EventPut && (!ok || ev.KV.Key < key) {
+			key, ok = ev.KV.Key, true
 		}
 	}
-	return false
+	return key, ok
 }

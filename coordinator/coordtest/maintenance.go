@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +26,8 @@ var maintenanceTests = []suiteTest{
 	{"MaintenanceWaitsPastEntriesItLeaves", testMaintenanceWaitsPastLeftEntries},
 	{"ElectionIgnoresOtherElectionsKeys", testElectionIgnoresOtherKeys},
 	{"PromotionSkipsJobRescheduledMeanwhile", testPromotionSkipsRescheduled},
+	{"PromotionPassesStartAtTheirFloor", testPromotionStartsAtFloor},
+	{"PromotionRefusedMoveKeepsTheFloor", testPromotionRefusedKeepsFloor},
 	{"UniqueByStateOnlyFinalStates", testUniqueByStateFinalOnly},
 	{"TimeoutUnderOneMillisecondRefused", testTimeoutUnderOneMillisecond},
 	{"ListRefusesMalformedCursor", testListMalformedCursor},
@@ -457,4 +461,170 @@ func testSnoozeClamped(t *testing.T, h *harness) {
 	if !got.ScheduledAt.Equal(coordinator.MaxScheduledAt) || got.Attempt != 0 {
 		t.Fatalf("snoozed job: scheduled at %s, attempt %d; want %s, 0", got.ScheduledAt, got.Attempt, coordinator.MaxScheduledAt)
 	}
+}
+
+// floorStore records where promotion passes start reading the timer
+// index, and signals the end of each pass of RunMaintenance (its read of
+// the next due time, which follows the pass).
+type floorStore struct {
+	kv.Store
+	timers string
+	passes chan []string // the starts of one pass's promotion reads
+
+	mu     sync.Mutex
+	starts []string
+}
+
+func (s *floorStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	res, err := s.Store.Range(ctx, r)
+	if strings.HasPrefix(r.Start, s.timers) && r.End != "" {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if r.End == kv.PrefixEnd(s.timers) {
+			s.passes <- s.starts
+			s.starts = nil
+		} else {
+			s.starts = append(s.starts, r.Start)
+		}
+	}
+	return res, err
+}
+
+// testPromotionStartsAtFloor: a promotion pass of RunMaintenance reads the
+// timer index from where the last one ended, not from its start (where it
+// walked every entry promoted since the store last compacted, at every
+// wake-up); a timer written below that floor (by a daemon whose clock is
+// behind) lowers it through the watch and is promoted by the pass it
+// wakes; and once a minute a pass reads from the start.
+func testPromotionStartsAtFloor(t *testing.T, h *harness) {
+	t0 := h.clock.Now()
+	timers := h.keysRoot() + "t/"
+	clk := NewClock(t0)
+	fs := &floorStore{Store: h.store, timers: timers, passes: make(chan []string, 16)}
+	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var due []string
+	for i := range 20 {
+		r, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: t0.Add(time.Duration(i+1) * time.Millisecond)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		due = append(due, r.Job.ID)
+	}
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan error, 1)
+	go func() { done <- c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: time.Hour}) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	pass := func(what string) []string {
+		t.Helper()
+		select {
+		case starts := <-fs.passes:
+			if len(starts) == 0 {
+				t.Fatalf("%s: the pass read no timers", what)
+			}
+			return starts
+		case err := <-done:
+			t.Fatalf("RunMaintenance returned %v", err)
+		case <-h.ctx().Done():
+			t.Fatalf("%s: no pass", what)
+		}
+		return nil
+	}
+	if s := pass("first pass"); s[0] != timers {
+		t.Fatalf("the first pass read from %q; want the index's start", s[0])
+	}
+	clk.Advance(time.Second)
+	if s := pass("pass at the first due time"); s[0] == timers {
+		t.Fatalf("the second pass read from the index's start again")
+	}
+	for _, id := range due {
+		h.wantState(id, coordinator.StateAvailable)
+	}
+	// A timer written later wakes a pass, which starts past the entries
+	// already promoted.
+	if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: clk.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	lastPromoted := fmt.Sprintf("%s%020d", timers, t0.Add(20*time.Millisecond).UnixNano())
+	if s := pass("pass woken by a new timer"); s[0] <= lastPromoted {
+		t.Fatalf("a pass after the promotions read from %q; want past %q", s[0], lastPromoted)
+	}
+	// A daemon whose clock is 900 ms behind schedules a job 500 ms ahead
+	// of its clock: due already by the maintainer's, below its floor.
+	slow, err := coordinator.New(h.store, coordinator.Config{Namespace: h.ns, Clock: NewClock(clk.Now().Add(-900 * time.Millisecond)), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := slow.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: clk.Now().Add(-400 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass("pass woken by a timer below the floor")
+	h.wantState(r.Job.ID, coordinator.StateAvailable)
+	// Once a minute a pass reads from the start.
+	clk.Advance(time.Minute)
+	if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: clk.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if s := pass("pass a minute later"); s[0] != timers {
+		t.Fatalf("a pass a minute later read from %q; want the index's start", s[0])
+	}
+}
+
+// testPromotionRefusedKeepsFloor: a promotion whose move is refused (the
+// job's record changed between the pass's read and its write, its timer
+// entry unchanged) is tried again by the next pass: the pass's floor stays
+// at the entry, not past it, where only the once-a-minute read from the
+// start would find it.
+func testPromotionRefusedKeepsFloor(t *testing.T, h *harness) {
+	t0 := h.clock.Now()
+	timers := h.keysRoot() + "t/"
+	clk := NewClock(t0)
+	gate := kvtest.NewGate(h.store)
+	fs := &floorStore{Store: gate, timers: timers, passes: make(chan []string, 16)}
+	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: t0.Add(time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := h.keysRoot() + "j/" + r.Job.ID
+	gate.Match = func(t kv.Txn) bool { // the move, after the record was read
+		return len(t.Then) == 1 && t.Then[0].Txn != nil && len(t.Then[0].Txn.If) > 0 && t.Then[0].Txn.If[0].Key == rec
+	}
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan error, 1)
+	go func() { done <- c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: time.Hour}) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	<-fs.passes // nothing due yet
+	gate.Arm()
+	clk.Advance(time.Second)
+	<-gate.Held() // the pass read the due entry and the record, and moves it next
+	// The record is written again meanwhile, its timer entry unchanged.
+	got, err := h.store.Range(h.ctx(), kv.RangeRequest{Start: rec})
+	if err != nil || len(got.KVs) != 1 {
+		t.Fatalf("read %s: %v, %v", rec, got.KVs, err)
+	}
+	if _, err := h.store.Txn(h.ctx(), kv.Txn{Then: []kv.Op{kv.Put(rec, got.KVs[0].Value, 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	gate.Open()
+	<-fs.passes // its move was refused
+	h.wantState(r.Job.ID, coordinator.StateScheduled)
+	// Any timer written wakes the next pass, which tries it again.
+	if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: clk.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	<-fs.passes
+	h.wantState(r.Job.ID, coordinator.StateAvailable)
 }
