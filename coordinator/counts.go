@@ -41,34 +41,14 @@ func runningValue(owner, queue string) []byte { return []byte(owner + "\n" + que
 // and all, are read only for entries of daemons older than the queue in
 // the value).
 func (c *Coordinator) RunningByQueue(ctx context.Context) (map[string]int, error) {
-	out := map[string]int{}
-	var old []string
-	prefix := c.keys.runningAll()
-	if err := c.scan(ctx, prefix, false, func(x kv.KeyValue) error {
-		if _, q, ok := strings.Cut(string(x.Value), "\n"); ok {
-			out[q]++
-		} else {
-			old = append(old, c.keys.job(strings.TrimPrefix(x.Key, prefix)))
-		}
-		return nil
-	}); err != nil {
+	rt := c.newRunningTally(0, nil)
+	if err := c.scan(ctx, c.keys.runningAll(), false, rt.visit); err != nil {
 		return nil, fmt.Errorf("coordinator: count running jobs by queue: %w", err)
 	}
-	if len(old) > 0 {
-		recs, err := c.getMany(ctx, old)
-		if err != nil {
-			return nil, fmt.Errorf("coordinator: count running jobs by queue: %w", err)
-		}
-		for _, rec := range recs {
-			if rec == nil {
-				continue // finished meanwhile
-			}
-			if j, err := decodeKV(rec); err == nil && j.State == StateRunning {
-				out[j.Queue]++
-			}
-		}
+	if err := rt.byQueue(ctx); err != nil {
+		return nil, err
 	}
-	return out, nil
+	return rt.queues, nil
 }
 
 // RunningOwners is what RunningByOwner returns.
@@ -85,30 +65,88 @@ type RunningOwners struct {
 // of owners and no others: a view of thousands of running jobs reads a few
 // records per daemon shown, not one per job.
 func (c *Coordinator) RunningByOwner(ctx context.Context, n int, owners []string) (RunningOwners, error) {
-	out := RunningOwners{Count: map[string]int{}, Jobs: map[string][]*Job{}}
-	want := make(map[string]bool, len(owners))
-	for _, o := range owners {
-		want[o] = true
-	}
-	prefix := c.keys.runningAll()
-	var ids []string
-	if err := c.scan(ctx, prefix, false, func(x kv.KeyValue) error {
-		owner, _, _ := strings.Cut(string(x.Value), "\n")
-		out.Count[owner]++
-		if want[owner] && out.Count[owner] <= n {
-			ids = append(ids, strings.TrimPrefix(x.Key, prefix))
-		}
-		return nil
-	}); err != nil {
+	rt := c.newRunningTally(n, owners)
+	if err := c.scan(ctx, c.keys.runningAll(), false, rt.visit); err != nil {
 		return RunningOwners{}, fmt.Errorf("coordinator: count running jobs by owner: %w", err)
 	}
-	keys := make([]string, 0, 2*len(ids))
-	for _, id := range ids {
-		keys = append(keys, c.keys.job(id), c.keys.cancel(id))
+	if err := rt.ownersJobs(ctx); err != nil {
+		return RunningOwners{}, err
 	}
-	recs, err := c.getMany(ctx, keys)
+	return rt.owners, nil
+}
+
+// runningTally is what one read of the running index gives: the running
+// jobs of each queue and of each owner, and the first n jobs of the owners
+// wanted (RunningByQueue, RunningByOwner and RecentTally share it).
+type runningTally struct {
+	c      *Coordinator
+	n      int
+	want   map[string]bool
+	queues map[string]int
+	owners RunningOwners
+	old    []string // records of entries without their queue
+	ids    []string // the jobs of the owners wanted, to read
+}
+
+func (c *Coordinator) newRunningTally(n int, owners []string) *runningTally {
+	rt := &runningTally{c: c, n: n, want: make(map[string]bool, len(owners)), queues: map[string]int{},
+		owners: RunningOwners{Count: map[string]int{}, Jobs: map[string][]*Job{}}}
+	for _, o := range owners {
+		rt.want[o] = true
+	}
+	return rt
+}
+
+// visit counts one entry of the running index.
+func (rt *runningTally) visit(x kv.KeyValue) error {
+	prefix := rt.c.keys.runningAll()
+	owner, q, ok := strings.Cut(string(x.Value), "\n")
+	if ok {
+		rt.queues[q]++
+	} else {
+		rt.old = append(rt.old, rt.c.keys.job(strings.TrimPrefix(x.Key, prefix)))
+	}
+	rt.owners.Count[owner]++
+	if rt.want[owner] && rt.owners.Count[owner] <= rt.n {
+		rt.ids = append(rt.ids, strings.TrimPrefix(x.Key, prefix))
+	}
+	return nil
+}
+
+// byQueue counts by queue the entries without their queue, from their
+// records.
+func (rt *runningTally) byQueue(ctx context.Context) error {
+	if len(rt.old) == 0 {
+		return nil
+	}
+	recs, err := rt.c.getMany(ctx, rt.old)
 	if err != nil {
-		return RunningOwners{}, fmt.Errorf("coordinator: read running jobs: %w", err)
+		return fmt.Errorf("coordinator: count running jobs by queue: %w", err)
+	}
+	for _, rec := range recs {
+		if rec == nil {
+			continue // finished meanwhile
+		}
+		if j, err := decodeKV(rec); err == nil && j.State == StateRunning {
+			rt.queues[j.Queue]++
+		}
+	}
+	return nil
+}
+
+// ownersJobs reads the records of the jobs of the owners wanted, with
+// their cancel requests.
+func (rt *runningTally) ownersJobs(ctx context.Context) error {
+	if len(rt.ids) == 0 {
+		return nil
+	}
+	keys := make([]string, 0, 2*len(rt.ids))
+	for _, id := range rt.ids {
+		keys = append(keys, rt.c.keys.job(id), rt.c.keys.cancel(id))
+	}
+	recs, err := rt.c.getMany(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("coordinator: read running jobs: %w", err)
 	}
 	for i := 0; i+1 < len(recs); i += 2 {
 		if recs[i] == nil {
@@ -119,9 +157,95 @@ func (c *Coordinator) RunningByOwner(ctx context.Context, n int, owners []string
 			continue // finished meanwhile; a corrupt record is the job page's to report
 		}
 		j.CancelRequested = recs[i+1] != nil
-		out.Jobs[j.Owner] = append(out.Jobs[j.Owner], j)
+		rt.owners.Jobs[j.Owner] = append(rt.owners.Jobs[j.Owner], j)
 	}
-	return out, nil
+	return nil
+}
+
+// Tally is what RecentTally returns: one read of the unfinished states'
+// indexes, counted in several ways.
+type Tally struct {
+	// Counts and CountedAt are what RecentCounts returns.
+	Counts    map[State]int
+	CountedAt time.Time
+	// AvailableByQueue and RunningByQueue are what the methods of those
+	// names return, from the same reads as Counts.
+	AvailableByQueue map[string]int
+	RunningByQueue   map[string]int
+	// Running is what RunningByOwner returns for TallyParams.JobsPerOwner
+	// and Owners.
+	Running RunningOwners
+}
+
+// TallyParams says which running jobs RecentTally reads the records of:
+// the first JobsPerOwner of each of Owners, as RunningByOwner does.
+type TallyParams struct {
+	Owners       []string
+	JobsPerOwner int
+}
+
+// RecentTally is RecentCounts, AvailableByQueue, RunningByQueue and
+// RunningByOwner at the cost of RecentCounts: it reads the available and
+// running indexes once each, where calling those methods one after the
+// other reads each index twice or three times (a metrics scrape and the
+// dashboard's overview need them all, and a large index costs its read at
+// every call).
+func (c *Coordinator) RecentTally(ctx context.Context, p TallyParams) (Tally, error) {
+	fin, err := c.countFinished(ctx)
+	if err != nil {
+		return Tally{}, err
+	}
+	var t Tally
+	var rt *runningTally
+	read := func() (first, last int64, err error) {
+		t.Counts, t.AvailableByQueue = newCounts(), map[string]int{}
+		rt = c.newRunningTally(p.JobsPerOwner, p.Owners)
+		prefix := c.keys.available()
+		if first, _, err = c.scanRevs(ctx, prefix, true, func(x kv.KeyValue) error {
+			t.Counts[StateAvailable]++
+			if q, _, ok := strings.Cut(strings.TrimPrefix(x.Key, prefix), "/"); ok {
+				t.AvailableByQueue[q]++
+			}
+			return nil
+		}); err != nil {
+			return 0, 0, fmt.Errorf("coordinator: count jobs: %w", err)
+		}
+		if _, _, err = c.countInto(ctx, t.Counts, []string{c.keys.timers()}); err != nil {
+			return 0, 0, err
+		}
+		if _, last, err = c.scanRevs(ctx, c.keys.runningAll(), false, func(x kv.KeyValue) error {
+			t.Counts[StateRunning]++
+			return rt.visit(x)
+		}); err != nil {
+			return 0, 0, fmt.Errorf("coordinator: count jobs: %w", err)
+		}
+		return first, last, nil
+	}
+	first, last, err := read()
+	// As confirmPending: counts that say nothing is pending are read
+	// again until one read saw no write between its first and last page.
+	for i := 0; err == nil && i < 8 && first != last && !pending(t.Counts); i++ {
+		first, last, err = read()
+	}
+	if err != nil {
+		return Tally{}, err
+	}
+	if err := rt.byQueue(ctx); err != nil {
+		return Tally{}, err
+	}
+	if err := rt.ownersJobs(ctx); err != nil {
+		return Tally{}, err
+	}
+	for st, n := range fin.counts {
+		t.Counts[st] = n
+	}
+	t.CountedAt, t.RunningByQueue, t.Running = fin.at, rt.queues, rt.owners
+	return t, nil
+}
+
+// pending reports whether counts hold an unfinished job.
+func pending(counts map[State]int) bool {
+	return counts[StateScheduled]+counts[StateAvailable]+counts[StateRunning]+counts[StateRetryable] > 0
 }
 
 // The counts of the finished states that RecentCounts returns are counted

@@ -123,3 +123,24 @@ func ExampleParseSchedule() {
 	// 2030-01-03T00:00:00Z
 	// true
 }
+
+// A gauge or an overview that needs the jobs by state, by queue and by
+// daemon reads each index once with RecentTally, not once per method.
+func ExampleCoordinator_RecentTally() {
+	c, done := openExample()
+	defer done()
+	ctx := context.Background()
+	sess, _ := c.NewSession(ctx, coordinator.SessionConfig{TTL: 10 * time.Second, Worker: coordinator.WorkerInfo{ID: "w1"}})
+	defer sess.Close(ctx)
+
+	for _, q := range []string{"mail", "mail", "pdf"} {
+		_, _ = c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k", Queue: q})
+	}
+	_, _, _ = c.Claim(ctx, sess, "pdf", 1, false)
+	t, _ := c.RecentTally(ctx, coordinator.TallyParams{Owners: []string{"w1"}, JobsPerOwner: 10})
+	fmt.Println("available:", t.Counts[coordinator.StateAvailable], t.AvailableByQueue)
+	fmt.Println("running:", t.Counts[coordinator.StateRunning], t.RunningByQueue, "of w1:", t.Running.Count["w1"], t.Running.Jobs["w1"][0].Queue)
+	// Output:
+	// available: 2 map[mail:2]
+	// running: 1 map[pdf:1] of w1: 1 pdf
+}

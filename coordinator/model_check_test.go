@@ -297,6 +297,19 @@ func (h *modelHarness) check(noWrite bool) {
 		if got, err := h.c.RunningByQueue(h.ctx); err != nil || !maps.Equal(got, wantRunning) {
 			bad("6-counts", "RunningByQueue = %v, %v; the records say %v", got, err, wantRunning)
 		}
+		// RecentTally: the same from one read of each index (its
+		// finished counts may be up to a second old).
+		tally, err := h.c.RecentTally(h.ctx, TallyParams{})
+		unfinished := func(m map[State]int) map[State]int {
+			out := map[State]int{}
+			for _, st := range []State{StateScheduled, StateAvailable, StateRunning, StateRetryable} {
+				out[st] = m[st]
+			}
+			return out
+		}
+		if err != nil || !maps.Equal(unfinished(tally.Counts), unfinished(wantCounts)) || !maps.Equal(tally.AvailableByQueue, wantAvail) || !maps.Equal(tally.RunningByQueue, wantRunning) {
+			bad("6-counts", "RecentTally = %v, %v, %v, %v; the records say %v, %v, %v", tally.Counts, tally.AvailableByQueue, tally.RunningByQueue, err, wantCounts, wantAvail, wantRunning)
+		}
 	}
 
 	// Registrations.

@@ -64,17 +64,18 @@ func (jc *jobsCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	failed := 0.0
 	defer func() { ch <- prometheus.MustNewConstMetric(scrapeErrDesc, prometheus.GaugeValue, failed) }()
-	counts, countedAt, err := jc.c.RecentCounts(ctx)
+	// One read of each index: the counts by state and by queue.
+	tally, err := jc.c.RecentTally(ctx, coordinator.TallyParams{})
 	if err != nil {
 		jc.log.Warn("metrics: counting jobs failed", slog.Any("err", err))
 		failed = 1
 		return
 	}
 	for _, st := range coordinator.States {
-		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(counts[st]), string(st))
+		ch <- prometheus.MustNewConstMetric(jobsDesc, prometheus.GaugeValue, float64(tally.Counts[st]), string(st))
 	}
-	ch <- prometheus.MustNewConstMetric(finishedAgeDesc, prometheus.GaugeValue, jc.c.Clock().Now().Sub(countedAt).Seconds())
-	queues, err := queueCounts(ctx, jc.c)
+	ch <- prometheus.MustNewConstMetric(finishedAgeDesc, prometheus.GaugeValue, jc.c.Clock().Now().Sub(tally.CountedAt).Seconds())
+	queues, err := queueCounts(ctx, jc.c, tally)
 	if err != nil {
 		jc.log.Warn("metrics: counting jobs by queue failed", slog.Any("err", err))
 		failed = 1
@@ -137,14 +138,11 @@ type queueCount struct {
 }
 
 // queueCounts counts available jobs per queue from the index keys and
-// running jobs per queue from the running index's values (no records are
-// read: a scrape costs the same with 1 KiB and 1 MiB payloads). Queues
-// that live daemons serve are counted even when empty.
-func queueCounts(ctx context.Context, c *coordinator.Coordinator) (map[string]*queueCount, error) {
-	avail, err := c.AvailableByQueue(ctx)
-	if err != nil {
-		return nil, err
-	}
+// running jobs per queue from the running index's values, both as tally
+// read them with the counts by state (no records are read: a scrape costs
+// the same with 1 KiB and 1 MiB payloads). Queues that live daemons serve
+// are counted even when empty.
+func queueCounts(ctx context.Context, c *coordinator.Coordinator, tally coordinator.Tally) (map[string]*queueCount, error) {
 	ws, err := c.Workers(ctx)
 	if err != nil {
 		return nil, err
@@ -161,14 +159,10 @@ func queueCounts(ctx context.Context, c *coordinator.Coordinator) (map[string]*q
 		}
 		return out[q]
 	}
-	for q, n := range avail {
+	for q, n := range tally.AvailableByQueue {
 		get(q).Available = n
 	}
-	running, err := c.RunningByQueue(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for q, n := range running {
+	for q, n := range tally.RunningByQueue {
 		get(q).Running = n
 	}
 	return out, nil

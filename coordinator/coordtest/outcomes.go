@@ -541,6 +541,18 @@ func testRunningByQueue(t *testing.T, h *harness) {
 	if fmt.Sprint(got) != "map[a:3 b:1]" {
 		t.Fatalf("RunningByQueue = %v, want map[a:3 b:1]", got)
 	}
+	// RecentTally counts the same from its one read of the index, and
+	// by owner as RunningByOwner does, with the first jobs' records.
+	tally, err := h.c.RecentTally(h.ctx(), coordinator.TallyParams{Owners: []string{s.WorkerID()}, JobsPerOwner: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(tally.RunningByQueue) != "map[a:3 b:1]" || fmt.Sprint(tally.AvailableByQueue) != "map[c:1]" || tally.Counts[coordinator.StateRunning] != 4 {
+		t.Fatalf("RecentTally: running by queue %v, available by queue %v, running %d; want map[a:3 b:1], map[c:1], 4", tally.RunningByQueue, tally.AvailableByQueue, tally.Counts[coordinator.StateRunning])
+	}
+	if n, jobs := tally.Running.Count[s.WorkerID()], tally.Running.Jobs[s.WorkerID()]; n != 4 || len(jobs) != 2 {
+		t.Fatalf("RecentTally: %d running jobs of the daemon with %d records, want 4 with 2", n, len(jobs))
+	}
 }
 
 // testPromotionPassesOverUnreadable: more due entries than one read takes

@@ -521,16 +521,10 @@ func (p *dashPage) known(ws []coordinator.WorkerInfo, queues []queueRow) {
 func (a *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	p := a.newPage("Overview", "overview")
-	var err error
-	var countedAt time.Time
-	p.Counts, countedAt, err = a.cfg.Coord.RecentCounts(ctx)
-	a.storeErr(r, p, "job counts", err)
-	if age := RoundDuration(a.cfg.Coord.Clock().Now().Sub(countedAt)); err == nil && age >= time.Second {
-		p.FinishedAge = age
-	}
-	for _, n := range p.Counts {
-		p.Total += n
-	}
+	// Each index once: the live daemons, then the counts by state, queue
+	// and owner from one read of the available and running indexes (with
+	// the first running jobs of the first daemons), and the queues'
+	// configurations.
 	ws, err := a.cfg.Coord.Workers(ctx)
 	a.storeErr(r, p, "live daemons", err)
 	// The first dashboardDaemons daemons (ws is in id order), with the
@@ -542,11 +536,17 @@ func (a *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	for _, wi := range shown[:min(len(shown), dashboardRunning/dashboardRunningPerDaemon)] {
 		withJobs = append(withJobs, wi.ID)
 	}
-	runs, err := a.cfg.Coord.RunningByOwner(ctx, dashboardRunningPerDaemon, withJobs)
-	a.storeErr(r, p, "running jobs", err)
-	runningByQueue, err := a.cfg.Coord.RunningByQueue(ctx)
-	a.storeErr(r, p, "running jobs by queue", err)
-	queues, err := a.cfg.Coord.Queues(ctx)
+	tally, err := a.cfg.Coord.RecentTally(ctx, coordinator.TallyParams{Owners: withJobs, JobsPerOwner: dashboardRunningPerDaemon})
+	a.storeErr(r, p, "job counts", err)
+	p.Counts = tally.Counts
+	if age := RoundDuration(a.cfg.Coord.Clock().Now().Sub(tally.CountedAt)); err == nil && age >= time.Second {
+		p.FinishedAge = age
+	}
+	for _, n := range p.Counts {
+		p.Total += n
+	}
+	runs, runningByQueue := tally.Running, tally.RunningByQueue
+	confs, err := a.cfg.Coord.QueueConfigs(ctx)
 	a.storeErr(r, p, "queues", err)
 
 	// Queues: those configured, served, or with available or running jobs.
@@ -557,9 +557,17 @@ func (a *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 		}
 		return rows[q]
 	}
-	for _, q := range queues {
-		r := row(q.Name)
-		r.Available, r.Daemons, r.Paused, r.PausedAt, r.Limit = q.Available, len(q.Workers), q.Paused, q.PausedAt, q.Limit
+	for _, conf := range confs {
+		r := row(conf.Name)
+		r.Paused, r.PausedAt, r.Limit = conf.Paused, conf.PausedAt, conf.Limit
+	}
+	for _, wi := range ws {
+		for _, q := range wi.Queues {
+			row(q).Daemons++
+		}
+	}
+	for q, n := range tally.AvailableByQueue {
+		row(q).Available = n
 	}
 	for q, n := range runningByQueue {
 		row(q).Running = n
