@@ -397,6 +397,72 @@ func (c *Coordinator) QueueConfigs(ctx context.Context) ([]QueueConfig, error) {
 // Queues lists the known queues: those with a configuration, those a live
 // daemon serves, and those with available jobs; sorted by name.
 func (c *Coordinator) Queues(ctx context.Context) ([]QueueInfo, error) {
+	qs, err := c.knownQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.countHeld(ctx, qs); err != nil {
+		return nil, err
+	}
+	return qs, nil
+}
+
+// QueueListParams asks QueuePage for a page of the known queues.
+type QueueListParams struct {
+	// Limit bounds the page; 0 means 100. At most MaxListLimit.
+	Limit int
+	// After is the Next of the previous page: the page holds the queues
+	// named after it. Empty: from the first queue.
+	After string
+}
+
+// QueuePage is one page of the known queues.
+type QueuePage struct {
+	Queues []QueueInfo `json:"queues"`
+	// Next is the cursor of the following page (the name of the last
+	// queue on this one); empty on the last page.
+	Next string `json:"next,omitempty"`
+}
+
+// QueuePage returns the known queues (as Queues) named after p.After, at
+// most p.Limit of them, in name order. Pages are read one at a time, not
+// at one revision: a queue known from the first page to the last is on
+// exactly one page; one that becomes known or unknown meanwhile is on at
+// most one (on it if it is known when the page that would hold its name
+// is read), and each queue's counts are those of its page's read. A page
+// costs a read of every queue's configuration, the live daemons and the
+// available index, but the slots of the limited queues on it only.
+func (c *Coordinator) QueuePage(ctx context.Context, p QueueListParams) (QueuePage, error) {
+	if p.Limit == 0 {
+		p.Limit = 100
+	}
+	if p.Limit < 0 || p.Limit > MaxListLimit {
+		return QueuePage{}, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, p.Limit, MaxListLimit)
+	}
+	if p.After != "" {
+		if err := ValidateQueue(p.After); err != nil {
+			return QueuePage{}, fmt.Errorf("%w: bad cursor %q: pass the next value of the previous page", ErrInvalid, truncate(p.After, 80))
+		}
+	}
+	qs, err := c.knownQueues(ctx)
+	if err != nil {
+		return QueuePage{}, err
+	}
+	qs = qs[sort.Search(len(qs), func(i int) bool { return qs[i].Name > p.After }):]
+	var page QueuePage
+	if len(qs) > p.Limit {
+		qs = qs[:p.Limit]
+		page.Next = qs[len(qs)-1].Name
+	}
+	page.Queues = slices.Clip(qs)
+	if err := c.countHeld(ctx, page.Queues); err != nil {
+		return QueuePage{}, err
+	}
+	return page, nil
+}
+
+// knownQueues is Queues without the slots held.
+func (c *Coordinator) knownQueues(ctx context.Context) ([]QueueInfo, error) {
 	byName := map[string]*QueueInfo{}
 	get := func(q string) *QueueInfo {
 		if x := byName[q]; x != nil {
@@ -432,19 +498,27 @@ func (c *Coordinator) Queues(ctx context.Context) ([]QueueInfo, error) {
 	}
 	out := make([]QueueInfo, 0, len(byName))
 	for _, x := range byName {
-		if x.Limit > 0 {
-			if err := c.scan(ctx, c.keys.slots(x.Name), true, func(kv.KeyValue) error {
-				x.Held++
-				return nil
-			}); err != nil {
-				return nil, fmt.Errorf("coordinator: count slots of queue %s: %w", x.Name, err)
-			}
-		}
 		slices.Sort(x.Workers)
 		out = append(out, *x)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
+}
+
+// countHeld counts the slots held of each limited queue of qs.
+func (c *Coordinator) countHeld(ctx context.Context, qs []QueueInfo) error {
+	for i := range qs {
+		x := &qs[i]
+		if x.Limit > 0 {
+			if err := c.scan(ctx, c.keys.slots(x.Name), true, func(kv.KeyValue) error {
+				x.Held++
+				return nil
+			}); err != nil {
+				return fmt.Errorf("coordinator: count slots of queue %s: %w", x.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // slotOf returns the key of the global-limit slot that job j holds on

@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -26,47 +29,167 @@ a daemon that dies frees its share with its lease.`
 	return cmd
 }
 
+// queuesPage is the number of queues queues list asks for at a time: it
+// prints each page as it comes, so that it holds one page, whatever the
+// number of queues.
+const queuesPage = 1000
+
+type queuesListOpts struct {
+	target target
+	limit  int
+	after  string
+	json   bool
+}
+
 func newQueuesListCmd() *cobra.Command {
-	var tgt target
-	var asJSON bool
+	o := &queuesListOpts{}
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the known queues: paused or not, limit, available jobs, daemons serving them",
-		Args:  argsBetween(0, 0, "[--json]"),
-		RunE: action(func(cmd *cobra.Command, _ []string) error {
-			var res apiserver.QueuesResponse
-			if err := tgt.getOnce(cmd.Context(), "/v1/queues", &res); err != nil {
-				return err
-			}
-			if res.Queues == nil {
-				res.Queues = []coordinator.QueueInfo{}
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return printJSON(out, res.Queues)
-			}
-			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "QUEUE\tSTATE\tLIMIT\tRUNNING/LIMIT\tAVAILABLE\tDAEMONS")
-			for _, q := range res.Queues {
-				state, limit, held := "active", "-", "-"
-				if q.Paused {
-					state = "paused since " + fmtPaused(q.PausedAt)
+		Long: `List the known queues in name order: every one, read a page of ` + strconv.Itoa(queuesPage) + ` at a
+time (table columns are aligned within each page), or at most --limit of
+them, and then, if there are more, on stderr the flags that list the next
+ones (--after CURSOR, as 'jobs list' does). A queue known from the first
+page to the last is listed once; one added or removed meanwhile at most once.`,
+		Args: argsBetween(0, 0, "[--limit N] [--after CURSOR] [--json]"),
+		RunE: action(func(cmd *cobra.Command, _ []string) error { return runQueuesList(cmd, o) }),
+	}
+	addTargetFlags(cmd, &o.target)
+	f := cmd.Flags()
+	f.IntVar(&o.limit, "limit", 0, fmt.Sprintf("at most this many queues (1 to %d; default: every queue)", coordinator.MaxListLimit))
+	f.StringVar(&o.after, "after", "", "start after this cursor (printed on stderr when --limit left queues out)")
+	f.BoolVar(&o.json, "json", false, "print the queues as a JSON array")
+	nonEmpty(cmd, "after", "leave it out to start at the first queue, or give the cursor that a listing printed")
+	return cmd
+}
+
+func runQueuesList(cmd *cobra.Command, o *queuesListOpts) error {
+	limited := cmd.Flags().Changed("limit")
+	if limited && (o.limit < 1 || o.limit > coordinator.MaxListLimit) {
+		return usagef("--limit %d: want 1 to %d, or leave it out for every queue", o.limit, coordinator.MaxListLimit)
+	}
+	if o.after != "" {
+		if err := coordinator.ValidateQueue(o.after); err != nil {
+			return usagef("--after %q is not a cursor that a listing printed: it is the name of the last queue listed", o.after)
+		}
+	}
+	c, err := o.target.client(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer c.close()
+	pr := &queuesPrinter{out: cmd.OutOrStdout(), json: o.json}
+	printed, after := 0, o.after
+	for {
+		want := queuesPage
+		if limited {
+			want = min(want, o.limit-printed)
+		}
+		q := url.Values{"limit": {strconv.Itoa(want)}}
+		if after != "" {
+			q.Set("after", after)
+		}
+		var res apiserver.QueuesResponse
+		if err := c.call(cmd.Context(), http.MethodGet, "/v1/queues", q, nil, &res); err != nil {
+			return olderDaemon(err, printed == 0 && !limited && o.after == "", func() error {
+				// A daemon from before paging: every queue at once.
+				var all apiserver.QueuesResponse
+				if err := c.call(cmd.Context(), http.MethodGet, "/v1/queues", nil, nil, &all); err != nil {
+					return err
 				}
-				if q.Limit > 0 {
-					limit = strconv.Itoa(q.Limit)
-					held = fmt.Sprintf("%d/%d", q.Held, q.Limit)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", q.Name, state, limit, held, q.Available, len(q.Workers))
-			}
-			if err := tw.Flush(); err != nil {
-				return failf("write output: %v", err)
+				return pr.page(all.Queues, true)
+			})
+		}
+		printed += len(res.Queues)
+		// A page without queues ends the listing whatever its next says:
+		// the loop always moves on.
+		last := res.Next == "" || len(res.Queues) == 0 || (limited && printed >= o.limit)
+		if err := pr.page(res.Queues, last); err != nil {
+			return err
+		}
+		if last {
+			if res.Next != "" {
+				fmt.Fprintf(cmd.ErrOrStderr(), "leasehold: queues list: more queues: run again with --limit %d --after %s\n", o.limit, res.Next)
 			}
 			return nil
-		}),
+		}
+		after = res.Next
 	}
-	addTargetFlags(cmd, &tgt)
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the queues as a JSON array")
-	return cmd
+}
+
+// olderDaemon handles the refusal of a page by a daemon from before
+// paging (its 400 names the unknown query parameter): fallback, if ok,
+// else the error says what to do.
+func olderDaemon(err error, ok bool, fallback func() error) error {
+	var ce *cliError
+	if !errors.As(err, &ce) || !strings.Contains(ce.msg, `unknown query parameter "limit"`) {
+		return err
+	}
+	if ok {
+		return fallback()
+	}
+	ce.msg = "the daemon is older than --limit and --after of queues list: upgrade it, or leave them out to list every queue"
+	return ce
+}
+
+// queuesPrinter prints queues page by page: as rows of a table, with its
+// header before the first page, or as one JSON array, written as
+// printJSON writes a whole one.
+type queuesPrinter struct {
+	out  io.Writer
+	json bool
+	n    int // JSON: queues printed
+	// header: the table's header is printed.
+	header bool
+}
+
+// page prints qs; last ends the output.
+func (p *queuesPrinter) page(qs []coordinator.QueueInfo, last bool) error {
+	var b bytes.Buffer
+	if p.json {
+		for _, q := range qs {
+			e, err := json.MarshalIndent(q, "  ", "  ")
+			if err != nil {
+				return fmt.Errorf("encode output: %w", err)
+			}
+			if p.n == 0 {
+				b.WriteString("[\n  ")
+			} else {
+				b.WriteString(",\n  ")
+			}
+			b.Write(e)
+			p.n++
+		}
+		if last {
+			if p.n == 0 {
+				b.WriteString("[]\n")
+			} else {
+				b.WriteString("\n]\n")
+			}
+		}
+	} else {
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		if !p.header {
+			p.header = true
+			fmt.Fprintln(tw, "QUEUE\tSTATE\tLIMIT\tRUNNING/LIMIT\tAVAILABLE\tDAEMONS")
+		}
+		for _, q := range qs {
+			state, limit, held := "active", "-", "-"
+			if q.Paused {
+				state = "paused since " + fmtPaused(q.PausedAt)
+			}
+			if q.Limit > 0 {
+				limit = strconv.Itoa(q.Limit)
+				held = fmt.Sprintf("%d/%d", q.Held, q.Limit)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", q.Name, state, limit, held, q.Available, len(q.Workers))
+		}
+		_ = tw.Flush() // into b
+	}
+	if _, err := p.out.Write(b.Bytes()); err != nil {
+		return failf("write output: %v", err)
+	}
+	return nil
 }
 
 // newQueueChangeCmd returns `queues pause|resume|limit`.

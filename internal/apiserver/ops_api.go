@@ -8,7 +8,11 @@ package apiserver
 //	POST   /v1/jobs/cancel          body {"state":"","kind":"","queue":""}
 //	    200 {"cancelled":N,"cancel_requested":M}  bulk cancel by filter (at
 //	                                least one field, or "all":true)
-//	GET    /v1/queues               200 {"queues":[QUEUE,...]}
+//	GET    /v1/queues               200 {"queues":[QUEUE,...]}  every queue
+//	GET    /v1/queues?limit=&after= 200 {"queues":[QUEUE,...],"next":"CURSOR"}
+//	                                a page in name order (limit 1 to 10000,
+//	                                100 if only after is given); next is
+//	                                absent on the last page; pass it as after=
 //	POST   /v1/queues/{queue}/pause     ?force=true for a queue not known yet
 //	POST   /v1/queues/{queue}/resume
 //	PUT    /v1/queues/{queue}/limit     body {"limit":N} (0: none), ?force=true
@@ -24,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,6 +90,9 @@ var cancelManyBody = bodySpec{
 // QueuesResponse answers GET /v1/queues.
 type QueuesResponse struct {
 	Queues []coordinator.QueueInfo `json:"queues"`
+	// Next is the after of the following page, when the request asked
+	// for a page (limit or after) and more queues follow.
+	Next string `json:"next,omitempty"`
 }
 
 // QueueResponse answers the changes of one queue (pause, resume, limit).
@@ -186,8 +194,29 @@ func (a *Handler) cancelMany(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *Handler) listQueues(w http.ResponseWriter, r *http.Request) {
-	if err := checkQuery(r); err != nil {
+	if err := checkQuery(r, "limit", "after"); err != nil {
 		a.fail(w, r, err)
+		return
+	}
+	q := r.URL.Query()
+	if q.Has("limit") || q.Has("after") {
+		// A page, as GET /v1/jobs pages; without either, every queue,
+		// as before paging came (2026-12-06).
+		p := coordinator.QueueListParams{After: q.Get("after")}
+		if s := q.Get("limit"); s != "" {
+			n, err := strconv.Atoi(s)
+			if err != nil || n < 1 || n > coordinator.MaxListLimit {
+				a.fail(w, r, badRequest("limit %q: want a number from 1 to %d", TruncateString(s, 20), coordinator.MaxListLimit))
+				return
+			}
+			p.Limit = n
+		}
+		page, err := a.cfg.Coord.QueuePage(r.Context(), p)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, QueuesResponse{Queues: page.Queues, Next: page.Next})
 		return
 	}
 	qs, err := a.cfg.Coord.Queues(r.Context())

@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
+)
+
+// queues list prints every queue, read a page of queuesPage at a time: as
+// a table with one header, or as one JSON array written as a whole one
+// was before paging; --limit N prints N and, on stderr, the flags that
+// list the next ones; a bad --limit or --after is a usage error.
+func TestQueuesListPages(t *testing.T) {
+	e := newAPIEnv(t, envOpts{noWorker: true})
+	ctx := context.Background()
+	n := 2*queuesPage + 5 // three pages
+	var names []string
+	var ps []coordinator.EnqueueParams
+	for i := range n {
+		names = append(names, fmt.Sprintf("q%05d", i))
+		ps = append(ps, coordinator.EnqueueParams{Kind: "echo", Queue: names[i]})
+	}
+	if _, err := e.coord.EnqueueBatch(ctx, ps); err != nil {
+		t.Fatal(err)
+	}
+	srv := e.srv.URL
+
+	out := okCLI(t, "queues", "list", "--json", "--server", srv)
+	var got []coordinator.QueueInfo
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("queues list --json is not JSON: %v\n%.500s", err, out)
+	}
+	var gotNames []string
+	for _, q := range got {
+		gotNames = append(gotNames, q.Name)
+	}
+	if !slices.Equal(gotNames, names) {
+		t.Fatalf("queues list --json: %d queues, want each of %d once in name order", len(gotNames), len(names))
+	}
+	// Byte for byte what printJSON makes of the whole list.
+	all, err := e.coord.Queues(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := json.MarshalIndent(all, "", "  ")
+	if out != string(want)+"\n" {
+		t.Errorf("queues list --json differs from the whole array printed at once")
+	}
+
+	out = okCLI(t, "queues", "list", "--server", srv)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != n+1 || !strings.HasPrefix(lines[0], "QUEUE ") || strings.Count(out, "QUEUE") != 1 || !strings.HasPrefix(lines[n], names[n-1]+" ") {
+		t.Errorf("queues list: %d lines, want a header and %d queues", len(lines), n)
+	}
+
+	r := runCLI(t, nil, "", "queues", "list", "--limit", "3", "--server", srv)
+	if r.code != 0 || r.stdout != okCLI(t, "queues", "list", "--limit", "3", "--server", srv) || strings.Count(r.stdout, "\n") != 4 ||
+		r.stderr != "leasehold: queues list: more queues: run again with --limit 3 --after q00002\n" {
+		t.Errorf("queues list --limit 3: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, nil, "", "queues", "list", "--limit", "3", "--after", "q00002", "--json", "--server", srv)
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || len(got) != 3 || got[0].Name != "q00003" || !strings.Contains(r.stderr, "--after q00005") {
+		t.Errorf("queues list --limit 3 --after q00002 --json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = runCLI(t, nil, "", "queues", "list", "--after", names[n-1], "--json", "--server", srv)
+	if r.code != 0 || r.stdout != "[]\n" || r.stderr != "" {
+		t.Errorf("queues list after the last queue: exit %d %q %q, want []", r.code, r.stdout, r.stderr)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--limit", "0"}, "--limit 0: want 1 to 10000"},
+		{[]string{"--limit", "10001"}, "--limit 10001: want 1 to 10000"},
+		{[]string{"--after", "bad/name"}, "not a cursor that a listing printed"},
+		{[]string{"--after", ""}, "leave it out"},
+	} {
+		r := runCLI(t, nil, "", append([]string{"queues", "list", "--server", srv}, c.args...)...)
+		checkOneLineError(t, "queues list "+strings.Join(c.args, " "), r, exitUsage, c.want)
+	}
+}
+
+// A daemon from before paging refuses limit: queues list then asks for
+// every queue at once, as it did; with --limit it says to upgrade.
+func TestQueuesListOlderDaemon(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery != "" {
+			apiserver.WriteError(w, http.StatusBadRequest, `unknown query parameter "limit": this endpoint takes none`)
+			return
+		}
+		apiserver.WriteJSON(w, http.StatusOK, apiserver.QueuesResponse{Queues: []coordinator.QueueInfo{{QueueConfig: coordinator.QueueConfig{Name: "a"}, Workers: []string{}}}})
+	}))
+	defer srv.Close()
+	if out := okCLI(t, "queues", "list", "--json", "--server", srv.URL); !strings.Contains(out, `"name": "a"`) {
+		t.Errorf("queues list from an older daemon: %q", out)
+	}
+	r := runCLI(t, nil, "", "queues", "list", "--limit", "5", "--server", srv.URL)
+	checkOneLineError(t, "queues list --limit from an older daemon", r, exitUsage, "upgrade it")
+}
