@@ -246,13 +246,18 @@ func (a *Handler) knownQueue(r *http.Request, q string, force bool, hint string)
 	if err != nil {
 		return err
 	}
-	names := make([]string, 0, len(qs))
-	for _, x := range qs {
+	// At most knownQueuesNamed names: the error is one line, whatever the
+	// number of queues.
+	names := make([]string, 0, min(len(qs), knownQueuesNamed))
+	for _, x := range qs[:min(len(qs), knownQueuesNamed)] {
 		names = append(names, x.Name)
 	}
 	known := "none"
 	if len(names) > 0 {
 		known = strings.Join(names, ", ")
+	}
+	if more := len(qs) - len(names); more > 0 {
+		known += fmt.Sprintf(" and %d more: see GET /v1/queues", more)
 	}
 	return badRequest("unknown queue %s: no daemon serves it and it has no available jobs (known queues: %s); check the name%s", q, known, hint)
 }
@@ -296,6 +301,10 @@ func (a *Handler) limitQueue(w http.ResponseWriter, r *http.Request) {
 		return a.cfg.Coord.SetQueueLimit(r.Context(), q, *req.Limit)
 	})
 }
+
+// knownQueuesNamed bounds the known queues that the unknown-queue error
+// names.
+const knownQueuesNamed = 20
 
 // forceHint ends the unknown-queue error of pause and limit.
 const forceHint = ", or pass force=true to configure a queue before any daemon serves it or while its jobs are all scheduled or retryable (those are not counted)"

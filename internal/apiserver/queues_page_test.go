@@ -142,3 +142,20 @@ func TestQueuesPageBadLimitOrCursor(t *testing.T) {
 		}
 	}
 }
+
+// The refusal of an unknown queue names at most knownQueuesNamed of the
+// known ones, and counts the others.
+func TestUnknownQueueErrorIsBounded(t *testing.T) {
+	coord, h := newAPIOn(t, nil, Config{})
+	var ps []coordinator.EnqueueParams
+	for i := range knownQueuesNamed + 30 {
+		ps = append(ps, coordinator.EnqueueParams{Kind: "echo", Queue: fmt.Sprintf("q%03d", i)})
+	}
+	if _, err := coord.EnqueueBatch(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	code, body := testutil.APICall(t, h, "POST", "/v1/queues/nosuch/pause", "")
+	if code != http.StatusBadRequest || !strings.Contains(string(body), "known queues: q000, q001,") || strings.Contains(string(body), "q020") || !strings.Contains(string(body), "and 30 more: see GET /v1/queues") {
+		t.Errorf("pause an unknown queue beside %d others: %d %s", knownQueuesNamed+30, code, body)
+	}
+}
