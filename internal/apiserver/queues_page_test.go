@@ -159,3 +159,32 @@ func TestUnknownQueueErrorIsBounded(t *testing.T) {
 		t.Errorf("pause an unknown queue beside %d others: %d %s", knownQueuesNamed+30, code, body)
 	}
 }
+
+// BenchmarkQueuesList measures GET /v1/queues over 10,000 queues of 10
+// available jobs each: every queue at once, and one page of 1,000 (which
+// reads what the whole list reads, but answers a tenth of it).
+func BenchmarkQueuesList(b *testing.B) {
+	coord, h := newAPIOn(b, nil, Config{})
+	for i := 0; i < 100_000; {
+		var ps []coordinator.EnqueueParams
+		for ; i < 100_000 && len(ps) < 1000; i++ {
+			ps = append(ps, coordinator.EnqueueParams{Kind: "echo", Queue: fmt.Sprintf("q%05d", i%10_000)})
+		}
+		if _, err := coord.EnqueueBatch(context.Background(), ps); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, c := range []struct{ name, path string }{{"all", "/v1/queues"}, {"page", "/v1/queues?limit=1000&after=q04999"}} {
+		b.Run(c.name, func(b *testing.B) {
+			size := 0
+			for b.Loop() {
+				code, body := testutil.APICall(b, h, "GET", c.path, "")
+				if code != http.StatusOK {
+					b.Fatalf("GET %s: %d %s", c.path, code, body)
+				}
+				size = len(body)
+			}
+			b.ReportMetric(float64(size), "resp-bytes")
+		})
+	}
+}

@@ -31,7 +31,7 @@ func newSharedAPI(t *testing.T) (*testutil.RangeCountingStore, http.Handler) {
 
 // newAPIOn serves the API with cfg over a coordinator on a temporary
 // local store, wrapped by wrap if it is not nil.
-func newAPIOn(t *testing.T, wrap func(kv.Store) kv.Store, cfg Config) (*coordinator.Coordinator, http.Handler) {
+func newAPIOn(t testing.TB, wrap func(kv.Store) kv.Store, cfg Config) (*coordinator.Coordinator, http.Handler) {
 	t.Helper()
 	log := testutil.QuietLogger(t)
 	var store kv.Store = testutil.TempLocal(t, log)
