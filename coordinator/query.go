@@ -571,6 +571,27 @@ func (c *Coordinator) LiveKinds(ctx context.Context) ([]string, error) {
 	return kinds, nil
 }
 
+// ServedQueues returns the queues that the live daemons serve, each with
+// the ids of those daemons, sorted. Like LiveKinds it reads the
+// registrations only, not the ownership keys that Workers counts (one per
+// running job).
+func (c *Coordinator) ServedQueues(ctx context.Context) (map[string][]string, error) {
+	ws, err := c.registrations(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: read the live daemons' queues: %w", err)
+	}
+	out := map[string][]string{}
+	for _, w := range ws {
+		for _, q := range w.Queues {
+			out[q] = append(out[q], w.ID)
+		}
+	}
+	for _, ids := range out {
+		sort.Strings(ids)
+	}
+	return out, nil
+}
+
 // Workers lists the live daemons (those whose session lease is alive) with
 // the number of jobs each holds.
 func (c *Coordinator) Workers(ctx context.Context) ([]WorkerInfo, error) {

@@ -365,16 +365,11 @@ func (c *Coordinator) KnownQueue(ctx context.Context, q string) (bool, error) {
 	if len(rr.KVs) > 0 {
 		return true, nil
 	}
-	ws, err := c.Workers(ctx)
+	served, err := c.ServedQueues(ctx)
 	if err != nil {
 		return false, err
 	}
-	for _, w := range ws {
-		if slices.Contains(w.Queues, q) {
-			return true, nil
-		}
-	}
-	return false, nil
+	return len(served[q]) > 0, nil
 }
 
 // QueueConfigs returns the stored configuration of every queue that has
@@ -479,15 +474,12 @@ func (c *Coordinator) knownQueues(ctx context.Context) ([]QueueInfo, error) {
 	for _, conf := range confs {
 		get(conf.Name).QueueConfig = conf
 	}
-	ws, err := c.Workers(ctx)
+	served, err := c.ServedQueues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for _, w := range ws {
-		for _, q := range w.Queues {
-			x := get(q)
-			x.Workers = append(x.Workers, w.ID)
-		}
+	for q, ids := range served {
+		get(q).Workers = ids
 	}
 	if err := c.scan(ctx, c.keys.available(), true, func(x kv.KeyValue) error {
 		q, _, _ := strings.Cut(strings.TrimPrefix(x.Key, c.keys.available()), "/")
@@ -498,7 +490,6 @@ func (c *Coordinator) knownQueues(ctx context.Context) ([]QueueInfo, error) {
 	}
 	out := make([]QueueInfo, 0, len(byName))
 	for _, x := range byName {
-		slices.Sort(x.Workers)
 		out = append(out, *x)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -143,15 +143,13 @@ type queueCount struct {
 // the same with 1 KiB and 1 MiB payloads). Queues that live daemons serve
 // are counted even when empty.
 func queueCounts(ctx context.Context, c *coordinator.Coordinator, tally coordinator.Tally) (map[string]*queueCount, error) {
-	ws, err := c.Workers(ctx)
+	served, err := c.ServedQueues(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]*queueCount{}
-	for _, w := range ws {
-		for _, q := range w.Queues {
-			out[q] = &queueCount{}
-		}
+	for q := range served {
+		out[q] = &queueCount{}
 	}
 	get := func(q string) *queueCount {
 		if out[q] == nil {

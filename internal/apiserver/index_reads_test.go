@@ -99,8 +99,9 @@ func get(t testing.TB, h http.Handler, path string) string {
 
 // The dashboard's overview reads the live daemons (their registrations
 // and ownership keys) and the available and running indexes once per
-// render, and a metrics scrape the available and running indexes once
-// (before 2026-12-06, twice or three times each), showing the same.
+// render, and a metrics scrape the available and running indexes and the
+// registrations once, and no ownership keys (before 2026-12-06, twice or
+// three times each, and the ownership keys once), showing the same.
 func TestOverviewAndScrapeReadEachIndexOnce(t *testing.T) {
 	reads, h := newReadsAPI(t, 30, 3, 2)
 	body := get(t, h, "/")
@@ -113,7 +114,7 @@ func TestOverviewAndScrapeReadEachIndexOnce(t *testing.T) {
 		}
 	}
 	metrics := get(t, h, "/metrics")
-	if got, want := reads.take(), map[string]int{"q": 1, "r": 1, "w": 1, "o": 1}; !sameCounts(got, want) {
+	if got, want := reads.take(), map[string]int{"q": 1, "r": 1, "w": 1, "o": 0}; !sameCounts(got, want) {
 		t.Errorf("scrape: index scans %v, want %v", got, want)
 	}
 	for _, want := range []string{
@@ -124,6 +125,11 @@ func TestOverviewAndScrapeReadEachIndexOnce(t *testing.T) {
 		if !strings.Contains(metrics, want+"\n") {
 			t.Errorf("scrape lacks %s", want)
 		}
+	}
+	// The queues' list needs the daemons' queues, not their running jobs.
+	get(t, h, "/v1/queues")
+	if got, want := reads.take(), map[string]int{"q": 1, "r": 0, "w": 1, "o": 0}; !sameCounts(got, want) {
+		t.Errorf("queues list: index scans %v, want %v", got, want)
 	}
 }
 
