@@ -144,3 +144,19 @@ func ExampleCoordinator_RecentTally() {
 	// available: 2 map[mail:2]
 	// running: 1 map[pdf:1] of w1: 1 pdf
 }
+
+// The queues the live daemons serve, read from their registrations alone
+// (Workers also counts each daemon's running jobs).
+func ExampleCoordinator_ServedQueues() {
+	c, done := openExample()
+	defer done()
+	ctx := context.Background()
+	s1, _ := c.NewSession(ctx, coordinator.SessionConfig{TTL: 10 * time.Second, Worker: coordinator.WorkerInfo{ID: "w2", Queues: []string{"default", "pdf"}}})
+	defer s1.Close(ctx)
+	s2, _ := c.NewSession(ctx, coordinator.SessionConfig{TTL: 10 * time.Second, Worker: coordinator.WorkerInfo{ID: "w1", Queues: []string{"default"}}})
+	defer s2.Close(ctx)
+	served, _ := c.ServedQueues(ctx)
+	fmt.Println(served)
+	// Output:
+	// map[default:[w1 w2] pdf:[w2]]
+}
