@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# compat-fixture.sh REV OUT: writes a stored-format fixture of the build of
-# commit REV into the directory OUT (created; it must not exist yet), for
-# TestCompatFixtures in cmd/leasehold (README, Upgrades).
+# compat-fixture.sh [--shared] REV OUT: writes a stored-format fixture of the
+# build of commit REV into the directory OUT (created; it must not exist
+# yet), for TestCompatFixtures in cmd/leasehold (README, Upgrades).
 #
 # It builds REV in a temporary git worktree of this clone, runs that build's
-# daemon on a new embedded data directory (127.0.0.1, a port the system
-# picks) and leaves jobs there in every state a user can leave them in:
+# daemon (on 127.0.0.1, a port the system picks) on a new embedded data
+# directory, or with --shared on a new etcd member that build runs
+# ('leasehold etcd', on 127.0.0.1 at the ports COMPAT_ETCD_CLIENT_PORT and
+# COMPAT_ETCD_PEER_PORT, default 42379 and 42380; the daemon with
+# --lease-ttl 2s), and leaves jobs there in every state a user can leave
+# them in:
 #
 #   scheduled     --delay 876000h, --at 2200-01-01T00:00:00Z (with metadata)
 #   available     in queue "later", which the daemon does not serve (one
@@ -24,17 +28,19 @@
 #   schedule      "compat-once" (once a year, at a second just after the
 #                 daemon starts; its tick goes to queue "later")
 #
-# Then it takes a backup with that build ('leasehold backup', the daemon
-# running), enqueues one more job (role "after-backup": in the data
+# Then, embedded, it takes a backup with that build ('leasehold backup', the
+# daemon running), enqueues one more job (role "after-backup": in the data
 # directory, not in the backup), records that build's view (jobs get
 # --json of every job, queues list --json, periodic list --json into
 # golden.json; jobs list and queues list as text into *.txt, for reading
-# only) and kills the daemon with SIGKILL.
+# only) and kills the daemon with SIGKILL (then, --shared, stops the etcd
+# member with SIGTERM).
 #
-# OUT gets fixture.tar.gz (data/ and backup/, every file Pebble and the
-# daemon left, the lock files included; only the "source" of
+# OUT gets fixture.tar.gz (embedded: data/ and backup/, every file Pebble
+# and the daemon left, the lock files included; only the "source" of
 # backup/leasehold-backup.json is changed, to "data", so that it names no
-# directory of the machine that made it), golden.json and the text files.
+# directory of the machine that made it; --shared: etcd/, the member's
+# directory), golden.json and the text files.
 # Payloads are fixed; ids, times, owners and tokens are those of the run.
 # golden.json's "expected_to_differ" names the fields that a newer build
 # changes on purpose when it opens the store: the jobs left running are
@@ -44,10 +50,16 @@
 #
 # Needs git, go, GNU tar, gzip and GNU date. Run it from a clone:
 #   scripts/compat-fixture.sh fa695f6 cmd/leasehold/testdata/compat/fa695f6
+#   scripts/compat-fixture.sh --shared fa695f6 cmd/leasehold/testdata/compat/fa695f6-shared
 set -euo pipefail
 
+mode=embedded
+if [ "${1:-}" = --shared ]; then
+	mode=shared
+	shift
+fi
 if [ $# -ne 2 ]; then
-	echo "usage: $0 REV OUT (e.g. $0 fa695f6 cmd/leasehold/testdata/compat/fa695f6)" >&2
+	echo "usage: $0 [--shared] REV OUT (e.g. $0 fa695f6 cmd/leasehold/testdata/compat/fa695f6)" >&2
 	exit 2
 fi
 rev=$1
@@ -62,8 +74,10 @@ out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
 
 work=$(mktemp -d)
 daemon_pid=
+etcd_pid=
 cleanup() {
 	if [ -n "$daemon_pid" ]; then kill -9 "$daemon_pid" 2>/dev/null || true; fi
+	if [ -n "$etcd_pid" ]; then kill -9 "$etcd_pid" 2>/dev/null || true; fi
 	git worktree remove --force "$work/src" >/dev/null 2>&1 || true
 	rm -rf "$work"
 }
@@ -81,7 +95,21 @@ read -r s m h d mo <<<"$tick"
 spec="$((10#$s)) $((10#$m)) $((10#$h)) $((10#$d)) $((10#$mo)) *"
 
 cd "$work"
-"$lh" daemon --data "$work/data" --listen 127.0.0.1:0 --log-format json \
+if [ $mode = shared ]; then
+	etcd_url=http://127.0.0.1:${COMPAT_ETCD_CLIENT_PORT:-42379}
+	"$lh" etcd --data "$work/etcd" --listen-client "$etcd_url" \
+		--listen-peer "http://127.0.0.1:${COMPAT_ETCD_PEER_PORT:-42380}" >etcd.log 2>&1 &
+	etcd_pid=$!
+	for _ in $(seq 200); do
+		"$lh" jobs list --etcd "$etcd_url" >/dev/null 2>&1 && break
+		kill -0 "$etcd_pid" 2>/dev/null || { cat etcd.log >&2; exit 1; }
+		sleep 0.05
+	done
+	store=(--etcd "$etcd_url" --lease-ttl 2s)
+else
+	store=(--data "$work/data")
+fi
+"$lh" daemon "${store[@]}" --listen 127.0.0.1:0 --log-format json \
 	--queues default,paused,flaky --concurrency 20 \
 	--exec 'hold=trap "" TERM; sleep 600' \
 	--periodic '{"name":"compat-once","spec":"'"$spec"'","kind":"echo","payload":{"tick":true},"queue":"later"}' \
@@ -161,13 +189,17 @@ done
 # (the SIGKILL that would follow is 5 s away).
 "$lh" jobs cancel "$hold" >/dev/null
 
-"$lh" backup "$work/backup" --json >backup.json
+backup_rev=0 # none in shared mode: a backup is of an embedded store
+if [ $mode = embedded ]; then
+	"$lh" backup "$work/backup" --json >backup.json
+	backup_rev=$(sed -n 's/^  "revision": \([0-9]*\),$/\1/p' backup.json)
+fi
 enq after-backup echo '{"after_backup":true}' --queue later >/dev/null
 
 # The old build's view, then the kill.
 {
-	printf '{\n"rev": "%s",\n"commit": "%s",\n' "$rev" "$commit"
-	printf '"backup_revision": %s,\n' "$(sed -n 's/^  "revision": \([0-9]*\),$/\1/p' backup.json)"
+	printf '{\n"rev": "%s",\n"commit": "%s",\n"mode": "%s",\n' "$rev" "$commit" "$mode"
+	printf '"backup_revision": %s,\n' "$backup_rev"
 	printf '"periodic_spec": "%s",\n' "$spec"
 	cat <<'EOF'
 "expected_to_differ": {
@@ -197,11 +229,19 @@ kill -9 "$daemon_pid"
 wait "$daemon_pid" 2>/dev/null || true
 daemon_pid=
 
-# The backup's description names the directory it was taken from: make it
-# relative to the fixture, so that no path of this machine is committed.
-sed -i "s|\"source\": \"$work/|\"source\": \"|" backup/leasehold-backup.json
-
-tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - data backup | gzip -n -9 >fixture.tar.gz
+if [ $mode = shared ]; then
+	kill -TERM "$etcd_pid"
+	wait "$etcd_pid" 2>/dev/null || true
+	etcd_pid=
+	dirs=(etcd)
+else
+	# The backup's description names the directory it was taken from: make
+	# it relative to the fixture, so that no path of this machine is
+	# committed.
+	sed -i "s|\"source\": \"$work/|\"source\": \"|" backup/leasehold-backup.json
+	dirs=(data backup)
+fi
+tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - "${dirs[@]}" | gzip -n -9 >fixture.tar.gz
 mkdir -p "$out"
 cp fixture.tar.gz golden.json jobs-list.txt queues-list.txt "$out/"
 echo "wrote $out: $(du -sh "$out" | cut -f1)" >&2
