@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -15,6 +16,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/coordinator/etcdtest"
+	"github.com/leasehold/leasehold/localstore"
+	"go.etcd.io/etcd/server/v3/embed"
 )
 
 // compatGolden is golden.json of a stored-format fixture, written by
@@ -22,6 +27,7 @@ import (
 type compatGolden struct {
 	Rev            string              `json:"rev"`
 	Commit         string              `json:"commit"`
+	Mode           string              `json:"mode"` // embedded (or empty), or shared
 	BackupRevision int64               `json:"backup_revision"`
 	Differ         map[string][]string `json:"expected_to_differ"`
 	Jobs           []struct {
@@ -62,22 +68,38 @@ func TestCompatFixtures(t *testing.T) {
 			}
 			root := t.TempDir()
 			untarGz(t, filepath.Join(fixture, "fixture.tar.gz"), root)
+			if g.Mode == "shared" {
+				// The old build's etcd member, started anew as a
+				// cluster of one at new addresses.
+				srv := etcdtest.Start(t, etcdtest.WithConfig(func(c *embed.Config) {
+					c.Dir, c.ForceNewCluster = filepath.Join(root, "etcd"), true
+				}))
+				ep := strings.Join(srv.Endpoints(), ",")
+				checkCompatStore(t, &g, func(t *testing.T, args ...string) *daemonProc {
+					return startDaemonCmd(t, exec.Command(binPath, append([]string{"daemon", "--etcd", ep,
+						"--listen", "127.0.0.1:0", "--log-format", "json", "--lease-ttl", "2s"}, args...)...))
+				}, false)
+				return
+			}
+			embedded := func(dir string) func(*testing.T, ...string) *daemonProc {
+				return func(t *testing.T, args ...string) *daemonProc { return startDaemon(t, dir, args...) }
+			}
 			t.Run("data", func(t *testing.T) {
-				checkCompatStore(t, &g, filepath.Join(root, "data"), false)
+				checkCompatStore(t, &g, embedded(filepath.Join(root, "data")), false)
 			})
 			t.Run("backup", func(t *testing.T) {
 				restored := filepath.Join(root, "restored")
 				okCLI(t, "restore", "--from", filepath.Join(root, "backup"), "--data", restored)
-				checkCompatStore(t, &g, restored, true)
+				checkCompatStore(t, &g, embedded(restored), true)
 			})
 		})
 	}
 }
 
-// checkCompatStore checks the store in dir against g: the data directory,
-// or (fromBackup) the store restored from the backup, which lacks the
-// jobs enqueued after it.
-func checkCompatStore(t *testing.T, g *compatGolden, dir string, fromBackup bool) {
+// checkCompatStore checks the store on which start starts a daemon
+// against g: the data directory or the etcd member, or (fromBackup) the
+// store restored from the backup, which lacks the jobs enqueued after it.
+func checkCompatStore(t *testing.T, g *compatGolden, start func(*testing.T, ...string) *daemonProc, fromBackup bool) {
 	var want []int // indexes of the jobs the store holds
 	for i, gj := range g.Jobs {
 		if !fromBackup || gj.Role != "after-backup" {
@@ -87,15 +109,21 @@ func checkCompatStore(t *testing.T, g *compatGolden, dir string, fromBackup bool
 
 	// First a daemon that serves a queue none of the jobs is in: the
 	// store as opened, before anything runs.
-	d := startDaemon(t, dir, "--queues", "compat-idle", "--retention", compatRetention, "--shutdown-timeout", "100ms")
-	left := 0
+	d := start(t, "--queues", "compat-idle", "--retention", compatRetention, "--shutdown-timeout", "100ms")
+	var left []string
 	for _, gj := range g.Jobs {
 		if gj.Role == "running" || gj.Role == "cancel-requested" {
-			left++
+			left = append(left, gj.Job["id"].(string))
 		}
 	}
-	if n := d.log.requeued(); n != left {
-		t.Errorf("re-queued %d jobs left running at open, want %d:\n%s", n, left, d.log)
+	if g.Mode == "shared" {
+		// The reaper takes them once the old daemon's lease, which
+		// the member restarted with its full TTL, has expired.
+		for _, id := range left {
+			waitNotRunning(t, d.server, id)
+		}
+	} else if n := d.log.requeued(); n != len(left) {
+		t.Errorf("re-queued %d jobs left running at open, want %d:\n%s", n, len(left), d.log)
 	}
 	if got, wantN := len(listAll(t, d.server)), len(want); got != wantN {
 		t.Errorf("the store holds %d jobs, want %d", got, wantN)
@@ -187,7 +215,7 @@ func checkCompatStore(t *testing.T, g *compatGolden, dir string, fromBackup bool
 	// Then a daemon that serves the jobs' queues: every job that can run
 	// completes (the re-queued 'sleep' jobs at once, as 'cat'), the paused
 	// queue's once it is resumed; the others stay as they were.
-	d = startDaemon(t, dir, "--queues", "default,later,flaky,paused", "--retention", compatRetention,
+	d = start(t, "--queues", "default,later,flaky,paused", "--retention", compatRetention,
 		"--shutdown-timeout", "100ms", "--exec", "sleep=cat >/dev/null")
 	var runs, paused []string
 	for _, i := range want {
@@ -220,6 +248,9 @@ func checkCompatStore(t *testing.T, g *compatGolden, dir string, fromBackup bool
 		if string(j.State) != wantState {
 			t.Errorf("job %s (%s) ended %s, want %s", id, gj.Role, j.State, wantState)
 		}
+		if ran := wantState == "completed" && gj.Job["state"] != "completed"; ran && fromBackup && int64(j.Token) <= g.BackupRevision+int64(localstore.DefaultRevisionBump) {
+			t.Errorf("job %s ran on the restored store under token %d, not above the backup's revision %d raised by the restore", id, j.Token, g.BackupRevision)
+		}
 		if j.Kind == "echo" && wantState == "completed" {
 			var res, pay any
 			if json.Unmarshal(j.Result, &res) != nil || json.Unmarshal(j.Payload, &pay) != nil || !reflect.DeepEqual(res, pay) {
@@ -228,6 +259,18 @@ func checkCompatStore(t *testing.T, g *compatGolden, dir string, fromBackup bool
 		}
 	}
 	checkNoErrorLogged(t, d)
+}
+
+// waitNotRunning waits until the job is no longer running.
+func waitNotRunning(t *testing.T, server, id string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for getJobCLI(t, server, id).State == "running" {
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s left running by the old build's daemon is still running after 30s", id)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // compatRole returns the ids of g's jobs of role.
