@@ -327,7 +327,7 @@ func (c *Coordinator) unfinishedIndexes() []string {
 func (c *Coordinator) confirmPending(ctx context.Context, out map[State]int, first, last int64) error {
 	var err error
 	for range 8 {
-		if first == last || out[StateScheduled]+out[StateAvailable]+out[StateRunning]+out[StateRetryable] > 0 {
+		if first == last || pending(out) {
 			break
 		}
 		again := map[State]int{}
