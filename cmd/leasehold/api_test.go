@@ -50,7 +50,7 @@ func newAPIEnv(t testing.TB, o envOpts) *apiEnv {
 		_ = store.Close()
 		t.Fatal(err)
 	}
-	kinds, err := daemonKinds(o.execs, 0, log)
+	kinds, err := daemonKinds(o.execs, 0, 0, log)
 	if err != nil {
 		_ = store.Close()
 		t.Fatal(err)
@@ -606,7 +606,7 @@ func TestParseExec(t *testing.T) {
 	if err != nil || s.kind != "resize" || s.command != "./resize.sh --w=100" {
 		t.Errorf("parseExec: %+v %v", s, err)
 	}
-	if _, err := daemonKinds([]string{"a=x", "a=y"}, 0, slog.Default()); err == nil {
+	if _, err := daemonKinds([]string{"a=x", "a=y"}, 0, 0, slog.Default()); err == nil {
 		t.Error("duplicate --exec kind accepted")
 	}
 }

@@ -629,7 +629,7 @@ func (e *configEnv) daemonRefusal() error {
 			return err
 		}
 	}
-	kinds, err := daemonKinds(o.execs, o.leaseTTL, slog.New(slog.DiscardHandler))
+	kinds, err := daemonKinds(o.execs, o.leaseTTL, o.storeRequestLimit(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		return err
 	}

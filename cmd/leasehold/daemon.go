@@ -123,8 +123,10 @@ they are interrupted and re-queued. A second signal stops it at once (exit code 
 // daemonKinds returns the kinds a daemon runs: the built-in ones and each
 // --exec (which may replace a built-in one). leaseTTL bounds how long an
 // --exec command of a lost run may ignore SIGTERM (execLostGrace; 0: no
-// bound beyond execKillGrace).
-func daemonKinds(execs []string, leaseTTL time.Duration, log *slog.Logger) (map[string]kindSpec, error) {
+// bound beyond execKillGrace); maxRequest is the store's request limit,
+// which bounds the checkpoint lines an --exec command writes (0:
+// defaultMaxCheckpointLine).
+func daemonKinds(execs []string, leaseTTL time.Duration, maxRequest int, log *slog.Logger) (map[string]kindSpec, error) {
 	kinds := builtinKinds()
 	seen := map[string]bool{}
 	for _, s := range execs {
@@ -142,6 +144,7 @@ func daemonKinds(execs []string, leaseTTL time.Duration, log *slog.Logger) (map[
 			log.Info("--exec replaces a built-in kind", slog.String("kind", spec.kind))
 		}
 		spec.lostGrace = execLostGrace(leaseTTL)
+		spec.maxCheckpoint = maxRequest
 		kinds[spec.kind] = kindSpec{handler: execHandler(spec, log)}
 	}
 	return kinds, nil
@@ -226,7 +229,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	}
 	warnExposedSecrets(cmd, o, log)
 	m := apiserver.NewMetrics()
-	kinds, err := daemonKinds(o.execs, o.leaseTTL, log)
+	kinds, err := daemonKinds(o.execs, o.leaseTTL, o.storeRequestLimit(), log)
 	if err != nil {
 		return err
 	}
@@ -621,6 +624,16 @@ func ignoredInSharedMode(cmd *cobra.Command) []string {
 		}
 	}
 	return set
+}
+
+// storeRequestLimit is the request limit of the store the daemon opens:
+// etcd's (--etcd-max-request-bytes, less etcdkv's margin) in shared mode,
+// Pebble's default transaction limit embedded.
+func (o *daemonOpts) storeRequestLimit() int {
+	if o.etcd.shared() {
+		return etcdkv.New(nil, etcdkv.Options{MaxRequestBytes: int(o.etcd.maxRequest)}).Limits().MaxBytes
+	}
+	return localstore.MaxTxnBytesDefault
 }
 
 // minFreeBytes is --min-free-disk as localstore.Options.MinFreeBytes,

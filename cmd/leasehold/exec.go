@@ -75,6 +75,18 @@ type execSpec struct {
 	// lostGrace bounds the kill grace of a lost run (execLostGrace); 0:
 	// execKillGrace.
 	lostGrace time.Duration
+	// maxCheckpoint bounds a checkpoint line the command writes: the
+	// store's request limit, which no record exceeds; 0:
+	// defaultMaxCheckpointLine.
+	maxCheckpoint int
+}
+
+// checkpointLineMax is the longest checkpoint line read from the command.
+func (s execSpec) checkpointLineMax() int {
+	if s.maxCheckpoint > 0 {
+		return s.maxCheckpoint
+	}
+	return defaultMaxCheckpointLine
 }
 
 func parseExec(s string) (execSpec, error) {
@@ -91,8 +103,10 @@ func parseExec(s string) (execSpec, error) {
 
 // execHandler runs spec.command with sh -c for each job: the payload on
 // stdin; LEASEHOLD_JOB_ID, LEASEHOLD_ATTEMPT, LEASEHOLD_TOKEN,
-// LEASEHOLD_KIND and LEASEHOLD_IDEMPOTENCY_KEY in its
-// environment. Exit status 0 completes the job with stdout as its result
+// LEASEHOLD_KIND, LEASEHOLD_IDEMPOTENCY_KEY, LEASEHOLD_CHECKPOINT_FD and
+// (when an earlier run recorded one) LEASEHOLD_CHECKPOINT_FILE in its
+// environment, and its checkpoint socket on fd execCheckpointFD (ADR
+// 0034). Exit status 0 completes the job with stdout as its result
 // (as JSON if it is JSON, else as a JSON string); any other status fails
 // the attempt with the end of stderr as the error. The command runs in its
 // own process group, once the exec guard knows it (execGate); when the
@@ -106,32 +120,43 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 		// Done by startExecGuard already in a daemon; here for any other
 		// caller.
 		_ = inheritedFDsCloseOnExec()
-		// The command waits at execGate until the guard knows its group.
-		gate, opener, err := os.Pipe()
+		// The last checkpoint, for the command to resume from: a command
+		// that cannot be given it would start over, so the attempt fails.
+		cpFile, err := writeLastCheckpoint(j)
+		if err != nil {
+			return fmt.Errorf("exec %s: cannot write the last checkpoint for the command: %w", spec.kind, err)
+		}
+		if cpFile != "" {
+			defer func() { _ = os.Remove(cpFile) }()
+		}
+		cpConn, cpTheirs, err := checkpointSocket()
 		if err != nil {
 			return fmt.Errorf("exec %s: cannot start %q: %w", spec.kind, spec.command, err)
 		}
+		defer func() { _ = cpConn.Close() }()
+		// The command waits at execGate until the guard knows its group.
+		gate, opener, err := os.Pipe()
+		if err != nil {
+			_ = cpTheirs.Close()
+			return fmt.Errorf("exec %s: cannot start %q: %w", spec.kind, spec.command, err)
+		}
 		cmd := exec.Command("sh", "-c", execGate, spec.command)
-		cmd.ExtraFiles = []*os.File{gate} // fd 3
+		cmd.ExtraFiles = []*os.File{gate, cpTheirs} // fds 3 and execCheckpointFD
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Stdin = bytes.NewReader(j.Payload)
 		stdout := &capBuffer{max: maxExecStdout}
 		stderr := &tailBuffer{max: execStderrTail}
 		cmd.Stdout, cmd.Stderr = stdout, stderr
 		cmd.WaitDelay = execKillGrace // see cmd.Wait below
-		cmd.Env = append(os.Environ(),
-			"LEASEHOLD_JOB_ID="+j.ID,
-			"LEASEHOLD_ATTEMPT="+strconv.Itoa(j.Attempt),
-			"LEASEHOLD_TOKEN="+j.Token.String(),
-			"LEASEHOLD_KIND="+j.Kind,
-			"LEASEHOLD_IDEMPOTENCY_KEY="+j.IdempotencyKey(),
-		)
+		cmd.Env = execEnv(j, cpFile)
 		err = cmd.Start()
 		_ = gate.Close() // the shell's now
+		_ = cpTheirs.Close()
 		if err != nil {
 			_ = opener.Close()
 			return fmt.Errorf("exec %s: cannot start %q: %w", spec.kind, spec.command, err)
 		}
+		cpDone := startCheckpoints(cpConn, j, spec.checkpointLineMax(), log)
 		// The guard learns of the group before the command runs: a daemon
 		// killed before that closes the gate, and the shell exits.
 		pgid := cmd.Process.Pid
@@ -172,6 +197,11 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			}
 			t.Stop()
 		}
+		// The checkpoints the command wrote before it exited are recorded
+		// (or refused) before its outcome; none is taken after it, even
+		// from a process it left that still holds its descriptor.
+		endCheckpoints(cpConn)
+		<-cpDone
 		if xerr == nil {
 			stopLeftovers(pgid, termAt, grace, j.ID, log)
 		} else {

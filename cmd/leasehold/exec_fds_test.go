@@ -35,9 +35,10 @@ func TestExecCommandsGetNoInheritedFDs(t *testing.T) {
 	cmd.Env = cliEnv()
 	log := newSPLog()
 	cmd.Stdout, cmd.Stderr = log, log
-	// The daemon's fds 3 and 4: a command's fd 3 is its gate (ADR 0019),
-	// so fd 4 is the one a command could inherit.
-	cmd.ExtraFiles = []*os.File{w, w}
+	// The daemon's fds 3 to 5: a command's fd 3 is its gate (ADR 0019)
+	// and its fd 4 its checkpoint socket (ADR 0034), so fd 5 is the first
+	// one a command could inherit.
+	cmd.ExtraFiles = []*os.File{w, w, w}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +62,8 @@ func TestExecCommandsGetNoInheritedFDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	command := strings.TrimSpace(string(b))
-	if fds := holding(t, p.pid(), inherited); len(fds) != 2 {
-		t.Fatalf("the daemon holds %s at fds %v, want 2 (the test's setup is wrong)", inherited, fds)
+	if fds := holding(t, p.pid(), inherited); len(fds) != 3 {
+		t.Fatalf("the daemon holds %s at fds %v, want 3 (the test's setup is wrong)", inherited, fds)
 	}
 	if fds := holding(t, mustAtoi(t, command), inherited); len(fds) > 0 {
 		t.Errorf("the --exec command holds the daemon's inherited %s at fds %v", inherited, fds)

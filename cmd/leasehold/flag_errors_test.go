@@ -37,7 +37,7 @@ func TestFlagValueErrorsSayWhatTheFlagWants(t *testing.T) {
 func TestExecReplacingBuiltinKindIsLogged(t *testing.T) {
 	var buf strings.Builder
 	log := slog.New(slog.NewTextHandler(&buf, nil))
-	kinds, err := daemonKinds([]string{"echo=cat", "thumbnail=true"}, 0, log)
+	kinds, err := daemonKinds([]string{"echo=cat", "thumbnail=true"}, 0, 0, log)
 	if err != nil {
 		t.Fatal(err)
 	}

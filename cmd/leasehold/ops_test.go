@@ -87,7 +87,7 @@ func newOpsEnv(t *testing.T, o opsOpts) *opsEnv {
 		_ = ls.Close()
 		t.Fatal(err)
 	}
-	kinds, err := daemonKinds(nil, 0, log)
+	kinds, err := daemonKinds(nil, 0, 0, log)
 	if err != nil {
 		t.Fatal(err)
 	}

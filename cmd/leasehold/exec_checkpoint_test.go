@@ -1,0 +1,344 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+	"github.com/leasehold/leasehold/internal/testutil"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// checkpointEnv is a worker running the --exec kind "t" on a local store,
+// with retries due at once.
+type checkpointEnv struct {
+	coord *coordinator.Coordinator
+	store kv.Store
+}
+
+// newCheckpointEnv runs command as kind "t". maxRequest, if positive, is
+// the store's request limit; maxLine the command's checkpoint line limit
+// (0: the default).
+func newCheckpointEnv(t *testing.T, command string, maxRequest, maxLine int) *checkpointEnv {
+	t.Helper()
+	log := testutil.QuietLogger(t)
+	var store kv.Store = testutil.TempLocal(t, log)
+	if maxRequest > 0 {
+		store = &kvtest.Limit{Store: store, MaxBytes: maxRequest}
+	}
+	coord, err := coordinator.New(store, coordinator.Config{Logger: log, RetryPolicy: func(int, *coordinator.Job) time.Duration { return 0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := parseExec("t=" + command)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.maxCheckpoint = maxLine
+	w, err := worker.New(coord, worker.Config{Concurrency: 2, Logger: log, Maintain: true, LeaseTTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("t", execHandler(spec, log))
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // before the store is closed
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := w.Stop(ctx); err != nil {
+			t.Errorf("worker stop: %v", err)
+		}
+	})
+	return &checkpointEnv{coord: coord, store: store}
+}
+
+func (e *checkpointEnv) enqueue(t *testing.T) string {
+	t.Helper()
+	res, err := e.coord.Enqueue(context.Background(), coordinator.EnqueueParams{Kind: "t", MaxAttempts: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Job.ID
+}
+
+// wait returns job id once it is finished.
+func (e *checkpointEnv) wait(t *testing.T, id string) *coordinator.Job {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	j, err := e.coord.Wait(ctx, id)
+	if err != nil {
+		t.Fatalf("job %s did not finish: %v", id, err)
+	}
+	return j
+}
+
+// A command that records checkpoints and then fails, or is killed,
+// resumes on its next run from the last one: it reads it from the file
+// named by LEASEHOLD_CHECKPOINT_FILE, unset on the first run (even when
+// the daemon's own environment has it), readable by the daemon's user
+// only and removed once the run is over.
+func TestExecCheckpointResumes(t *testing.T) {
+	t.Setenv(envCheckpointFile, "/inherited/by/the/daemon")
+	t.Setenv(envCheckpointFD, "9")
+	for name, end := range map[string]string{
+		"failed": `echo 'failing after step 2' >&2; exit 1`,
+		"killed": `kill -KILL $$`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			seen := filepath.Join(t.TempDir(), "seen")
+			// The first run checkpoints steps 1 and 2, each once told
+			// ok, then ends; the second reports what it resumed from.
+			command := fmt.Sprintf(`
+if [ -z "${LEASEHOLD_CHECKPOINT_FILE+set}" ]; then
+	[ "$LEASEHOLD_ATTEMPT" = 1 ] || { echo "attempt $LEASEHOLD_ATTEMPT has no checkpoint" >&2; exit 9; }
+	[ "$LEASEHOLD_CHECKPOINT_FD" = 4 ] || { echo "LEASEHOLD_CHECKPOINT_FD=$LEASEHOLD_CHECKPOINT_FD" >&2; exit 9; }
+	for step in 1 2; do
+		echo "{\"step\":$step}" >&4
+		read -r ack <&4
+		[ "$ack" = ok ] || { echo "step $step: $ack" >&2; exit 9; }
+	done
+	%s
+fi
+echo "$LEASEHOLD_CHECKPOINT_FILE" >%s
+printf '{"attempt":%%s,"from":%%s,"mode":"%%s"}' "$LEASEHOLD_ATTEMPT" "$(cat "$LEASEHOLD_CHECKPOINT_FILE")" "$(stat -c %%a "$LEASEHOLD_CHECKPOINT_FILE")"
+`, end, seen)
+			e := newCheckpointEnv(t, command, 0, 0)
+			j := e.wait(t, e.enqueue(t))
+			if j.State != coordinator.StateCompleted {
+				t.Fatalf("job %s, errors %v; want completed on attempt 2", j.State, j.Errors)
+			}
+			if want := `{"attempt":2,"from":{"step":2},"mode":"600"}`; string(j.Result) != want {
+				t.Errorf("second run's result %s, want %s", j.Result, want)
+			}
+			if len(j.Errors) != 1 {
+				t.Errorf("errors %v, want the first run's only", j.Errors)
+			}
+			b, err := os.ReadFile(seen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if path := strings.TrimSpace(string(b)); path == "" {
+				t.Error("the second run had an empty LEASEHOLD_CHECKPOINT_FILE")
+			} else if _, err := os.Stat(path); !os.IsNotExist(err) {
+				t.Errorf("the checkpoint file %s is left after the run: %v", path, err)
+			}
+		})
+	}
+}
+
+// A checkpoint written by a run that no longer holds its job (another run
+// took it over: the token of the job's ownership key changed) is refused
+// with "error: lost: ...", and nothing is recorded: the same fence as
+// worker.Job.Checkpoint.
+func TestExecCheckpointOfLostRunRefused(t *testing.T) {
+	dir := t.TempDir()
+	ready, goOn, acks := filepath.Join(dir, "ready"), filepath.Join(dir, "go"), filepath.Join(dir, "acks")
+	for _, p := range []string{ready, goOn, acks} {
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	command := fmt.Sprintf(`
+echo '{"step":1}' >&4; read -r ack <&4; echo "$ack" >%s
+read -r _ <%s
+echo '{"step":2}' >&4; read -r ack <&4; echo "$ack" >%s
+case $ack in "error: lost:"*) exit 75;; esac
+echo '{"step":3}' >&4; read -r ack <&4`, ready, goOn, acks)
+	e := newCheckpointEnv(t, command, 0, 0)
+	id := e.enqueue(t)
+	if ack := readFIFOLine(t, ready); ack != "ok" {
+		t.Fatalf("first checkpoint: %q, want ok", ack)
+	}
+	// Another run takes the job over: its ownership key is created anew,
+	// so its creation revision (the fencing token) is no longer this
+	// run's. The worker's session stays valid: only the store's fence
+	// can refuse.
+	owner := "/leasehold/default/o/" + id
+	ctx := context.Background()
+	if _, err := e.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Delete(owner)}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Put(owner, []byte("another run"), 0)}}); err != nil {
+		t.Fatal(err)
+	}
+	writeFIFOLine(t, goOn, "go")
+	if ack := readFIFOLine(t, acks); !strings.HasPrefix(ack, "error: lost: ") {
+		t.Errorf("checkpoint of a lost run: %q, want \"error: lost: ...\"", ack)
+	}
+	j, err := e.coord.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(j.Checkpoint) != `{"step":1}` {
+		t.Errorf("checkpoint recorded: %s, want the run's last accepted one, {\"step\":1}", j.Checkpoint)
+	}
+}
+
+// Lines that are not one JSON value, and values over the line limit or
+// over what the store takes, are answered "error: invalid: ..." and
+// record nothing; the command goes on and its next checkpoint is recorded.
+func TestExecCheckpointInvalidRefused(t *testing.T) {
+	const maxRequest, maxLine = 512 << 10, 300 << 10
+	command := `
+put() { printf '%s\n' "$1" >&4; read -r ack <&4; echo "$ack"; }
+big() { printf '"%s"' "$(head -c "$1" /dev/zero | tr '\0' a)"; }
+put '{"step":1}'
+put 'not json'
+put '{"a":1} {"b":2}'
+put ''
+put "$(big 400000)"
+put "$(big 280000)"
+put '{"step":2'
+`
+	e := newCheckpointEnv(t, command, maxRequest, maxLine)
+	j := e.wait(t, e.enqueue(t))
+	if j.State != coordinator.StateCompleted {
+		t.Fatalf("job %s, errors %v; want completed", j.State, j.Errors)
+	}
+	var out string
+	if err := json.Unmarshal(j.Result, &out); err != nil {
+		t.Fatalf("result %s: %v", j.Result, err)
+	}
+	acks := strings.Split(out, "\n")
+	want := []string{
+		"ok",
+		"error: invalid: not JSON",
+		"error: invalid: not JSON",
+		"error: invalid: empty line",
+		fmt.Sprintf("error: invalid: checkpoint over %d bytes", maxLine),
+		"error: invalid: checkpoint of job " + j.ID + ": its record would be",
+		"error: invalid: not JSON",
+	}
+	if len(acks) != len(want) {
+		t.Fatalf("replies %q, want %d", acks, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(acks[i], w) {
+			t.Errorf("reply %d: %q, want %q...", i, acks[i], w)
+		}
+	}
+	if string(j.Checkpoint) != `{"step":1}` {
+		t.Errorf("checkpoint recorded: %.80s, want {\"step\":1} (nothing from the refused lines)", j.Checkpoint)
+	}
+}
+
+// A command that never touches its checkpoint descriptor, or closes it,
+// runs as before: it gets fd 4 (a socket), not fd 3 (the gate).
+func TestExecCheckpointUnused(t *testing.T) {
+	for name, command := range map[string]string{
+		"untouched": `[ -S /proc/$$/fd/4 ] || [ "$(readlink /proc/$$/fd/4 | cut -c1-7)" = socket: ] || exit 7; [ -e /proc/$$/fd/3 ] && exit 8; cat >/dev/null; echo '{"done":true}'`,
+		"closed":    `exec 4>&-; cat >/dev/null; echo '{"done":true}'`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newCheckpointEnv(t, command, 0, 0)
+			j := e.wait(t, e.enqueue(t))
+			if j.State != coordinator.StateCompleted || string(j.Result) != `{"done":true}` {
+				t.Errorf("job %s result %s errors %v, want completed with {\"done\":true}", j.State, j.Result, j.Errors)
+			}
+			if cp := string(j.Checkpoint); cp != "" && cp != "null" {
+				t.Errorf("checkpoint %s, want none", cp)
+			}
+		})
+	}
+}
+
+// A process that leaves the command's group (setsid) keeping the
+// checkpoint descriptor does not hold the job once the command exited:
+// checkpoints end with the command's shell, not at the socket's EOF.
+func TestExecCheckpointSocketHeldByEscapedProcess(t *testing.T) {
+	l := newLifeLine(t)
+	spec, err := parseExec(fmt.Sprintf(`t=exec 3>%s; setsid sh -c 'echo $$ >%s; echo >&3; exec sleep 1000' >/dev/null 2>&1 </dev/null & while [ ! -s %s ]; do sleep 0.01; done; echo '{"ok":true}'`, l.path, l.pidFile, l.pidFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- execHandler(spec, testutil.QuietLogger(t))(context.Background(), execJob(`{}`)) }()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("command exited 0: %v, want success", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the job waits for a process outside the command's group that holds the checkpoint descriptor")
+	}
+	<-l.started
+}
+
+// readFIFOLine reads one line from the FIFO at path, which a command
+// opens to write it.
+func readFIFOLine(t *testing.T, path string) string {
+	t.Helper()
+	type res struct {
+		line string
+		err  error
+	}
+	c := make(chan res, 1)
+	go func() {
+		f, err := os.Open(path)
+		if err != nil {
+			c <- res{err: err}
+			return
+		}
+		defer f.Close()
+		line, err := bufio.NewReader(f).ReadString('\n')
+		c <- res{strings.TrimSuffix(line, "\n"), err}
+	}()
+	select {
+	case r := <-c:
+		if r.err != nil {
+			t.Fatalf("reading %s: %v", filepath.Base(path), r.err)
+		}
+		return r.line
+	case <-time.After(30 * time.Second):
+		// Unblock the reader: open the FIFO for writing ourselves.
+		if f, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
+			_ = f.Close()
+		}
+		<-c
+		t.Fatalf("the command never wrote to %s", filepath.Base(path))
+		return ""
+	}
+}
+
+// writeFIFOLine writes a line to the FIFO at path, which a command opens
+// to read it.
+func writeFIFOLine(t *testing.T, path, line string) {
+	t.Helper()
+	c := make(chan error, 1)
+	go func() {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			c <- err
+			return
+		}
+		_, err = f.WriteString(line + "\n")
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		c <- err
+	}()
+	select {
+	case err := <-c:
+		if err != nil {
+			t.Fatalf("writing %s: %v", filepath.Base(path), err)
+		}
+	case <-time.After(30 * time.Second):
+		if f, err := os.OpenFile(path, os.O_RDWR, 0); err == nil {
+			_ = f.Close()
+		}
+		<-c
+		t.Fatalf("the command never read %s", filepath.Base(path))
+	}
+}
