@@ -342,3 +342,33 @@ func writeFIFOLine(t *testing.T, path, line string) {
 		t.Fatalf("the command never read %s", filepath.Base(path))
 	}
 }
+
+// A command stopped by a cancel (SIGTERM) may record its progress before
+// it exits: the write is not bound to the job's context, only to the
+// run's fence, which still holds.
+func TestExecCheckpointOnCancel(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
+	if err := syscall.Mkfifo(ready, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	command := fmt.Sprintf(`
+trap 'echo "{\"stopped_at\":2}" >&4; read -r ack <&4; echo "$ack" >&2; exit 3' TERM
+echo '{"step":1}' >&4; read -r ack <&4
+echo "$ack" >%s
+sleep 1000 & wait`, ready)
+	e := newCheckpointEnv(t, command, 0, 0)
+	id := e.enqueue(t)
+	if ack := readFIFOLine(t, ready); ack != "ok" {
+		t.Fatalf("first checkpoint: %q, want ok", ack)
+	}
+	if _, err := e.coord.Cancel(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	j := e.wait(t, id)
+	if j.State != coordinator.StateCancelled {
+		t.Errorf("job %s, want cancelled", j.State)
+	}
+	if string(j.Checkpoint) != `{"stopped_at":2}` {
+		t.Errorf("checkpoint %s, want the one the TERM trap wrote, {\"stopped_at\":2}; errors %v", j.Checkpoint, j.Errors)
+	}
+}
