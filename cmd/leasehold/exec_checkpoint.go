@@ -128,7 +128,7 @@ func execEnv(j *worker.Job, cpFile string) []string {
 // once the command's shell exited (endCheckpoints). A line cut off by the
 // end is not a checkpoint: nothing is recorded for it.
 func serveCheckpoints(c *net.UnixConn, j *worker.Job, maxLine int, log *slog.Logger) {
-	r := bufio.NewReaderSize(c, 64<<10)
+	r := bufio.NewReader(c) // small: one per running command; longer lines span reads
 	for {
 		line, tooLong, err := readCheckpointLine(r, maxLine)
 		if err != nil {
