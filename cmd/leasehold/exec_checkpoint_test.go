@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -370,5 +371,64 @@ sleep 1000 & wait`, ready)
 	}
 	if string(j.Checkpoint) != `{"stopped_at":2}` {
 		t.Errorf("checkpoint %s, want the one the TERM trap wrote, {\"stopped_at\":2}; errors %v", j.Checkpoint, j.Errors)
+	}
+}
+
+// End to end: a daemon killed (SIGKILL) while its command runs; the
+// command, stopped by the exec guard, had recorded a checkpoint, and the
+// restarted daemon's run of the job resumes from it.
+func TestExecCheckpointResumesAfterDaemonKilled(t *testing.T) {
+	l := newLifeLine(t)
+	command := fmt.Sprintf(`t=if [ -n "${LEASEHOLD_CHECKPOINT_FILE:-}" ]; then printf '{"resumed":%%s}' "$(cat "$LEASEHOLD_CHECKPOINT_FILE")"; exit 0; fi
+[ "$LEASEHOLD_ATTEMPT" = 1 ] || { echo "attempt $LEASEHOLD_ATTEMPT has no checkpoint" >&2; exit 9; }
+echo '{"step":7}' >&4; read -r ack <&4; [ "$ack" = ok ] || exit 9
+exec 3>%s; echo >&3; sleep 1000 & echo $! >%s; wait`, l.path, l.pidFile)
+	data := t.TempDir()
+	args := []string{"daemon", "--data", data, "--listen", "127.0.0.1:0", "--log-format", "json", "--exec", command}
+	p := spStart(t, "daemon", binPath, args...)
+	ln, _ := p.waitLog(t, 0, "listening", func(l spLine) bool { return l.Msg == "listening" })
+	code, body := postBody(t, "http://"+ln.str("addr")+"/v1/jobs", `{"kind":"t"}`)
+	if code != http.StatusCreated {
+		t.Fatalf("enqueue: %d %s", code, body)
+	}
+	var created struct{ Job struct{ ID string } }
+	if err := json.Unmarshal([]byte(body), &created); err != nil || created.Job.ID == "" {
+		t.Fatalf("enqueue: %s: %v", body, err)
+	}
+	<-l.started // checkpointed: the command goes on only once told ok
+	p.signal(t, syscall.SIGKILL)
+	<-p.done
+	l.waitGone(t, "daemon killed by SIGKILL")
+
+	p2 := spStart(t, "daemon", binPath, args...)
+	ln2, _ := p2.waitLog(t, 0, "listening", func(l spLine) bool { return l.Msg == "listening" })
+	var got struct {
+		Job struct {
+			State  string
+			Result json.RawMessage
+		}
+	}
+	j := &got.Job
+	// A command that started over would checkpoint again and run on: the
+	// job is running still, long after a resumed one would have ended.
+	for deadline := time.Now().Add(time.Minute); j.State != "completed"; {
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s a minute after the restart: the command did not resume from its checkpoint", j.State)
+		}
+		resp, err := http.Get("http://" + ln2.str("addr") + "/v1/jobs/" + created.Job.ID + "?wait=30s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&got)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.State != "running" && j.State != "available" && j.State != "completed" {
+			t.Fatalf("job %s after the restart, want completed", j.State)
+		}
+	}
+	if string(j.Result) != `{"resumed":{"step":7}}` {
+		t.Errorf("result %s, want {\"resumed\":{\"step\":7}}", j.Result)
 	}
 }
