@@ -355,8 +355,7 @@ func TestExecCheckpointOnCancel(t *testing.T) {
 	command := fmt.Sprintf(`
 trap 'echo "{\"stopped_at\":2}" >&4; read -r ack <&4; echo "$ack" >&2; exit 3' TERM
 echo '{"step":1}' >&4; read -r ack <&4
-echo "$ack" >%s
-sleep 1000 & wait`, ready)
+sleep 1000 & echo "$ack" >%s; wait`, ready)
 	e := newCheckpointEnv(t, command, 0, 0)
 	id := e.enqueue(t)
 	if ack := readFIFOLine(t, ready); ack != "ok" {
