@@ -180,8 +180,8 @@ func readCheckpointLine(r *bufio.Reader, max int) (line []byte, tooLong bool, er
 // checkpointReply records line as the job's checkpoint and returns the
 // reply for the command: "ok", or "error: CLASS: reason" where CLASS is
 //   - lost: the run no longer holds the job (the same fence as
-//     worker.Job.Checkpoint refused it, or the run's outcome was
-//     recorded): nothing recorded, and the command should stop;
+//     worker.Job.Checkpoint refused it: nothing recorded), or it is over
+//     with an earlier write's outcome unknown; the command should stop;
 //   - invalid: the line is empty, not one JSON value, or too large for the
 //     store: nothing recorded;
 //   - unavailable: the store did not record it (out of space, unreachable,
@@ -202,9 +202,15 @@ func checkpointReply(j *worker.Job, line []byte, tooLong bool, maxLine int, log 
 	switch {
 	case err == nil:
 		return "ok"
-	case errors.Is(err, fence.ErrLeaseLost), errors.Is(err, coordinator.ErrUnknownOutcome):
+	case errors.Is(err, fence.ErrLeaseLost):
 		log.Warn("checkpoint of a run no longer current refused: the command was told to stop", slog.String("job", j.ID), slog.Any("err", err))
 		return "error: lost: this run no longer holds the job (another run may have it): nothing recorded; stop without further side effects"
+	case errors.Is(err, coordinator.ErrUnknownOutcome):
+		// An earlier write of the run lost its reply and the run can no
+		// longer find out whether it landed: the run is over, but a
+		// checkpoint may have been recorded.
+		log.Warn("checkpoint of a run whose earlier write is unknown refused: the command was told to stop", slog.String("job", j.ID), slog.Any("err", err))
+		return "error: lost: this run is over (an earlier write's reply was lost, so whether it was recorded is unknown): stop without further side effects"
 	case errors.Is(err, coordinator.ErrInvalid):
 		return "error: invalid: " + apiserver.CleanCoordError(err)
 	case errors.Is(err, kv.ErrNoSpace):
