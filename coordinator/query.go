@@ -83,16 +83,26 @@ var (
 // most.
 const ListScanMax = 10 * listChunk
 
+// listLimit is a page's limit as List and QueuePage take it: 0 means 100,
+// and more than MaxListLimit or less than 0 is refused.
+func listLimit(n int) (int, error) {
+	if n == 0 {
+		return 100, nil
+	}
+	if n < 0 || n > MaxListLimit {
+		return 0, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, n, MaxListLimit)
+	}
+	return n, nil
+}
+
 // List returns jobs matching p. Without a state filter jobs come in id order
 // (which is creation order); with one, in the order of that state's index
 // (queue and priority for available jobs, due time for scheduled and
 // retryable ones, finishing time for final ones).
 func (c *Coordinator) List(ctx context.Context, p ListParams) (ListPage, error) {
-	if p.Limit == 0 {
-		p.Limit = 100
-	}
-	if p.Limit < 0 || p.Limit > MaxListLimit {
-		return ListPage{}, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, p.Limit, MaxListLimit)
+	var err error
+	if p.Limit, err = listLimit(p.Limit); err != nil {
+		return ListPage{}, err
 	}
 	if p.State != "" {
 		if _, err := ParseState(string(p.State)); err != nil {

@@ -428,11 +428,9 @@ type QueuePage struct {
 // costs a read of every queue's configuration, the live daemons and the
 // available index, but the slots of the limited queues on it only.
 func (c *Coordinator) QueuePage(ctx context.Context, p QueueListParams) (QueuePage, error) {
-	if p.Limit == 0 {
-		p.Limit = 100
-	}
-	if p.Limit < 0 || p.Limit > MaxListLimit {
-		return QueuePage{}, fmt.Errorf("%w: limit %d: want 1 to %d", ErrInvalid, p.Limit, MaxListLimit)
+	var err error
+	if p.Limit, err = listLimit(p.Limit); err != nil {
+		return QueuePage{}, err
 	}
 	if p.After != "" {
 		if err := ValidateQueue(p.After); err != nil {

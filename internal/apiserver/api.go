@@ -1148,13 +1148,9 @@ func (a *Handler) listJobs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 || n > coordinator.MaxListLimit {
-			a.fail(w, r, badRequest("limit %q: want a number from 1 to %d", TruncateString(s, 20), coordinator.MaxListLimit))
-			return
-		}
-		p.Limit = n
+	var ok bool
+	if p.Limit, ok = a.pageLimit(w, r); !ok {
+		return
 	}
 	page, err := a.cfg.Coord.List(r.Context(), p)
 	if err != nil {
@@ -1326,4 +1322,20 @@ func (a *Handler) liveKinds(ctx context.Context) ([]string, error) {
 		set[k] = true
 	}
 	return SortedKeys(set), nil
+}
+
+// pageLimit is the request's limit query parameter, 0 when it has none.
+// A limit that is not a number from 1 to coordinator.MaxListLimit is
+// answered 400, and ok is false.
+func (a *Handler) pageLimit(w http.ResponseWriter, r *http.Request) (n int, ok bool) {
+	s := r.URL.Query().Get("limit")
+	if s == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > coordinator.MaxListLimit {
+		a.fail(w, r, badRequest("limit %q: want a number from 1 to %d", TruncateString(s, 20), coordinator.MaxListLimit))
+		return 0, false
+	}
+	return n, true
 }

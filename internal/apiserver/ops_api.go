@@ -28,7 +28,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -203,13 +202,9 @@ func (a *Handler) listQueues(w http.ResponseWriter, r *http.Request) {
 		// A page, as GET /v1/jobs pages; without either, every queue,
 		// as before paging came (2026-12-06).
 		p := coordinator.QueueListParams{After: q.Get("after")}
-		if s := q.Get("limit"); s != "" {
-			n, err := strconv.Atoi(s)
-			if err != nil || n < 1 || n > coordinator.MaxListLimit {
-				a.fail(w, r, badRequest("limit %q: want a number from 1 to %d", TruncateString(s, 20), coordinator.MaxListLimit))
-				return
-			}
-			p.Limit = n
+		var ok bool
+		if p.Limit, ok = a.pageLimit(w, r); !ok {
+			return
 		}
 		page, err := a.cfg.Coord.QueuePage(r.Context(), p)
 		if err != nil {
