@@ -118,11 +118,12 @@ func runQueuesList(cmd *cobra.Command, o *queuesListOpts) error {
 }
 
 // olderDaemon handles the refusal of a page by a daemon from before
-// paging (its 400 names the unknown query parameter): fallback, if ok,
+// paging (its 400 names the first unknown query parameter in name order:
+// "after" when a page after a cursor was asked for): fallback, if ok,
 // else the error says what to do.
 func olderDaemon(err error, ok bool, fallback func() error) error {
 	var ce *cliError
-	if !errors.As(err, &ce) || !strings.Contains(ce.msg, `unknown query parameter "limit"`) {
+	if !errors.As(err, &ce) || !strings.Contains(ce.msg, `unknown query parameter "limit"`) && !strings.Contains(ce.msg, `unknown query parameter "after"`) {
 		return err
 	}
 	if ok {

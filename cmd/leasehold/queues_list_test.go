@@ -90,11 +90,13 @@ func TestQueuesListPages(t *testing.T) {
 }
 
 // A daemon from before paging refuses limit: queues list then asks for
-// every queue at once, as it did; with --limit it says to upgrade.
+// every queue at once, as it did; with --limit or --after it says to
+// upgrade. The daemon names the first unknown parameter in name order, as
+// its checkQuery did: "after" when both are given.
 func TestQueuesListOlderDaemon(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.RawQuery != "" {
-			apiserver.WriteError(w, http.StatusBadRequest, `unknown query parameter "limit": this endpoint takes none`)
+		if q := r.URL.Query(); len(q) > 0 {
+			apiserver.WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q: this endpoint takes none", apiserver.SortedKeys(q)[0]))
 			return
 		}
 		apiserver.WriteJSON(w, http.StatusOK, apiserver.QueuesResponse{Queues: []coordinator.QueueInfo{{QueueConfig: coordinator.QueueConfig{Name: "a"}, Workers: []string{}}}})
@@ -103,6 +105,8 @@ func TestQueuesListOlderDaemon(t *testing.T) {
 	if out := okCLI(t, "queues", "list", "--json", "--server", srv.URL); !strings.Contains(out, `"name": "a"`) {
 		t.Errorf("queues list from an older daemon: %q", out)
 	}
-	r := runCLI(t, nil, "", "queues", "list", "--limit", "5", "--server", srv.URL)
-	checkOneLineError(t, "queues list --limit from an older daemon", r, exitUsage, "upgrade it")
+	for _, args := range [][]string{{"--limit", "5"}, {"--after", "a"}, {"--limit", "5", "--after", "a"}} {
+		r := runCLI(t, nil, "", append([]string{"queues", "list", "--server", srv.URL}, args...)...)
+		checkOneLineError(t, "queues list "+strings.Join(args, " ")+" from an older daemon", r, exitUsage, "upgrade it")
+	}
 }
