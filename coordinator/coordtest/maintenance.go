@@ -28,6 +28,7 @@ var maintenanceTests = []suiteTest{
 	{"PromotionSkipsJobRescheduledMeanwhile", testPromotionSkipsRescheduled},
 	{"PromotionPassesStartAtTheirFloor", testPromotionStartsAtFloor},
 	{"PromotionRefusedMoveKeepsTheFloor", testPromotionRefusedKeepsFloor},
+	{"PromotionFloorAfterClockStepsBack", testPromotionFloorClockStepBack},
 	{"UniqueByStateOnlyFinalStates", testUniqueByStateFinalOnly},
 	{"TimeoutUnderOneMillisecondRefused", testTimeoutUnderOneMillisecond},
 	{"ListRefusesMalformedCursor", testListMalformedCursor},
@@ -627,4 +628,106 @@ func testPromotionRefusedKeepsFloor(t *testing.T, h *harness) {
 	}
 	<-fs.passes
 	h.wantState(r.Job.ID, coordinator.StateAvailable)
+}
+
+// warnRecorder keeps the messages logged at warning level or above.
+type warnRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (w *warnRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnRecorder) Handle(_ context.Context, r slog.Record) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	msg := r.Message
+	r.Attrs(func(a slog.Attr) bool { msg += " " + a.String(); return true })
+	w.msgs = append(w.msgs, msg)
+	return nil
+}
+func (w *warnRecorder) WithAttrs([]slog.Attr) slog.Handler { return w }
+func (w *warnRecorder) WithGroup(string) slog.Handler      { return w }
+func (w *warnRecorder) take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := w.msgs
+	w.msgs = nil
+	return m
+}
+
+// testPromotionFloorClockStepBack: after the maintainer's clock steps back
+// an hour, its floor is an hour ahead of the time it reads up to: passes
+// read nothing (without failing), a job delayed after the step is keyed
+// below the floor and is promoted at its time, and a job due by the old
+// clock waits for its time by the new one. Each pass the test waits for
+// is woken by a timer written (the clock's timers may fire too).
+func testPromotionFloorClockStepBack(t *testing.T, h *harness) {
+	t0 := h.clock.Now()
+	timers := h.keysRoot() + "t/"
+	clk := NewClock(t0)
+	fs := &floorStore{Store: h.store, timers: timers, passes: make(chan []string, 16)}
+	warns := &warnRecorder{}
+	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(warns)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enqueue := func(at time.Time) string {
+		t.Helper()
+		r, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: at})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Job.ID
+	}
+	early := enqueue(t0.Add(30 * time.Second))
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan error, 1)
+	go func() { done <- c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: time.Hour}) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// until wakes passes, each with a timer far ahead, until ok holds
+	// after one.
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for range 4 {
+			enqueue(clk.Now().Add(24 * time.Hour))
+			select {
+			case <-fs.passes:
+			case err := <-done:
+				done <- err // for the deferred receive
+				t.Fatalf("%s: RunMaintenance returned %v", what, err)
+			case <-h.ctx().Done():
+				t.Fatalf("%s: no pass", what)
+			}
+			if ok() {
+				return
+			}
+		}
+		t.Fatalf("%s: not after 4 passes", what)
+	}
+	state := func(id string, want coordinator.State) func() bool {
+		return func() bool { return h.get(id).State == want }
+	}
+	always := func() bool { return true }
+	until("first pass", always)
+	clk.Advance(time.Second)
+	until("a second later", always)
+	clk.Advance(-time.Hour)
+	until("after the step back", always)
+	if w := warns.take(); len(w) > 0 {
+		t.Fatalf("a pass after the step back logged %q", w)
+	}
+	late := enqueue(clk.Now().Add(10 * time.Second))
+	until("woken by the job delayed after the step", always)
+	h.wantState(late, coordinator.StateScheduled)
+	clk.Advance(10 * time.Second)
+	until("at the delayed job's time", state(late, coordinator.StateAvailable))
+	h.wantState(early, coordinator.StateScheduled)
+	clk.Advance(time.Hour + 20*time.Second)
+	until("at the early job's time", state(early, coordinator.StateAvailable))
+	if w := warns.take(); len(w) > 0 {
+		t.Fatalf("passes logged %q", w)
+	}
 }
