@@ -491,6 +491,28 @@ func (s *floorStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResu
 	return res, err
 }
 
+// timedClock is a Clock that signals each timer set on it, so that a test
+// moves it only once the loop it drives waits on a timer: the end of a
+// pass is signalled before the loop sets the timer of its sleep, and a
+// clock moved before that is moved past the time the timer is set from.
+type timedClock struct {
+	*Clock
+	set chan struct{}
+}
+
+func newTimedClock(now time.Time) timedClock {
+	return timedClock{Clock: NewClock(now), set: make(chan struct{}, 64)}
+}
+
+func (c timedClock) After(d time.Duration) <-chan time.Time {
+	ch := c.Clock.After(d)
+	select {
+	case c.set <- struct{}{}:
+	default:
+	}
+	return ch
+}
+
 // testPromotionStartsAtFloor: a promotion pass of RunMaintenance reads the
 // timer index from where the last one ended, not from its start (where it
 // walked every entry promoted since the store last compacted, at every
@@ -500,7 +522,7 @@ func (s *floorStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResu
 func testPromotionStartsAtFloor(t *testing.T, h *harness) {
 	t0 := h.clock.Now()
 	timers := h.keysRoot() + "t/"
-	clk := NewClock(t0)
+	clk := newTimedClock(t0)
 	fs := &floorStore{Store: h.store, timers: timers, passes: make(chan []string, 16)}
 	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
@@ -530,6 +552,7 @@ func testPromotionStartsAtFloor(t *testing.T, h *harness) {
 			}
 			return starts
 		case err := <-done:
+			done <- err // for the deferred receive
 			t.Fatalf("RunMaintenance returned %v", err)
 		case <-h.ctx().Done():
 			t.Fatalf("%s: no pass", what)
@@ -539,6 +562,7 @@ func testPromotionStartsAtFloor(t *testing.T, h *harness) {
 	if s := pass("first pass"); s[0] != timers {
 		t.Fatalf("the first pass read from %q; want the index's start", s[0])
 	}
+	<-clk.set // the sleep's timer, until the first job is due
 	clk.Advance(time.Second)
 	if s := pass("pass at the first due time"); s[0] == timers {
 		t.Fatalf("the second pass read from the index's start again")
@@ -585,7 +609,7 @@ func testPromotionStartsAtFloor(t *testing.T, h *harness) {
 func testPromotionRefusedKeepsFloor(t *testing.T, h *harness) {
 	t0 := h.clock.Now()
 	timers := h.keysRoot() + "t/"
-	clk := NewClock(t0)
+	clk := newTimedClock(t0)
 	gate := kvtest.NewGate(h.store)
 	fs := &floorStore{Store: gate, timers: timers, passes: make(chan []string, 16)}
 	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
@@ -608,6 +632,7 @@ func testPromotionRefusedKeepsFloor(t *testing.T, h *harness) {
 		<-done
 	}()
 	<-fs.passes // nothing due yet
+	<-clk.set   // the sleep's timer, until the job is due
 	gate.Arm()
 	clk.Advance(time.Second)
 	<-gate.Held() // the pass read the due entry and the record, and moves it next
