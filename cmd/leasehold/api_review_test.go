@@ -45,7 +45,7 @@ func TestHTTPStopFinishesRequestsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, stop := newHTTPServer(apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), Logger: log}), nil, log)
+	srv, stop := newHTTPServer(apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), Logger: log}), nil, httpLimits{}, log)
 	active := make(chan struct{}, 8)
 	srv.ConnState = func(_ net.Conn, st http.ConnState) {
 		if st == http.StateActive {
@@ -141,7 +141,7 @@ func TestLongPollOutlivesReadTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, stop := newHTTPServer(apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), Logger: log}), nil, log)
+	srv, stop := newHTTPServer(apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), Logger: log}), nil, httpLimits{}, log)
 	srv.ReadTimeout = 50 * time.Millisecond
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -90,6 +90,8 @@ func TestConfigCheckRefusesWhatDaemonRefuses(t *testing.T) {
 		{"reap-interval 0", "reap-interval: 0s\n", true},
 		{"negative shutdown-timeout", "shutdown-timeout: -1s\n", true},
 		{"negative default-timeout", "default-timeout: -1s\n", true},
+		{"negative http-write-timeout", "http-write-timeout: -1s\n", true},
+		{"negative http-max-connections", "http-max-connections: -1\n", true},
 		{"bad queue", "queues: [default, 'no spaces']\n", true},
 		{"bad namespace", "namespace: 'a b'\n", true},
 		{"queue-concurrency unserved", "queue-concurrency: mail=2\n", true},

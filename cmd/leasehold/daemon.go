@@ -59,6 +59,9 @@ type daemonOpts struct {
 	apiTokenFile    string
 	tlsCert         string
 	tlsKey          string
+	// --http-write-timeout and --http-max-connections (httpconns.go)
+	httpWriteTimeout time.Duration
+	httpMaxConns     int
 	// token is the API token of --api-token or --api-token-file, read
 	// once by validate: the file may be a pipe.
 	token string
@@ -114,6 +117,8 @@ they are interrupted and re-queued. A second signal stops it at once (exit code 
 	f.StringVar(&o.apiTokenFile, "api-token-file", "", "read the API token from this file (one line)")
 	f.StringVar(&o.tlsCert, "tls-cert", "", "serve the API over HTTPS with this certificate (PEM; with --tls-key)")
 	f.StringVar(&o.tlsKey, "tls-key", "", "private key (PEM) of --tls-cert")
+	f.DurationVar(&o.httpWriteTimeout, "http-write-timeout", defaultHTTPWriteTimeout, "bound on writing one HTTP response, from its first byte (a long-poll's wait and a backup's copy come before it; 0: the default)")
+	f.IntVar(&o.httpMaxConns, "http-max-connections", defaultHTTPMaxConns, fmt.Sprintf("HTTP connections open at once; beyond them %d more serve the health probes only (other requests: 503), and the others wait until one closes (0: the default)", probeConns))
 	f.StringArrayVar(&o.execs, "exec", nil, "run jobs of KIND with COMMAND (sh -c; payload on stdin), as KIND=COMMAND; repeatable (LEASEHOLD_EXEC: one per line)")
 	f.StringArrayVar(&o.periodic, "periodic", nil, periodicFlagHelp)
 	f.StringToIntVar(&o.queueConcurrency, "queue-concurrency", nil, "at most N jobs of a queue at once on this daemon, as QUEUE=N,... (a limit across all daemons: 'leasehold queues limit')")
@@ -169,6 +174,10 @@ func (o *daemonOpts) validate() error {
 		return usagef("--retention %s: want a positive duration such as 24h", o.retention)
 	case o.defaultTimeout < 0:
 		return usagef("--default-timeout %s is negative: want a duration such as 10m, or 0 for none", o.defaultTimeout)
+	case o.httpWriteTimeout < 0:
+		return usagef("--http-write-timeout %s is negative: want a duration such as 1m, or 0 for the default", o.httpWriteTimeout)
+	case o.httpMaxConns < 0:
+		return usagef("--http-max-connections %d is negative: want a number of connections such as %d, or 0 for the default", o.httpMaxConns, defaultHTTPMaxConns)
 	}
 	if err := checkMaxPayload("--max-payload", o.maxPayload); err != nil {
 		return err
@@ -256,6 +265,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	}
 	defer func() { _ = ln.Close() }() // the HTTP server closes it too, once it serves
 	loopback := loopbackListener(ln)
+	lim := o.httpLimits()
+	ln = newLimitListener(ln, lim.maxConns, probeConns, log)
 	if token == "" && !loopback {
 		log.Warn("the API listens beyond loopback without a token: anyone who reaches it can enqueue and cancel jobs; set --api-token-file", slog.String("listen", o.listen))
 	}
@@ -351,7 +362,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		MaxPayload: coord.MaxPayloadBytes(), Logger: log, WorkerID: w.ID(), Worker: w, Metrics: m,
 		Auth: apiserver.AuthConfig{Token: token, LoopbackOnly: loopback}, Backup: backup,
 	})
-	srv, stopHTTP := newHTTPServer(api, tlsCfg, log)
+	srv, stopHTTP := newHTTPServer(api, tlsCfg, lim, log)
 
 	// HTTP serves from here on, while the worker starts (a shared daemon
 	// waits out an etcd outage there): /healthz answers and /readyz says
@@ -520,17 +531,24 @@ func checkStoreConfig(lim kv.Limits, ccfg coordinator.Config, wcfg worker.Config
 	return nil
 }
 
-// newHTTPServer returns the daemon's HTTP server of a, and the function
-// that stops it: it takes no more requests, wakes long-polls, and gives the
-// requests in flight, and the store read of a /readyz that outlived its
-// request, httpShutdownTimeout to finish.
-func newHTTPServer(a *apiserver.Handler, tlsCfg *tls.Config, log *slog.Logger) (*http.Server, func()) {
+// newHTTPServer returns the daemon's HTTP server of a, with the bounds
+// of lim (its listener bounds the connections: limitListener), and the
+// function that stops it: it takes no more requests, wakes long-polls,
+// and gives the requests in flight, and the store read of a /readyz that
+// outlived its request, httpShutdownTimeout to finish.
+//
+// No WriteTimeout: it would count from the request's start, and cut the
+// long-polls and backups; each response gets lim's deadline from its
+// first byte instead (limitHandler).
+func newHTTPServer(a *apiserver.Handler, tlsCfg *tls.Config, lim httpLimits, log *slog.Logger) (*http.Server, func()) {
 	srv := &http.Server{
-		Handler:           a,
+		Handler:           limitHandler(a, lim),
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       2 * time.Minute,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    httpMaxHeaderBytes,
+		ConnContext:       connContext,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	srv.RegisterOnShutdown(a.StopWaits)

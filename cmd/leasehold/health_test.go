@@ -76,7 +76,7 @@ func TestReadyzAnswersWhileTheStoreStalls(t *testing.T) {
 	// machine makes the test no weaker.
 	a := apiserver.New(apiserver.Config{Coord: coord, Kinds: payloadChecks(builtinKinds()), Logger: log, ReadyTimeout: 100 * time.Millisecond})
 	var logged testutil.SyncBuffer
-	srv, stopHTTP := newHTTPServer(a, nil, slog.New(slog.NewTextHandler(&logged, nil)))
+	srv, stopHTTP := newHTTPServer(a, nil, httpLimits{}, slog.New(slog.NewTextHandler(&logged, nil)))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
