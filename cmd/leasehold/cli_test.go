@@ -184,11 +184,11 @@ func daemonArgs(dir string, args ...string) []string {
 	return append([]string{"daemon", "--data", dir, "--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
 }
 
-// startDaemonCmd starts cmd, a daemon (see daemonArgs), and waits until it
-// listens.
-func startDaemonCmd(t *testing.T, cmd *exec.Cmd) *daemonProc {
+// startDaemonCmd starts cmd, a daemon (see daemonArgs), with the
+// environment variables env, and waits until it listens.
+func startDaemonCmd(t *testing.T, cmd *exec.Cmd, env ...string) *daemonProc {
 	t.Helper()
-	cmd.Env = cliEnv()
+	cmd.Env = cliEnv(env...)
 	lw := &logWatcher{ready: make(chan string, 1)}
 	cmd.Stdout, cmd.Stderr = lw, lw
 	if err := cmd.Start(); err != nil {

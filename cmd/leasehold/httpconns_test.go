@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -301,6 +302,26 @@ func TestHTTPLimitFlags(t *testing.T) {
 	for _, f := range []string{"--http-write-timeout duration", "--http-max-connections int"} {
 		if !strings.Contains(help, f) {
 			t.Errorf("daemon --help does not show %s", f)
+		}
+	}
+}
+
+// The daemon bounds its connections by the flag (here by its variable):
+// with one open, the next answers a probe but not the API.
+func TestDaemonHTTPMaxConnections(t *testing.T) {
+	cmd := exec.Command(binPath, daemonArgs(t.TempDir())...)
+	d := startDaemonCmd(t, cmd, "LEASEHOLD_HTTP_MAX_CONNECTIONS=1")
+	addr := strings.TrimPrefix(d.server, "http://")
+	first := dialRaw(t, addr)
+	first.send(t, "/v1/stats")
+	if resp, body := first.answer(t); resp.StatusCode != http.StatusOK {
+		t.Fatalf("the first connection: %d %s", resp.StatusCode, body)
+	}
+	for path, want := range map[string]int{"/v1/stats": http.StatusServiceUnavailable, "/readyz": http.StatusOK} {
+		c := dialRaw(t, addr)
+		c.send(t, path)
+		if resp, body := c.answer(t); resp.StatusCode != want {
+			t.Errorf("GET %s beside an open connection: %d %s; want %d", path, resp.StatusCode, body, want)
 		}
 	}
 }
