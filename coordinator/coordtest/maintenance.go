@@ -287,6 +287,7 @@ func testMaintenanceWaitsPastLeftEntries(t *testing.T, h *harness) {
 			}
 			select {
 			case err := <-done:
+				done <- err // for the deferred receive, which would wait for ever
 				t.Fatalf("RunMaintenance returned %v", err)
 			case <-time.After(time.Millisecond):
 			}
