@@ -492,6 +492,46 @@ func (s *floorStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResu
 	return res, err
 }
 
+// floorCoordinator returns a coordinator of h's namespace on store, with
+// clk and log, whose reads go through a floorStore.
+func (h *harness) floorCoordinator(store kv.Store, clk coordinator.Clock, log slog.Handler) (*coordinator.Coordinator, *floorStore) {
+	h.t.Helper()
+	fs := &floorStore{Store: store, timers: h.keysRoot() + "t/", passes: make(chan []string, 16)}
+	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(log)})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return c, fs
+}
+
+// maintain runs c's RunMaintenance (MaxWait an hour) until the test ends.
+// The function it returns waits for the end of the next pass and returns
+// the starts of that pass's promotion reads; it fails the test (what
+// names the pass) if RunMaintenance returns or no pass comes.
+func (s *floorStore) maintain(h *harness, c *coordinator.Coordinator) func(what string) []string {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(h.ctx())
+	done := make(chan error, 1)
+	go func() { done <- c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: time.Hour}) }()
+	h.t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return func(what string) []string {
+		h.t.Helper()
+		select {
+		case starts := <-s.passes:
+			return starts
+		case err := <-done:
+			done <- err // for the receive at the test's end
+			h.t.Fatalf("%s: RunMaintenance returned %v", what, err)
+		case <-h.ctx().Done():
+			h.t.Fatalf("%s: no pass", what)
+		}
+		return nil
+	}
+}
+
 // timedClock is a Clock that signals each timer set on it, so that a test
 // moves it only once the loop it drives waits on a timer: the end of a
 // pass is signalled before the loop sets the timer of its sleep, and a
@@ -524,11 +564,7 @@ func testPromotionStartsAtFloor(t *testing.T, h *harness) {
 	t0 := h.clock.Now()
 	timers := h.keysRoot() + "t/"
 	clk := newTimedClock(t0)
-	fs := &floorStore{Store: h.store, timers: timers, passes: make(chan []string, 16)}
-	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, fs := h.floorCoordinator(h.store, clk, slog.DiscardHandler)
 	var due []string
 	for i := range 20 {
 		r, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: t0.Add(time.Duration(i+1) * time.Millisecond)})
@@ -537,28 +573,14 @@ func testPromotionStartsAtFloor(t *testing.T, h *harness) {
 		}
 		due = append(due, r.Job.ID)
 	}
-	ctx, cancel := context.WithCancel(h.ctx())
-	done := make(chan error, 1)
-	go func() { done <- c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: time.Hour}) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	next := fs.maintain(h, c)
 	pass := func(what string) []string {
 		t.Helper()
-		select {
-		case starts := <-fs.passes:
-			if len(starts) == 0 {
-				t.Fatalf("%s: the pass read no timers", what)
-			}
-			return starts
-		case err := <-done:
-			done <- err // for the deferred receive
-			t.Fatalf("RunMaintenance returned %v", err)
-		case <-h.ctx().Done():
-			t.Fatalf("%s: no pass", what)
+		starts := next(what)
+		if len(starts) == 0 {
+			t.Fatalf("%s: the pass read no timers", what)
 		}
-		return nil
+		return starts
 	}
 	if s := pass("first pass"); s[0] != timers {
 		t.Fatalf("the first pass read from %q; want the index's start", s[0])
@@ -609,14 +631,9 @@ func testPromotionStartsAtFloor(t *testing.T, h *harness) {
 // start would find it.
 func testPromotionRefusedKeepsFloor(t *testing.T, h *harness) {
 	t0 := h.clock.Now()
-	timers := h.keysRoot() + "t/"
 	clk := newTimedClock(t0)
 	gate := kvtest.NewGate(h.store)
-	fs := &floorStore{Store: gate, timers: timers, passes: make(chan []string, 16)}
-	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, fs := h.floorCoordinator(gate, clk, slog.DiscardHandler)
 	r, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: t0.Add(time.Millisecond)})
 	if err != nil {
 		t.Fatal(err)
@@ -625,15 +642,9 @@ func testPromotionRefusedKeepsFloor(t *testing.T, h *harness) {
 	gate.Match = func(t kv.Txn) bool { // the move, after the record was read
 		return len(t.Then) == 1 && t.Then[0].Txn != nil && len(t.Then[0].Txn.If) > 0 && t.Then[0].Txn.If[0].Key == rec
 	}
-	ctx, cancel := context.WithCancel(h.ctx())
-	done := make(chan error, 1)
-	go func() { done <- c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: time.Hour}) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-	<-fs.passes // nothing due yet
-	<-clk.set   // the sleep's timer, until the job is due
+	pass := fs.maintain(h, c)
+	pass("nothing due yet")
+	<-clk.set // the sleep's timer, until the job is due
 	gate.Arm()
 	clk.Advance(time.Second)
 	<-gate.Held() // the pass read the due entry and the record, and moves it next
@@ -646,13 +657,13 @@ func testPromotionRefusedKeepsFloor(t *testing.T, h *harness) {
 		t.Fatal(err)
 	}
 	gate.Open()
-	<-fs.passes // its move was refused
+	pass("the pass whose move was refused")
 	h.wantState(r.Job.ID, coordinator.StateScheduled)
 	// Any timer written wakes the next pass, which tries it again.
 	if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: clk.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	<-fs.passes
+	pass("woken by a timer written")
 	h.wantState(r.Job.ID, coordinator.StateAvailable)
 }
 
@@ -689,14 +700,9 @@ func (w *warnRecorder) take() []string {
 // is woken by a timer written (the clock's timers may fire too).
 func testPromotionFloorClockStepBack(t *testing.T, h *harness) {
 	t0 := h.clock.Now()
-	timers := h.keysRoot() + "t/"
 	clk := NewClock(t0)
-	fs := &floorStore{Store: h.store, timers: timers, passes: make(chan []string, 16)}
 	warns := &warnRecorder{}
-	c, err := coordinator.New(fs, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(warns)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, fs := h.floorCoordinator(h.store, clk, warns)
 	enqueue := func(at time.Time) string {
 		t.Helper()
 		r, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: at})
@@ -706,27 +712,14 @@ func testPromotionFloorClockStepBack(t *testing.T, h *harness) {
 		return r.Job.ID
 	}
 	early := enqueue(t0.Add(30 * time.Second))
-	ctx, cancel := context.WithCancel(h.ctx())
-	done := make(chan error, 1)
-	go func() { done <- c.RunMaintenance(ctx, coordinator.MaintainConfig{MaxWait: time.Hour}) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	pass := fs.maintain(h, c)
 	// until wakes passes, each with a timer far ahead, until ok holds
 	// after one.
 	until := func(what string, ok func() bool) {
 		t.Helper()
 		for range 4 {
 			enqueue(clk.Now().Add(24 * time.Hour))
-			select {
-			case <-fs.passes:
-			case err := <-done:
-				done <- err // for the deferred receive
-				t.Fatalf("%s: RunMaintenance returned %v", what, err)
-			case <-h.ctx().Done():
-				t.Fatalf("%s: no pass", what)
-			}
+			pass(what)
 			if ok() {
 				return
 			}
