@@ -34,7 +34,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -638,8 +637,7 @@ func (e *configEnv) daemonRefusal() error {
 	}
 	if o.etcd.shared() {
 		// The limits of the etcd store the daemon would build.
-		lim := etcdkv.New(nil, etcdkv.Options{MaxRequestBytes: int(o.etcd.maxRequest)}).Limits()
-		return checkStoreConfig(lim, o.coordConfig(), o.workerConfig(true))
+		return checkStoreConfig(o.etcd.storeLimits(), o.coordConfig(), o.workerConfig(true))
 	}
 	return nil
 }

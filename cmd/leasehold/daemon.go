@@ -649,7 +649,7 @@ func ignoredInSharedMode(cmd *cobra.Command) []string {
 // Pebble's default transaction limit embedded.
 func (o *daemonOpts) storeRequestLimit() int {
 	if o.etcd.shared() {
-		return etcdkv.New(nil, etcdkv.Options{MaxRequestBytes: int(o.etcd.maxRequest)}).Limits().MaxBytes
+		return o.etcd.storeLimits().MaxBytes
 	}
 	return localstore.MaxTxnBytesDefault
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -47,6 +48,12 @@ func addEtcdFlags(cmd *cobra.Command, e *etcdFlags, withNamespace bool) {
 }
 
 func (e *etcdFlags) shared() bool { return len(e.endpoints) > 0 }
+
+// storeLimits are the limits of the etcd store these flags make (its
+// request limit from --etcd-max-request-bytes), without dialing.
+func (e *etcdFlags) storeLimits() kv.Limits {
+	return etcdkv.New(nil, etcdkv.Options{MaxRequestBytes: int(e.maxRequest)}).Limits()
+}
 
 // addMaxPayloadFlag adds --max-payload (LEASEHOLD_MAX_PAYLOAD) to cmd, a
 // daemon's limit on payloads; help says what it means to cmd.
