@@ -4,10 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/peer"
 
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
@@ -23,14 +30,51 @@ func dialStore(t *testing.T, endpoints ...string) *etcdkv.Store {
 // dialStoreWith is dialStore with the store's options.
 func dialStoreWith(t *testing.T, opts etcdkv.Options, endpoints ...string) *etcdkv.Store {
 	t.Helper()
+	s := etcdkv.New(dialClient(t, endpoints...), opts)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// dialClient dials endpoints with etcdkv.Dial and returns once the client
+// is connected to each of them. Dial returns when one endpoint answers, and
+// a test that then hangs another endpoint would otherwise catch its
+// connection before it is ready: the balancer never sends that endpoint a
+// request, and the test no longer tests a hung member that gets them.
+func dialClient(t *testing.T, endpoints ...string) *clientv3.Client {
+	t.Helper()
 	cli, err := etcdkv.Dial(ctxT(t, 10*time.Second), etcdkv.Config{Endpoints: endpoints})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
-	s := etcdkv.New(cli, opts)
-	t.Cleanup(func() { _ = s.Close() })
-	return s
+	// The round-robin balancer picks only connections that are ready:
+	// once every endpoint has answered a read, each is.
+	want := map[string]bool{}
+	for _, ep := range endpoints {
+		_, host, ok := strings.Cut(ep, "://")
+		if !ok {
+			host = ep
+		}
+		want[host] = true
+	}
+	kvc := etcdserverpb.NewKVClient(cli.ActiveConnection())
+	ctx := ctxT(t, 10*time.Second)
+	for len(want) > 0 {
+		var p peer.Peer
+		_, err := kvc.Range(ctx, &etcdserverpb.RangeRequest{Key: []byte("k"), Serializable: true}, grpc.Peer(&p))
+		switch {
+		case ctx.Err() != nil:
+			t.Fatalf("the client is not connected to %v within 10 s of its dial", slices.Sorted(maps.Keys(want)))
+		case err != nil:
+			t.Logf("read while waiting for every endpoint: %v", err)
+		case p.Addr != nil:
+			delete(want, p.Addr.String())
+		}
+		if len(want) > 0 {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return cli
 }
 
 // A blackholed connection makes a renewal hang until its deadline (no reset,

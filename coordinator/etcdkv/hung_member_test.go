@@ -185,11 +185,7 @@ func TestHungMemberIsLeftOut(t *testing.T) {
 			srv := etcdtest.Start(t)
 			ps := []*etcdtest.Proxy{etcdtest.NewProxy(t, srv.Endpoint()), etcdtest.NewProxy(t, srv.Endpoint())}
 			all := []string{ps[0].URL(), ps[1].URL()}
-			cli, err := etcdkv.Dial(ctxT(t, 10*time.Second), etcdkv.Config{Endpoints: all})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cli.Close() })
+			cli := dialClient(t, all...)
 			const leaveOut = 3 * time.Second
 			s := etcdkv.New(cli, etcdkv.Options{ReadHedge: 300 * time.Millisecond, WriteTimeout: time.Second, LeaveOutFor: leaveOut})
 			t.Cleanup(func() { _ = s.Close() })
