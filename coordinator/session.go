@@ -294,6 +294,20 @@ func (s *Session) ValidUntil() time.Time { return *s.validUntil.Load() }
 
 func (s *Session) setValidUntil(t time.Time) { s.validUntil.Store(&t) }
 
+// BootDeadline is ValidUntil as a reading of the session's boot clock
+// (SessionConfig.BootClock; by default CLOCK_BOOTTIME, which every process
+// of the machine reads alike), so that another process can act on it while
+// this one cannot: a daemon's exec guard stops the commands of its jobs at
+// it when the daemon is paused. It moves with each renewal. ok is false
+// without a boot clock (a store whose leases do not expire, another Clock,
+// systems other than Linux).
+func (s *Session) BootDeadline() (d time.Duration, ok bool) {
+	if s.cfg.BootClock == nil {
+		return 0, false
+	}
+	return time.Duration(s.bootValidUntil.Load()), true
+}
+
 // Valid reports whether the session has not ended and its deadline has not
 // passed. Fenced writes are not attempted when it is false. It does not
 // read the boot clock (a system call, and Valid runs before every write):

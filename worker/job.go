@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/fence"
@@ -105,6 +106,22 @@ func (j *Job) end() {
 // external systems to fence the run's side effects per job (see
 // fence.Token.Validates).
 func (j *Job) Fence() fence.Token { return j.run.Token() }
+
+// BootDeadline reports until when the run is known to be this daemon's,
+// as a reading of the boot clock (CLOCK_BOOTTIME on Linux, which every
+// process of the machine reads alike): the deadline of the daemon's
+// session, which moves with each renewal (see coordinator.Session's
+// ValidUntil and BootDeadline). It is for a process beside the daemon that
+// must stop the run's work even if the daemon is paused, as the exec guard
+// does for --exec commands; a handler in the daemon has its context. ok is
+// false when the run hangs on no lease that expires while the daemon is
+// stopped (embedded mode), or without a boot clock.
+func (j *Job) BootDeadline() (d time.Duration, ok bool) {
+	if j.run == nil {
+		return 0, false
+	}
+	return j.run.Session().BootDeadline()
+}
 
 // Decode unmarshals the payload into v.
 func (j *Job) Decode(v any) error {

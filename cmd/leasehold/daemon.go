@@ -246,7 +246,7 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		return err
 	}
 	if len(o.execs) > 0 {
-		stopGuard, err := startExecGuard(cmd.ErrOrStderr(), log)
+		stopGuard, err := startExecGuard(g, cmd.ErrOrStderr(), log)
 		if err != nil {
 			return err
 		}

@@ -50,7 +50,15 @@ func execLostGrace(ttl time.Duration) time.Duration {
 // killGrace is how long the command of a job whose context ended has
 // between SIGTERM and SIGKILL.
 func (s execSpec) killGrace(ctx context.Context) time.Duration {
-	if s.lostGrace > 0 && errors.Is(context.Cause(ctx), coordinator.ErrSessionExpired) {
+	if errors.Is(context.Cause(ctx), coordinator.ErrSessionExpired) {
+		return s.lostKillGrace()
+	}
+	return execKillGrace
+}
+
+// lostKillGrace is the kill grace of a command whose run was lost.
+func (s execSpec) lostKillGrace() time.Duration {
+	if s.lostGrace > 0 {
 		return min(execKillGrace, s.lostGrace)
 	}
 	return execKillGrace
@@ -160,7 +168,7 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 		// The guard learns of the group before the command runs: a daemon
 		// killed before that closes the gate, and the shell exits.
 		pgid := cmd.Process.Pid
-		if execGroups.add(pgid) {
+		if execGroups.add(pgid, j.BootDeadline, spec.lostKillGrace()) {
 			_, _ = opener.Write([]byte("\n")) // EPIPE: the shell is gone already
 		} else {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
@@ -187,6 +195,7 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			termAt = time.Now()
 			grace = spec.killGrace(ctx)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			execGroups.stopping(pgid, grace)
 			t := time.NewTimer(grace)
 			select {
 			case xerr = <-exited:
@@ -210,7 +219,7 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 			log.Error("cannot wait for the command's shell: processes it leaves are not stopped", slog.String("job", j.ID), slog.Int("pgid", pgid), slog.Any("err", xerr))
 		}
 		// Told before the shell is reaped, while pgid is still this job's.
-		execGroups.remove(pgid)
+		guardStopped := execGroups.remove(pgid)
 		// Grandchildren that escaped the group (setsid) and keep the
 		// pipes open do not hold the job once the command has exited.
 		werr := cmd.Wait()
@@ -218,6 +227,9 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 
 		if !termAt.IsZero() {
 			return fmt.Errorf("exec %s: command stopped (%w): %s", spec.kind, context.Cause(ctx), describeExit(werr, stderr))
+		}
+		if guardStopped && werr != nil {
+			return fmt.Errorf("exec %s: command stopped by the exec guard at its session's deadline, which passed without a renewal (was this daemon paused?): %s", spec.kind, describeExit(werr, stderr))
 		}
 		if errors.Is(werr, exec.ErrWaitDelay) {
 			// The command exited 0; a process that left its group
@@ -269,35 +281,102 @@ var inheritedFDsCloseOnExec = sync.OnceValue(func() error {
 })
 
 // execGroups are the process groups of the commands running now.
-var execGroups = &groupSet{groups: map[int]bool{}}
+var execGroups = &groupSet{groups: map[int]*execGroup{}}
 
-// groupSet is a set of process groups that can be killed all at once.
+// groupSet is a set of process groups that can be killed all at once, and
+// that the exec guard is told of.
 type groupSet struct {
 	mu     sync.Mutex
-	groups map[int]bool
+	groups map[int]*execGroup
 	killed bool // by killAll: no group is added any more
 
 	guard io.Writer    // the exec guard's stdin (execGuard), or nil
 	log   *slog.Logger // says when the guard cannot be reached
 }
 
-// add adds pgid, unless killAll was called: then it reports false.
-func (s *groupSet) add(pgid int) bool {
+// execGroup is one command's process group, as the guard knows it.
+type execGroup struct {
+	// deadline reads the boot time until which the run is the daemon's
+	// (worker.Job.BootDeadline); nil when it has none (embedded mode).
+	deadline func() (time.Duration, bool)
+	grace    time.Duration // the kill grace of a lost run
+	told     time.Duration // the deadline the guard was last told; 0: none
+	stopping bool          // the daemon sent the group SIGTERM
+}
+
+// execGuardTell is how often a moved deadline is told to the guard: far
+// below the time between a session's renewals, which each move it by a
+// third of the TTL, leaving the guard two thirds of it.
+const execGuardTell = 200 * time.Millisecond
+
+// add adds pgid, the group of a command whose run is the daemon's until
+// deadline (nil: no deadline), with grace its kill grace once lost; unless
+// killAll was called: then it reports false.
+func (s *groupSet) add(pgid int, deadline func() (time.Duration, bool), grace time.Duration) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.killed {
 		return false
 	}
-	s.groups[pgid] = true
-	s.tellGuard('+', pgid)
+	g := &execGroup{grace: grace}
+	if deadline != nil {
+		if d, ok := deadline(); ok {
+			g.deadline, g.told = deadline, d
+		}
+	}
+	s.groups[pgid] = g
+	s.tellAdded(pgid, g)
 	return true
 }
 
-func (s *groupSet) remove(pgid int) {
+// stopping tells the guard that the daemon sent group pgid SIGTERM, and
+// kills it after grace: it does so itself if it is paused meanwhile.
+func (s *groupSet) stopping(pgid int, grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if g := s.groups[pgid]; g != nil && !g.stopping {
+		g.stopping = true
+		s.tellGuard(fmt.Sprintf("~%d %d", pgid, max(grace, 1)))
+	}
+}
+
+// remove removes pgid, and reports whether the guard may have stopped its
+// command: the deadline it was last told had passed by the guard's
+// reckoning, and the daemon had not stopped the group itself.
+func (s *groupSet) remove(pgid int) (guardMayHaveStopped bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if g := s.groups[pgid]; g != nil && g.told != 0 && !g.stopping {
+		guardMayHaveStopped = bootTime() >= g.told+g.grace/2
+	}
 	delete(s.groups, pgid)
-	s.tellGuard('-', pgid)
+	s.tellGuard(fmt.Sprintf("-%d", pgid))
+	return guardMayHaveStopped
+}
+
+// forwardDeadlines tells the guard each group's deadline as renewals move
+// it, every execGuardTell, until stop is closed.
+func (s *groupSet) forwardDeadlines(stop <-chan struct{}) {
+	tick := time.NewTicker(execGuardTell)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		s.mu.Lock()
+		for pgid, g := range s.groups {
+			if g.deadline == nil || g.stopping {
+				continue
+			}
+			if d, ok := g.deadline(); ok && d > g.told {
+				g.told = d
+				s.tellGuard(fmt.Sprintf("=%d %d", pgid, d))
+			}
+		}
+		s.mu.Unlock()
+	}
 }
 
 // killAll sends SIGKILL to every group, and to every group added later:
@@ -325,6 +404,7 @@ func stopLeftovers(pgid int, termAt time.Time, grace time.Duration, job string, 
 		log.Warn("command exited leaving processes in its group: stopping them", slog.String("job", job), slog.Int("pgid", pgid))
 		termAt = time.Now()
 		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		execGroups.stopping(pgid, grace)
 	}
 	// Nothing says when the last of them exits: look every execGroupPoll.
 	tick := time.NewTicker(execGroupPoll)

@@ -9,56 +9,189 @@ import (
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
-// execGuardArg, as the only argument, runs the binary as a daemon's exec
-// guard (execGuard) instead of the command line.
+// execGuardArg, as the first argument, runs the binary as a daemon's exec
+// guard (execGuard) instead of the command line; the daemon's --log-format
+// and --log-level follow it.
 const execGuardArg = "__exec-guard"
 
 // execGuard is the process that a daemon with --exec kinds starts beside
 // itself, so that the commands of its jobs do not outlive it however it
-// dies. They run in process groups of their own, which a SIGKILL of the
-// daemon does not reach; without the guard they would go on beside the
-// runs that replace them (at once in embedded mode, after the lease's TTL
-// in shared mode).
+// dies, nor their runs however long it is paused. They run in process
+// groups of their own, which a SIGKILL or SIGSTOP of the daemon does not
+// reach; without the guard they would go on beside the runs that replace
+// them (at once in embedded mode, after the lease's TTL in shared mode).
 //
-// The daemon writes "+PGID" to the guard's stdin, a pipe, when a command's
-// group starts and "-PGID" once it has ended. When the pipe ends — the
-// daemon closed it at its stop, or exited, or was killed — the guard
-// SIGKILLs every group still listed and exits. SIGINT, SIGTERM and SIGHUP
-// are the daemon's to act on: the guard ignores them, and it runs in a
-// process group of its own, out of reach of the terminal's ^C.
-func execGuard(in io.Reader) int {
+// The daemon writes to the guard's stdin, a pipe, one line per event
+// (times are readings of CLOCK_BOOTTIME in nanoseconds, durations
+// nanoseconds):
+//
+//	+PGID            a command's group started
+//	+PGID D G        one whose run is the daemon's until D (its session's
+//	                 deadline, ADR 0037); G is its kill grace
+//	=PGID D          the session was renewed: the run is the daemon's until D
+//	~PGID G          the daemon sent the group SIGTERM, and SIGKILLs it
+//	                 after G
+//	-PGID            the group has ended
+//
+// A group whose D passes gets SIGTERM at D + G/2 and SIGKILL at D + G,
+// before the lease can expire (G is half the session's margin at most),
+// unless the daemon has said it is stopping the group itself (~) or that
+// it ended (-): a daemon that is alive acts at D, and the commands of one
+// that is paused stop all the same, so that no other daemon runs the job
+// while they do. A group told ~ that is still running 1.25 G later gets
+// SIGKILL (the daemon, alive, kills it at G).
+// When the pipe ends — the daemon closed it at its stop, or exited, or
+// was killed — the guard SIGKILLs every group still listed and exits.
+// SIGINT, SIGTERM and SIGHUP are the daemon's to act on: the guard ignores
+// them, and it runs in a process group of its own, out of reach of the
+// terminal's ^C.
+func execGuard(in io.Reader, log *slog.Logger) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	groups := map[int]bool{}
-	sc := bufio.NewScanner(in)
-	for sc.Scan() {
-		line := sc.Text()
-		if len(line) < 2 {
-			continue
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			lines <- sc.Text()
 		}
-		pgid, err := strconv.Atoi(line[1:])
-		if err != nil || pgid <= 1 {
-			continue
+	}()
+	g := guardedGroups{}
+	for {
+		var due <-chan time.Time
+		var timer *time.Timer
+		if at, ok := g.next(); ok {
+			// Re-read at least once a second: Go's timers stop while
+			// the system is suspended, the boot clock does not.
+			timer = time.NewTimer(min(max(at-bootTime(), 0), time.Second))
+			due = timer.C
 		}
-		switch line[0] {
-		case '+':
-			groups[pgid] = true
-		case '-':
-			delete(groups, pgid)
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				for pgid := range g {
+					_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				}
+				return exitOK
+			}
+			g.apply(line)
+		case <-due:
+			g.act(bootTime(), log)
+		}
+		if timer != nil {
+			timer.Stop()
 		}
 	}
-	for pgid := range groups {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+}
+
+// guardedGroup is what the exec guard knows of one command's group.
+type guardedGroup struct {
+	deadline time.Duration // boot time the run is the daemon's until; 0: no deadline
+	grace    time.Duration
+	killAt   time.Duration // once the group got SIGTERM (from the daemon or the guard), when SIGKILL is due; 0: not yet
+	killed   bool
+}
+
+// guardedGroups are the exec guard's groups, by process group id.
+type guardedGroups map[int]*guardedGroup
+
+// apply takes one line of the daemon's (see execGuard); others are
+// ignored.
+func (g guardedGroups) apply(line string) {
+	f := strings.Fields(line)
+	if len(f) == 0 || len(f[0]) < 2 {
+		return
 	}
-	return exitOK
+	pgid, err := strconv.Atoi(f[0][1:])
+	if err != nil || pgid <= 1 {
+		return
+	}
+	var nums []time.Duration
+	for _, x := range f[1:] {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil || n <= 0 {
+			return
+		}
+		nums = append(nums, time.Duration(n))
+	}
+	gr := g[pgid]
+	switch {
+	case f[0][0] == '+' && len(nums) == 0:
+		g[pgid] = &guardedGroup{}
+	case f[0][0] == '+' && len(nums) == 2:
+		g[pgid] = &guardedGroup{deadline: nums[0], grace: nums[1]}
+	case f[0][0] == '=' && len(nums) == 1 && gr != nil && gr.killAt == 0:
+		gr.deadline = max(gr.deadline, nums[0])
+	case f[0][0] == '~' && len(nums) == 1 && gr != nil && gr.killAt == 0:
+		// A quarter more than the daemon's own grace: a daemon that is
+		// alive kills the group first.
+		gr.killAt = bootTime() + nums[0] + nums[0]/4
+	case f[0][0] == '-' && len(nums) == 0:
+		delete(g, pgid)
+	}
+}
+
+// next returns the boot time of the guard's next action, if it has one.
+func (g guardedGroups) next() (at time.Duration, ok bool) {
+	for _, gr := range g {
+		var t time.Duration
+		switch {
+		case gr.killed:
+			continue
+		case gr.killAt != 0:
+			t = gr.killAt
+		case gr.deadline != 0:
+			t = gr.deadline + gr.grace/2
+		default:
+			continue
+		}
+		if !ok || t < at {
+			at, ok = t, true
+		}
+	}
+	return at, ok
+}
+
+// act signals the groups whose time has come at boot time now.
+func (g guardedGroups) act(now time.Duration, log *slog.Logger) {
+	for pgid, gr := range g {
+		switch {
+		case gr.killed:
+		case gr.killAt != 0 && now >= gr.killAt:
+			gr.killed = true
+			if groupAlive(pgid) {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				log.Warn("exec guard: a command stopped with SIGTERM was still running past its kill grace, and its daemon did not kill it (is the daemon paused?): killing its process group",
+					slog.Int("pgid", pgid))
+			}
+		case gr.killAt == 0 && gr.deadline != 0 && now >= gr.deadline+gr.grace/2:
+			gr.killAt = gr.deadline + gr.grace
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			log.Warn("exec guard: the session of a command's run passed its deadline and the daemon did not stop the command (is the daemon paused?): sending its process group SIGTERM, then SIGKILL, before another daemon can take the job",
+				slog.Int("pgid", pgid), slog.Duration("past_deadline", now-gr.deadline), slog.Duration("grace", gr.grace))
+		}
+	}
+}
+
+// bootTime reads CLOCK_BOOTTIME, the clock of the deadlines the daemon
+// gives the guard (coordinator.Session.BootDeadline): unlike Go's
+// monotonic clock, it counts time suspended, as the lease's TTL does.
+func bootTime() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts)
+	return time.Duration(ts.Nano())
 }
 
 // startExecGuard starts the daemon's exec guard (execGuard) and has
 // execGroups report to it. The returned function, called once the worker
 // has stopped, ends the guard and waits for it.
-func startExecGuard(stderr io.Writer, log *slog.Logger) (stop func(), err error) {
+func startExecGuard(g *globalOpts, stderr io.Writer, log *slog.Logger) (stop func(), err error) {
 	// Before the guard and any command start: neither gets what the
 	// daemon inherited.
 	if err := inheritedFDsCloseOnExec(); err != nil {
@@ -76,7 +209,7 @@ func startExecGuard(stderr io.Writer, log *slog.Logger) (stop func(), err error)
 	if err != nil {
 		return nil, failf("cannot start the guard of --exec commands: %v", err)
 	}
-	cmd := exec.Command(self, execGuardArg)
+	cmd := exec.Command(self, execGuardArg, g.logFormat, g.logLevel)
 	cmd.Args[0] = os.Args[0] // ps shows what started the daemon, not /proc/self/exe
 	cmd.Stdin, cmd.Stderr = r, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -86,7 +219,7 @@ func startExecGuard(stderr io.Writer, log *slog.Logger) (stop func(), err error)
 		_ = w.Close()
 		return nil, failf("cannot start the guard of --exec commands: %v", err)
 	}
-	log.Info("exec guard started: commands of running jobs are killed if this daemon dies", slog.Int("pid", cmd.Process.Pid))
+	log.Info("exec guard started: commands of running jobs are killed if this daemon dies, and stopped at their session's deadline if it is paused", slog.Int("pid", cmd.Process.Pid))
 	execGroups.setGuard(w, log)
 	exited := make(chan struct{})
 	stopping := make(chan struct{})
@@ -100,23 +233,55 @@ func startExecGuard(stderr io.Writer, log *slog.Logger) (stop func(), err error)
 			execGroups.setGuard(nil, log)
 		}
 	}()
+	forwarded := make(chan struct{})
+	go func() {
+		defer close(forwarded)
+		execGroups.forwardDeadlines(stopping)
+	}()
 	return func() {
 		close(stopping)
+		<-forwarded
 		execGroups.setGuard(nil, log)
 		_ = w.Close()
 		<-exited
 	}, nil
 }
 
-// tellGuard writes op ('+' or '-') and pgid to the guard, if there is
-// one. Call with s.mu held.
-func (s *groupSet) tellGuard(op byte, pgid int) {
+// runExecGuard runs the exec guard with args, the daemon's --log-format
+// and --log-level, for its log lines.
+func runExecGuard(args []string, in io.Reader, stderr io.Writer) int {
+	g := &globalOpts{logFormat: "json"}
+	if len(args) == 2 {
+		g.logFormat, g.logLevel = args[0], args[1]
+	}
+	log, err := newLogger(g, stderr)
+	if err != nil {
+		log = slog.New(slog.NewJSONHandler(stderr, nil))
+	}
+	return execGuard(in, log)
+}
+
+// tellGuard writes line to the guard (see execGuard), if there is one.
+// Call with s.mu held.
+func (s *groupSet) tellGuard(line string) {
 	if s.guard == nil {
 		return
 	}
-	if _, err := fmt.Fprintf(s.guard, "%c%d\n", op, pgid); err != nil {
-		s.log.Error("cannot reach the exec guard: commands of running jobs would outlive this daemon if it were killed", slog.Any("err", err))
+	if _, err := io.WriteString(s.guard, line+"\n"); err != nil {
+		s.log.Error("cannot reach the exec guard: commands of running jobs would outlive this daemon if it were killed, and run on if it were paused", slog.Any("err", err))
 		s.guard = nil
+	}
+}
+
+// tellAdded tells the guard of group pgid. Call with s.mu held.
+func (s *groupSet) tellAdded(pgid int, g *execGroup) {
+	if g.told == 0 {
+		s.tellGuard(fmt.Sprintf("+%d", pgid))
+		return
+	}
+	s.tellGuard(fmt.Sprintf("+%d %d %d", pgid, g.told, max(g.grace, 1)))
+	if g.stopping {
+		s.tellGuard(fmt.Sprintf("~%d %d", pgid, max(g.grace, 1)))
 	}
 }
 
@@ -126,7 +291,7 @@ func (s *groupSet) setGuard(w io.Writer, log *slog.Logger) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.guard, s.log = w, log
-	for pgid := range s.groups {
-		s.tellGuard('+', pgid)
+	for pgid, g := range s.groups {
+		s.tellAdded(pgid, g)
 	}
 }

@@ -27,8 +27,12 @@ type guardProbe struct {
 func (g *guardProbe) Write(p []byte) (int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, line := range strings.Fields(string(p)) {
-		pgid, err := strconv.Atoi(line[1:])
+	for _, line := range strings.Split(strings.TrimSpace(string(p)), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0][0] == '=' || f[0][0] == '~' {
+			continue // deadlines and stops: not what the probe looks at
+		}
+		pgid, err := strconv.Atoi(f[0][1:])
 		if err != nil {
 			return 0, fmt.Errorf("guard probe: bad line %q", line)
 		}

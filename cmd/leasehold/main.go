@@ -12,8 +12,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) == 2 && os.Args[1] == execGuardArg {
-		os.Exit(execGuard(os.Stdin))
+	if len(os.Args) >= 2 && os.Args[1] == execGuardArg {
+		os.Exit(runExecGuard(os.Args[2:], os.Stdin, os.Stderr))
 	}
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
