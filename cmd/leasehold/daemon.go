@@ -266,7 +266,9 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	defer func() { _ = ln.Close() }() // the HTTP server closes it too, once it serves
 	loopback := loopbackListener(ln)
 	lim := o.httpLimits()
-	ln = newLimitListener(ln, lim.maxConns, probeConns, log)
+	ll := newLimitListener(ln, lim.maxConns, probeConns, log)
+	m.Registerer().MustRegister(ll.collectors()...)
+	ln = ll
 	if token == "" && !loopback {
 		log.Warn("the API listens beyond loopback without a token: anyone who reaches it can enqueue and cancel jobs; set --api-token-file", slog.String("listen", o.listen))
 	}

@@ -16,7 +16,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/leasehold/leasehold/internal/apicall"
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 const (
@@ -83,14 +85,20 @@ func limitHandler(h http.Handler, lim httpLimits) http.Handler {
 		// response: none until this one starts (a long-poll's wait, a
 		// backup's copy and the reads of any request write nothing).
 		_ = rc.SetWriteDeadline(time.Time{})
-		if probesOnly(r.Context()) {
+		if ll := probesOnly(r.Context()); ll != nil {
 			// Closed after its answer, so that it holds no probe's
 			// place while idle.
 			w.Header().Set("Connection", "close")
 			if !probePaths[r.URL.Path] {
+				// Refused before the API: marked so, for clients to
+				// retry it knowing that nothing was written (not a
+				// 503 at the store's deadline, whose write may be
+				// made).
+				ll.refused.Add(1)
 				_ = rc.SetWriteDeadline(time.Now().Add(lim.writeTimeout))
 				w.Header().Set("Retry-After", "1")
-				apiserver.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("the daemon has as many HTTP connections open as it serves at once (--http-max-connections %d): retry later, or raise the bound", lim.maxConns))
+				w.Header().Set(apicall.NotProcessedHeader, "true")
+				apiserver.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("the daemon has as many HTTP connections open as it serves at once (--http-max-connections %d) and did not process this request, nothing was written: retry later, or raise the bound", lim.maxConns))
 				return
 			}
 		}
@@ -134,11 +142,14 @@ func (w *deadlineWriter) Write(p []byte) (int, error) {
 
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// probesOnlyKey marks the context of a connection beyond the bound.
+// probesOnlyKey marks the context of a connection beyond the bound with
+// its listener.
 type probesOnlyKey struct{}
 
-func probesOnly(ctx context.Context) bool {
-	v, _ := ctx.Value(probesOnlyKey{}).(bool)
+// probesOnly returns the listener that accepted ctx's connection beyond
+// its bound, nil for a connection within it.
+func probesOnly(ctx context.Context) *limitListener {
+	v, _ := ctx.Value(probesOnlyKey{}).(*limitListener)
 	return v
 }
 
@@ -149,7 +160,7 @@ func connContext(ctx context.Context, c net.Conn) context.Context {
 		c = tc.NetConn()
 	}
 	if lc, ok := c.(*limitedConn); ok && lc.probesOnly != nil {
-		return context.WithValue(ctx, probesOnlyKey{}, true)
+		return context.WithValue(ctx, probesOnlyKey{}, lc.l)
 	}
 	return ctx
 }
@@ -166,6 +177,10 @@ type limitListener struct {
 	closeOnce        sync.Once
 	lastFull         atomic.Int64 // unix nanoseconds of the last "bound reached" line
 	probesOpen       atomic.Int64 // connections open beyond the bound
+	// For the metrics: the connections open (within the bound and
+	// beyond), those accepted beyond it so far, and the requests refused
+	// on them (503).
+	open, probesTaken, refused atomic.Int64
 }
 
 func newLimitListener(ln net.Listener, max, reserve int, log *slog.Logger) *limitListener {
@@ -191,10 +206,12 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		default:
 		}
 	}
-	lc := &limitedConn{Conn: c, slot: slot}
+	lc := &limitedConn{Conn: c, slot: slot, l: l}
+	l.open.Add(1)
 	if slot == l.reserve {
 		lc.probesOnly = &l.probesOpen
 		l.probesOpen.Add(1)
+		l.probesTaken.Add(1)
 	}
 	return lc, nil
 }
@@ -231,6 +248,7 @@ func (l *limitListener) Close() error {
 type limitedConn struct {
 	net.Conn
 	slot chan struct{}
+	l    *limitListener
 	// probesOnly counts the open connections beyond the bound, of which
 	// it is one; nil within the bound.
 	probesOnly *atomic.Int64
@@ -240,10 +258,27 @@ type limitedConn struct {
 func (c *limitedConn) Close() error {
 	err := c.Conn.Close()
 	c.closeOnce.Do(func() {
+		c.l.open.Add(-1)
 		if c.probesOnly != nil {
 			c.probesOnly.Add(-1)
 		}
 		<-c.slot
 	})
 	return err
+}
+
+// collectors are the listener's metrics: the connections open and its
+// bound, the connections taken beyond the bound (probes only) and the
+// requests refused on them.
+func (l *limitListener) collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_http_connections", Help: "HTTP connections open now, those beyond --http-max-connections (which serve the probes only) included."},
+			func() float64 { return float64(l.open.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_http_max_connections", Help: "The bound on the HTTP connections open at once (--http-max-connections), beyond which a few more serve the probes only."},
+			func() float64 { return float64(l.max) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasehold_http_probe_connections_total", Help: "HTTP connections accepted beyond --http-max-connections, which serve the probes only."},
+			func() float64 { return float64(l.probesTaken.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasehold_http_refused_requests_total", Help: "HTTP requests other than the probes refused (503, not processed, nothing written) on connections beyond --http-max-connections."},
+			func() float64 { return float64(l.refused.Load()) }),
+	}
 }

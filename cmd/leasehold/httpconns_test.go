@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apicall"
 	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/leasehold/leasehold/internal/testutil"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // closeWatch is a listener whose connections say when the server closes
@@ -240,14 +242,15 @@ func TestHTTPConnectionBound(t *testing.T) {
 	over.send(t, "/v1/stats")
 	resp, body := over.answer(t)
 	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close || resp.Header.Get("Retry-After") == "" ||
-		!strings.Contains(body, "--http-max-connections") {
-		t.Errorf("a request beyond the bound: %d, closed %v, Retry-After %q: %s; want 503, closed, Retry-After, and the flag named",
-			resp.StatusCode, resp.Close, resp.Header.Get("Retry-After"), body)
+		!strings.Contains(body, "--http-max-connections") || !apicall.NotProcessed(resp) || !strings.Contains(body, "nothing was written") {
+		t.Errorf("a request beyond the bound: %d, closed %v, Retry-After %q, %s %q: %s; want 503, closed, Retry-After, marked not processed, and the flag named",
+			resp.StatusCode, resp.Close, resp.Header.Get("Retry-After"), apicall.NotProcessedHeader, resp.Header.Get(apicall.NotProcessedHeader), body)
 	}
 	probe := dialRaw(t, addr)
 	probe.send(t, "/healthz")
-	if resp, body := probe.answer(t); resp.StatusCode != http.StatusOK || !resp.Close {
-		t.Errorf("a probe beyond the bound: %d %s, closed %v; want 200, closed", resp.StatusCode, body, resp.Close)
+	if resp, body := probe.answer(t); resp.StatusCode != http.StatusOK || !resp.Close || apicall.NotProcessed(resp) {
+		t.Errorf("a probe beyond the bound: %d %s, closed %v, %s %q; want 200, closed, unmarked", resp.StatusCode, body, resp.Close,
+			apicall.NotProcessedHeader, resp.Header.Get(apicall.NotProcessedHeader))
 	}
 
 	// Closed by the server after their answers.
@@ -258,6 +261,12 @@ func TestHTTPConnectionBound(t *testing.T) {
 		}
 	}
 	waitFor(t, time.Minute, "the probe connections to close", func() bool { return ll.probesOpen.Load() == 0 })
+	// The metrics: 2 open (within the bound), 2 taken beyond it, 1
+	// request refused there; the bound.
+	checkConnMetrics(t, ll, map[string]float64{
+		"leasehold_http_connections": 2, "leasehold_http_max_connections": 2,
+		"leasehold_http_probe_connections_total": 2, "leasehold_http_refused_requests_total": 1,
+	})
 	// The probes' place taken by an idle connection: the next one waits.
 	idle := dialRaw(t, addr)
 	waitFor(t, time.Minute, "the idle connection to take the probes' place", func() bool { return ll.probesOpen.Load() == 1 })
@@ -277,6 +286,34 @@ func TestHTTPConnectionBound(t *testing.T) {
 		t.Errorf("the waiting connection, once one closed: %d %s; want 200", resp.StatusCode, body)
 	}
 	_ = idle
+	checkConnMetrics(t, ll, map[string]float64{"leasehold_http_probe_connections_total": 3, "leasehold_http_refused_requests_total": 1})
+}
+
+// checkConnMetrics checks the values of ll's metrics named in want.
+func checkConnMetrics(t *testing.T, ll *limitListener, want map[string]float64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(ll.collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetGauge() != nil:
+				got[mf.GetName()] = m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				got[mf.GetName()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	for name, v := range want {
+		if g, ok := got[name]; !ok || g != v {
+			t.Errorf("%s = %v (served: %v), want %v", name, g, ok, v)
+		}
+	}
 }
 
 // The flags refuse a negative value in one line, take 0 as the default,

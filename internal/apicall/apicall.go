@@ -13,6 +13,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
+	"strings"
+	"time"
 )
 
 // BuildError is returned when the request could not be built (a body
@@ -124,4 +127,38 @@ func HTTPSURL(base *url.URL, status int, body []byte) (string, bool) {
 	secure := *base
 	secure.Scheme = "https"
 	return secure.String(), true
+}
+
+// NotProcessedHeader marks an answer to a request that the daemon refused
+// before it reached the API (for now only the 503 of a connection beyond
+// --http-max-connections): nothing was done, nothing written, and it is
+// safe to send again, after the answer's Retry-After. Answers without it,
+// 503s with Retry-After at the store's deadline included, say nothing of
+// the kind: a write may then have been made.
+const NotProcessedHeader = "Leasehold-Not-Processed"
+
+// NotProcessed reports whether resp is marked NotProcessedHeader.
+func NotProcessed(resp *http.Response) bool {
+	return resp.Header.Get(NotProcessedHeader) == "true"
+}
+
+// RetryAfter returns the pause resp's Retry-After asks for (in seconds or
+// an HTTP date), and false when it has none that parses. A date in the
+// past is 0.
+func RetryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
+	v := strings.TrimSpace(resp.Header.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.Atoi(v); err == nil {
+		if s < 0 {
+			return 0, false
+		}
+		return time.Duration(min(s, 1<<20)) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(t.Sub(now), 0), true
 }

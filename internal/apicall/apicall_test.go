@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"testing"
+	"time"
 )
 
 func TestDoSendsTheRequestAndReadsTheAnswer(t *testing.T) {
@@ -117,5 +118,35 @@ func TestDoRefusesAnAnswerTooLarge(t *testing.T) {
 	base2, _ := url.Parse(srv2.URL)
 	if _, data, err := Do(context.Background(), srv2.Client(), Request{Method: http.MethodGet, Base: base2, Path: "/v1/jobs"}); err != nil || len(data) != 1<<20 {
 		t.Fatalf("answer of exactly the limit: %d bytes, %v", len(data), err)
+	}
+}
+
+// Retry-After in seconds or as a date; none, or one that does not parse,
+// is false. The mark is "true" only.
+func TestRetryAfterAndNotProcessed(t *testing.T) {
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	for v, want := range map[string]time.Duration{
+		"1": time.Second, "0": 0, " 5 ": 5 * time.Second,
+		now.Add(3 * time.Second).Format(http.TimeFormat): 3 * time.Second,
+		now.Add(-time.Hour).Format(http.TimeFormat):      0,
+		"": -1, "-1": -1, "soon": -1,
+	} {
+		resp := &http.Response{Header: http.Header{}}
+		if v != "" {
+			resp.Header.Set("Retry-After", v)
+		}
+		d, ok := RetryAfter(resp, now)
+		if ok != (want >= 0) || ok && d != want {
+			t.Errorf("Retry-After %q: %v, %v; want %v", v, d, ok, want)
+		}
+	}
+	for v, want := range map[string]bool{"true": true, "": false, "false": false, "1": false} {
+		resp := &http.Response{Header: http.Header{}}
+		if v != "" {
+			resp.Header.Set(NotProcessedHeader, v)
+		}
+		if got := NotProcessed(resp); got != want {
+			t.Errorf("%s: %q: %v, want %v", NotProcessedHeader, v, got, want)
+		}
 	}
 }
