@@ -19,7 +19,13 @@
 // does not answer in time gives an error wrapping
 // context.DeadlineExceeded, also through a daemon (its 503 with
 // Retry-After): the outcome of a write is then unknown, so insert with a
-// unique key to retry without a duplicate.
+// unique key to retry without a duplicate. A daemon that refuses a request
+// without processing it (beyond its --http-max-connections: a 503 marked
+// Leasehold-Not-Processed) has written nothing: the client sends it again
+// itself, after the pause the answer's Retry-After asks, up to 5 times
+// within 10 s of pauses and the context's deadline, then gives an error
+// wrapping ErrBusy, never context.DeadlineExceeded; it is safe to retry
+// as it is, without a unique key.
 // A store without room for new jobs (a daemon's disk under its reserve,
 // etcd over its quota) gives an error wrapping kv.ErrNoSpace, also through
 // a daemon (its 507). A disk's reserve writes nothing; etcd applied the

@@ -116,9 +116,27 @@ func (b *httpBackend) call(ctx context.Context, method, path string, q url.Value
 // callBatch is call for a batch request whose first job is job first of
 // the caller's: the daemon's "job N: ..." errors are renumbered to match.
 func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration, first int) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	resp, data, err := apicall.Do(ctx, b.hc, apicall.Request{Method: method, Base: b.base, Path: path, Query: q, Body: body, Token: b.token})
+	// A request the daemon did not process is sent again, within the
+	// bounds of busyRetry; timeout bounds each send.
+	var resp *http.Response
+	var data []byte
+	var err error
+	attempts := 0
+	for waited := time.Duration(0); ; {
+		attempts++
+		resp, data, err = b.send(ctx, apicall.Request{Method: method, Base: b.base, Path: path, Query: q, Body: body, Token: b.token}, timeout)
+		if err != nil {
+			break
+		}
+		d, again := busyRetry(ctx, resp, attempts, waited)
+		if !again {
+			break
+		}
+		if busyPause(ctx, d) != nil {
+			break // the caller's context ended: the last answer stands
+		}
+		waited += d
+	}
 	var be *apicall.BuildError
 	switch {
 	case errors.As(err, &be):
@@ -159,6 +177,10 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 			// The store has no room for new jobs (etcd: the write that
 			// took it over its quota was applied all the same).
 			return fmt.Errorf("leasehold daemon at %s: %s: %w", b.server, msg, kv.ErrNoSpace)
+		case resp.StatusCode == http.StatusServiceUnavailable && apicall.NotProcessed(resp):
+			// Refused before the daemon's API (beyond its connection
+			// bound): nothing was written, even by a write.
+			return fmt.Errorf("leasehold daemon at %s refused the request (%d attempts): %s: %w", b.server, attempts, msg, ErrBusy)
 		case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
 			// The daemon's store did not answer within its deadline: the
 			// error a store that does not answer gives in shared mode.
@@ -173,6 +195,13 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 		return fmt.Errorf("leasehold daemon at %s: answer is not leasehold's JSON: %w", b.server, err)
 	}
 	return nil
+}
+
+// send sends r once, bounded by timeout.
+func (b *httpBackend) send(ctx context.Context, r apicall.Request, timeout time.Duration) (*http.Response, []byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return apicall.Do(ctx, b.hc, r)
 }
 
 // What the daemon's error messages say (internal/apiserver/api.go): its 404 for
