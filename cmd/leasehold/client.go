@@ -83,18 +83,29 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
 	}
-	resp, b, err := apicall.Do(ctx, c.hc, apicall.Request{Method: method, Base: c.base, Path: path, Query: query, Body: body, Token: c.token})
-	var be *apicall.BuildError
-	switch {
-	case errors.As(err, &be):
-		return usagef("cannot send a request to %s%s: %v: check --server", c.server, path, be.Err)
-	case errors.Is(err, apicall.ErrAnswerTooLarge):
-		return failf("%s", strings.TrimPrefix(err.Error(), "apicall: "))
-	case err != nil:
-		return c.transportError(ctx, method, path, err)
-	}
-	if resp.StatusCode >= 300 {
-		return c.statusError(resp, b)
+	var resp *http.Response
+	var b []byte
+	for attempt := 1; ; attempt++ {
+		var err error
+		resp, b, err = apicall.Do(ctx, c.hc, apicall.Request{Method: method, Base: c.base, Path: path, Query: query, Body: body, Token: c.token})
+		var be *apicall.BuildError
+		switch {
+		case errors.As(err, &be):
+			return usagef("cannot send a request to %s%s: %v: check --server", c.server, path, be.Err)
+		case errors.Is(err, apicall.ErrAnswerTooLarge):
+			return failf("%s", strings.TrimPrefix(err.Error(), "apicall: "))
+		case err != nil:
+			return c.transportError(ctx, method, path, err)
+		}
+		if resp.StatusCode < 300 {
+			break
+		}
+		if d, ok := busyRetry(ctx, resp, attempt); ok {
+			if pause(ctx, d); ctx.Err() == nil {
+				continue
+			}
+		}
+		return c.statusError(resp, b, attempt)
 	}
 	if out == nil {
 		return nil
@@ -131,7 +142,9 @@ func (c *client) transportError(ctx context.Context, method, path string, err er
 	return &cliError{code: exitFailure, unreachable: true, msg: fmt.Sprintf("request to the daemon at %s failed: %v: check that it is running and retry", c.server, err)}
 }
 
-func (c *client) statusError(resp *http.Response, body []byte) error {
+// statusError is the error of an answer resp (with body) that is not a
+// success, after attempts sends of its request.
+func (c *client) statusError(resp *http.Response, body []byte, attempts int) error {
 	msg, ok := apicall.ErrorMessage(body)
 	if secure, tls := apicall.HTTPSURL(c.base, resp.StatusCode, body); !ok && tls {
 		// Exit 1 as for the converse (an https --server for a plain
@@ -141,6 +154,12 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 	if !ok {
 		first, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
 		msg = fmt.Sprintf("the server at %s answered %s (%s): is --server a leasehold daemon?", c.server, resp.Status, apiserver.TruncateString(first, 120))
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable && apicall.NotProcessed(resp) {
+		// Refused before the daemon's API (beyond its connection
+		// bound): nothing was written, whatever the request. Said here,
+		// not left to the daemon's message.
+		return &cliError{code: exitFailure, status: resp.StatusCode, msg: fmt.Sprintf("the daemon at %s refused the request %s without processing it, nothing was written (it has as many HTTP connections open as it serves at once): retry later, or raise its --http-max-connections", c.server, times(attempts))}
 	}
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
@@ -157,6 +176,49 @@ func (c *client) statusError(resp *http.Response, body []byte) error {
 		}
 	}
 	return &cliError{code: exitFailure, msg: msg, status: resp.StatusCode}
+}
+
+// How the CLI sends again a request that the daemon did not process (a
+// 503 marked apicall.NotProcessedHeader, beyond its connection bound):
+// nothing was written, so even an enqueue without a unique key is safe to
+// send again, and a burst of clients that passes within seconds should
+// not fail a script. At most busyAttempts sends, pausing what Retry-After
+// asks (1 s there; cut to busyMaxPause), within the request's deadline:
+// a daemon that stays full is reported within seconds, naming the flag
+// that raises its bound.
+const (
+	busyAttempts = 4
+	busyMaxPause = 5 * time.Second
+)
+
+// busyRetry returns the pause before sending again a request whose
+// answer resp came after attempts sends, and false if it should not be
+// sent again: another answer, the attempts used up, or a pause that
+// would outlast ctx's deadline.
+func busyRetry(ctx context.Context, resp *http.Response, attempts int) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusServiceUnavailable || !apicall.NotProcessed(resp) || attempts >= busyAttempts {
+		return 0, false
+	}
+	d, ok := apicall.RetryAfter(resp, time.Now())
+	if !ok {
+		d = time.Second
+	}
+	d = min(d, busyMaxPause)
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return 0, false
+	}
+	return d, true
+}
+
+// times says n times in words ("once", "twice", "3 times").
+func times(n int) string {
+	switch n {
+	case 1:
+		return "once"
+	case 2:
+		return "twice"
+	}
+	return fmt.Sprintf("%d times", n)
 }
 
 // probeTimeout bounds probe (a variable for tests).

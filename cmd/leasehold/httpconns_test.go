@@ -361,4 +361,43 @@ func TestDaemonHTTPMaxConnections(t *testing.T) {
 			t.Errorf("GET %s beside an open connection: %d %s; want %d", path, resp.StatusCode, body, want)
 		}
 	}
+
+	// An enqueue beside the open connection is refused, sent again, and
+	// refused each time: one line that says nothing was written and
+	// names the flag, not that its outcome is unknown; and nothing is.
+	r := runCLI(t, nil, "", "enqueue", "echo", "--server", d.server)
+	checkOneLineError(t, "enqueue beside an open connection", r, exitFailure, "nothing was written (it has as many HTTP connections open as it serves at once): retry later, or raise its --http-max-connections")
+	t.Logf("enqueue beside an open connection: %s", r.stderr)
+	if strings.Contains(r.stderr, "unknown") || !strings.Contains(r.stderr, fmt.Sprintf("refused the request %d times", busyAttempts)) {
+		t.Errorf("enqueue beside an open connection: %q; want %d refusals and no unknown outcome", r.stderr, busyAttempts)
+	}
+	// The open connection serves on: nothing was written, and the
+	// metrics count the refusals (the GET above and the enqueue's).
+	first.send(t, "/v1/stats")
+	if resp, body := first.answer(t); resp.StatusCode != http.StatusOK || !strings.Contains(body, `"total":0`) {
+		t.Errorf("stats after the refused enqueue: %d %s; want no job", resp.StatusCode, body)
+	}
+	first.send(t, "/metrics")
+	_, metrics := first.answer(t)
+	for _, want := range []string{
+		"leasehold_http_max_connections 1\n",
+		fmt.Sprintf("leasehold_http_refused_requests_total %d\n", 1+busyAttempts),
+		fmt.Sprintf("leasehold_http_probe_connections_total %d\n", 2+busyAttempts),
+		"leasehold_http_connections ", // its value: this connection and the probes' not yet closed
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+
+	// Once the connection closes, the enqueue goes through (sent again
+	// if it came before the daemon saw the close).
+	_ = first.Close()
+	r = runCLI(t, nil, "", "enqueue", "echo", "--server", d.server)
+	if r.code != 0 || len(strings.Fields(r.stdout)) != 1 {
+		t.Fatalf("enqueue once the connection closed: exit %d, %q %q", r.code, r.stdout, r.stderr)
+	}
+	if body := httpGet(t, d.server+"/v1/stats"); !strings.Contains(body, `"total":1`) {
+		t.Errorf("stats after the enqueue: %s; want one job", body)
+	}
 }
