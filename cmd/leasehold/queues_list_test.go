@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
@@ -108,5 +110,81 @@ func TestQueuesListOlderDaemon(t *testing.T) {
 	for _, args := range [][]string{{"--limit", "5"}, {"--after", "a"}, {"--limit", "5", "--after", "a"}} {
 		r := runCLI(t, nil, "", append([]string{"queues", "list", "--server", srv.URL}, args...)...)
 		checkOneLineError(t, "queues list "+strings.Join(args, " ")+" from an older daemon", r, exitUsage, "upgrade it")
+	}
+}
+
+// pagingDaemon serves GET /v1/queues over names (sorted) in pages, as the
+// daemon does, answering 503 to page number failPage (1 is the first; 0:
+// none). The function it returns gives the cursors it was asked for.
+func pagingDaemon(t *testing.T, names []string, failPage int) (*httptest.Server, func() []string) {
+	t.Helper()
+	var afters []string
+	var mu sync.Mutex
+	pages := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		q := r.URL.Query()
+		pages++
+		afters = append(afters, q.Get("after"))
+		if pages == failPage {
+			w.Header().Set("Retry-After", "1")
+			apiserver.WriteError(w, http.StatusServiceUnavailable, "the store did not answer within 10s")
+			return
+		}
+		limit, err := strconv.Atoi(q.Get("limit"))
+		if err != nil {
+			apiserver.WriteError(w, http.StatusBadRequest, "bad limit")
+			return
+		}
+		i, _ := slices.BinarySearch(names, q.Get("after"))
+		if i < len(names) && q.Get("after") != "" && names[i] == q.Get("after") {
+			i++
+		}
+		var res apiserver.QueuesResponse
+		for _, n := range names[i:min(len(names), i+limit)] {
+			res.Queues = append(res.Queues, coordinator.QueueInfo{QueueConfig: coordinator.QueueConfig{Name: n}, Available: 1, Workers: []string{}})
+		}
+		if i+limit < len(names) {
+			res.Next = res.Queues[len(res.Queues)-1].Name
+		}
+		apiserver.WriteJSON(w, http.StatusOK, res)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(afters)
+	}
+}
+
+// queues list --json whose second page fails prints nothing on stdout
+// (before, the first page's part of the array, which is not JSON), and
+// the error on stderr, exit 1; the table prints the pages that came. When
+// every page comes, the array is byte for byte the whole one.
+func TestQueuesListJSONPageFails(t *testing.T) {
+	var names []string
+	for i := range queuesPage + 5 {
+		names = append(names, fmt.Sprintf("q%05d", i))
+	}
+	srv, _ := pagingDaemon(t, names, 2)
+	r := runCLI(t, nil, "", "queues", "list", "--json", "--server", srv.URL)
+	if r.code != exitFailure || r.stdout != "" || !strings.Contains(r.stderr, "did not answer") {
+		t.Errorf("queues list --json, second page failing: exit %d, stdout %.200q, stderr %q; want exit %d, nothing on stdout and the error", r.code, r.stdout, r.stderr, exitFailure)
+	}
+	srv, _ = pagingDaemon(t, names, 2)
+	r = runCLI(t, nil, "", "queues", "list", "--server", srv.URL)
+	if r.code != exitFailure || strings.Count(r.stdout, "\n") != queuesPage+1 {
+		t.Errorf("queues list, second page failing: exit %d, %d lines; want exit %d and the first page's %d lines", r.code, strings.Count(r.stdout, "\n"), exitFailure, queuesPage+1)
+	}
+
+	srv, _ = pagingDaemon(t, names, 0)
+	out := okCLI(t, "queues", "list", "--json", "--server", srv.URL)
+	var all []coordinator.QueueInfo
+	for _, n := range names {
+		all = append(all, coordinator.QueueInfo{QueueConfig: coordinator.QueueConfig{Name: n}, Available: 1, Workers: []string{}})
+	}
+	if want, _ := json.MarshalIndent(all, "", "  "); out != string(want)+"\n" {
+		t.Errorf("queues list --json over two pages differs from the whole array printed at once")
 	}
 }
