@@ -419,6 +419,18 @@ type QueuePage struct {
 	Next string `json:"next,omitempty"`
 }
 
+// ValidateQueueCursor checks a cursor of the pages of queues
+// (QueueListParams.After): the name of the last queue of a page. A cursor
+// is a position in name order, not a queue to create or address by path,
+// so "." and "..", which ValidateQueue refuses but which builds before
+// 2026-12-03 took as names, are cursors: a page can end on such a queue.
+func ValidateQueueCursor(after string) error {
+	if validName("queue cursor", after) != nil {
+		return fmt.Errorf("%w: bad cursor %q: pass the next value of the previous page", ErrInvalid, truncate(after, 80))
+	}
+	return nil
+}
+
 // QueuePage returns the known queues (as Queues) named after p.After, at
 // most p.Limit of them, in name order. Pages are read one at a time, not
 // at one revision: a queue known from the first page to the last is on
@@ -433,8 +445,8 @@ func (c *Coordinator) QueuePage(ctx context.Context, p QueueListParams) (QueuePa
 		return QueuePage{}, err
 	}
 	if p.After != "" {
-		if err := ValidateQueue(p.After); err != nil {
-			return QueuePage{}, fmt.Errorf("%w: bad cursor %q: pass the next value of the previous page", ErrInvalid, truncate(p.After, 80))
+		if err := ValidateQueueCursor(p.After); err != nil {
+			return QueuePage{}, err
 		}
 	}
 	qs, err := c.knownQueues(ctx)

@@ -70,7 +70,7 @@ func runQueuesList(cmd *cobra.Command, o *queuesListOpts) error {
 		return usagef("--limit %d: want 1 to %d, or leave it out for every queue", o.limit, coordinator.MaxListLimit)
 	}
 	if o.after != "" {
-		if err := coordinator.ValidateQueue(o.after); err != nil {
+		if err := coordinator.ValidateQueueCursor(o.after); err != nil {
 			return usagef("--after %q is not a cursor that a listing printed: it is the name of the last queue listed", o.after)
 		}
 	}

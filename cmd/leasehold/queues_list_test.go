@@ -188,3 +188,21 @@ func TestQueuesListJSONPageFails(t *testing.T) {
 		t.Errorf("queues list --json over two pages differs from the whole array printed at once")
 	}
 }
+
+// A page that ends on a queue named "." or ".." (names that builds before
+// 2026-12-03 took) gives a cursor that --after takes, as it takes any
+// other: it is a position, not a new queue's name.
+func TestQueuesListAfterDotQueue(t *testing.T) {
+	srv, afters := pagingDaemon(t, []string{".", "..", "a"}, 0)
+	r := runCLI(t, nil, "", "queues", "list", "--limit", "1", "--json", "--server", srv.URL)
+	if r.code != 0 || !strings.Contains(r.stderr, "--after .\n") {
+		t.Fatalf("queues list --limit 1: exit %d %q %q, want the cursor . on stderr", r.code, r.stdout, r.stderr)
+	}
+	for _, after := range []string{".", ".."} {
+		r = runCLI(t, nil, "", "queues", "list", "--limit", "1", "--after", after, "--json", "--server", srv.URL)
+		var got []coordinator.QueueInfo
+		if err := json.Unmarshal([]byte(r.stdout), &got); r.code != 0 || err != nil || len(got) != 1 || got[0].Name == after || slices.Index(afters(), after) < 0 {
+			t.Errorf("queues list --after %s: exit %d %q %q, want the next queue", after, r.code, r.stdout, r.stderr)
+		}
+	}
+}

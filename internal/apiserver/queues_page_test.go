@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/testutil"
 )
 
@@ -132,7 +134,7 @@ func TestQueuesPageBadLimitOrCursor(t *testing.T) {
 		{"limit=ten", "want a number from 1 to 10000"},
 		{"limit=", "leave it out"},
 		{"after=bad/name", "bad cursor"},
-		{"after=..", "pass the next value of the previous page"},
+		{"after=a%20b", "pass the next value of the previous page"},
 		{"limit=5&cursor=q1", "use limit, after"},
 	} {
 		code, body := testutil.APICall(t, h, "GET", "/v1/queues?"+c.query, "")
@@ -140,6 +142,50 @@ func TestQueuesPageBadLimitOrCursor(t *testing.T) {
 		if code != http.StatusBadRequest || json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error, c.want) || strings.Contains(e.Error, "\n") {
 			t.Errorf("GET /v1/queues?%s: %d %s, want 400 with one line containing %q", c.query, code, body, c.want)
 		}
+	}
+}
+
+// A page can end on a queue named "." or "..", which builds before
+// 2026-12-03 took as names: its next is a cursor like any other, and the
+// following page starts past it (before, the cursor was checked as a new
+// queue's name and refused, 400, so the pages stopped there).
+func TestQueuesPageAfterDotQueues(t *testing.T) {
+	var store kv.Store
+	coord, h := newAPIOn(t, func(s kv.Store) kv.Store { store = s; return s }, Config{})
+	ctx := context.Background()
+	// As an older build left them: "." paused, ".." with an available job
+	// (the index entry alone is what the listing counts).
+	root := "/leasehold/" + coordinator.DefaultNamespace + "/"
+	if _, err := store.Txn(ctx, kv.Txn{Then: []kv.Op{
+		kv.Put(root+"qm/c/.", []byte(`{"name":".","paused":true}`), 0),
+		kv.Put(root+"q/../2/01KAAAAAAAAAAAAAAAAAAAAAAA", []byte("x"), 0),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := coord.Enqueue(ctx, coordinator.EnqueueParams{Kind: "echo", Queue: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	after := ""
+	for range 5 {
+		path := "/v1/queues?limit=1"
+		if after != "" {
+			path += "&after=" + url.QueryEscape(after)
+		}
+		code, body := testutil.APICall(t, h, "GET", path, "")
+		var page QueuesResponse
+		if err := json.Unmarshal(body, &page); code != http.StatusOK || err != nil {
+			t.Fatalf("GET %s after pages %v: %d %s", path, names, code, body)
+		}
+		for _, q := range page.Queues {
+			names = append(names, q.Name)
+		}
+		if after = page.Next; after == "" {
+			break
+		}
+	}
+	if want := []string{".", "..", "a"}; !slices.Equal(names, want) {
+		t.Errorf("pages of one queue: %q, want %q", names, want)
 	}
 }
 
