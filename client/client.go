@@ -135,6 +135,8 @@ type (
 	CancelManyResult = coordinator.CancelManyResult
 	State            = coordinator.State
 	QueueInfo        = coordinator.QueueInfo
+	QueueListParams  = coordinator.QueueListParams
+	QueuePage        = coordinator.QueuePage
 )
 
 // InsertFunc inserts jobs (the next step of an InsertMiddleware).
@@ -175,6 +177,7 @@ type backend interface {
 	wait(ctx context.Context, id string) (*Job, error)
 	counts(ctx context.Context) (map[State]int, error)
 	queues(ctx context.Context) ([]QueueInfo, error)
+	queuePage(ctx context.Context, p QueueListParams) (QueuePage, error)
 	close() error
 }
 
@@ -449,6 +452,21 @@ func (c *Client) Queues(ctx context.Context) ([]QueueInfo, error) {
 	return c.b.queues(ctx)
 }
 
+// QueuePage returns one page of the known queues (as Queues) in name
+// order: those named after p.After, at most p.Limit of them (0: 100; at
+// most coordinator.MaxListLimit). Pass QueuePage.Next as
+// QueueListParams.After for the next page; Next is empty on the last.
+// As List pages jobs, pages are read one at a time: a queue known from the
+// first page to the last is on exactly one, one that becomes known or
+// unknown meanwhile on at most one. A page bounds the answer (and the
+// client's memory), not the reading: each page still reads every queue's
+// configuration, the live daemons and the available index. A daemon from
+// before queue paging (2026-12-06) cannot answer it: the error wraps
+// errors.ErrUnsupported and says to upgrade it, or to call Queues.
+func (c *Client) QueuePage(ctx context.Context, p QueueListParams) (QueuePage, error) {
+	return c.b.queuePage(ctx, p)
+}
+
 // coordBackend runs on a coordinator.
 type coordBackend struct {
 	c       *coordinator.Coordinator
@@ -525,6 +543,13 @@ func (b coordBackend) counts(ctx context.Context) (map[State]int, error) {
 }
 func (b coordBackend) queues(ctx context.Context) ([]QueueInfo, error) {
 	return b.c.Queues(ctx)
+}
+func (b coordBackend) queuePage(ctx context.Context, p QueueListParams) (QueuePage, error) {
+	page, err := b.c.QueuePage(ctx, p)
+	if err == nil && page.Queues == nil {
+		page.Queues = []QueueInfo{}
+	}
+	return page, err
 }
 func (b coordBackend) close() error {
 	if b.closeFn != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/client"
@@ -189,6 +190,45 @@ func ExampleClient_Queues_served() {
 	// Output:
 	// mail: served
 	// newsletter: no live daemon serves it; its jobs wait until one does
+}
+
+// Every queue, a page at a time: with tens of thousands of queues, each
+// answer (and the client's memory) stays one page, where Queues answers
+// them all at once. Here five newsletter queues wait with a job each,
+// beside "mail", which the daemon serves; pages of two.
+func ExampleClient_QueuePage() {
+	coord, stop := exampleDaemon()
+	defer stop()
+	c := client.New(coord, nil)
+	ctx := context.Background()
+	for i := range 5 {
+		opts := &client.InsertOpts{Queue: fmt.Sprintf("newsletter-%d", i)}
+		if _, err := c.Insert(ctx, SendEmail{To: "list@example.com", Subject: "news"}, opts); err != nil {
+			panic(err)
+		}
+	}
+	p := client.QueueListParams{Limit: 2}
+	for {
+		page, err := c.QueuePage(ctx, p)
+		if err != nil {
+			// A daemon from before paging (errors.ErrUnsupported):
+			// upgrade it, or call Queues.
+			panic(err)
+		}
+		var line []string
+		for _, q := range page.Queues {
+			line = append(line, fmt.Sprintf("%s (%d available)", q.Name, q.Available))
+		}
+		fmt.Println(strings.Join(line, ", "))
+		if page.Next == "" {
+			break
+		}
+		p.After = page.Next
+	}
+	// Output:
+	// mail (0 available), newsletter-0 (1 available)
+	// newsletter-1 (1 available), newsletter-2 (1 available)
+	// newsletter-3 (1 available), newsletter-4 (1 available)
 }
 
 // The number of jobs in each state, as a gauge for an autoscaler (or a

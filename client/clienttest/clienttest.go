@@ -335,5 +335,38 @@ func RunWith(t *testing.T, newClient func(t *testing.T, o *client.Options) *clie
 		if def, ok := byName[coordinator.DefaultQueue]; !ok || len(def.Workers) == 0 || slices.Contains(def.Workers, "") {
 			t.Errorf("%s: %+v (listed: %v), want the daemon that serves it", coordinator.DefaultQueue, def, ok)
 		}
+
+		// QueuePage: the same queues, two at a time, each once; the last
+		// page without Next.
+		var paged []string
+		after := ""
+		for range len(qs) + 1 {
+			page, err := c.QueuePage(ctx, client.QueueListParams{Limit: 2, After: after})
+			if err != nil {
+				t.Fatalf("QueuePage after %q: %v", after, err)
+			}
+			if len(page.Queues) > 2 || page.Queues == nil {
+				t.Fatalf("QueuePage after %q: %+v, want at most 2 queues, not nil", after, page)
+			}
+			for _, q := range page.Queues {
+				paged = append(paged, q.Name)
+				if q.Workers == nil || q.Name == qa && q.Available != 2 {
+					t.Errorf("QueuePage: %+v, want as Queues lists it", q)
+				}
+			}
+			if after = page.Next; after == "" {
+				break
+			}
+		}
+		var names []string
+		for _, q := range qs {
+			names = append(names, q.Name)
+		}
+		if !slices.Equal(paged, names) {
+			t.Errorf("QueuePage, two at a time: %v, want what Queues lists, %v", paged, names)
+		}
+		if _, err := c.QueuePage(ctx, client.QueueListParams{Limit: coordinator.MaxListLimit + 1}); !errors.Is(err, coordinator.ErrInvalid) {
+			t.Errorf("QueuePage with limit %d: %v, want ErrInvalid", coordinator.MaxListLimit+1, err)
+		}
 	})
 }
