@@ -525,6 +525,14 @@ func (a *Handler) dashboard(w http.ResponseWriter, r *http.Request) {
 	// and owner from one read of the available and running indexes (with
 	// the first running jobs of the first daemons), and the queues'
 	// configurations.
+	//
+	// Workers also reads the ownership keys, one per running job, for
+	// each daemon's running count, which the tally's running index also
+	// counts by owner. They agree for a daemon's current session, but not
+	// after it fenced itself and started a new one under the same id: its
+	// old session's runs stay in the running index, under that id, until
+	// reaped, and would show as its jobs (over its concurrency). The read
+	// costs 1-2 % of a render's allocations (docs/performance.md, 42).
 	ws, err := a.cfg.Coord.Workers(ctx)
 	a.storeErr(r, p, "live daemons", err)
 	// The first dashboardDaemons daemons (ws is in id order), with the
