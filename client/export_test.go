@@ -16,4 +16,4 @@ func SetBusyPause(t testing.TB, f func(ctx context.Context, d time.Duration) err
 
 // BusyAttempts is how many times a request the daemon did not process is
 // sent at most.
-const BusyAttempts = busyAttempts
+var BusyAttempts = busy.Attempts

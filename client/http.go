@@ -117,7 +117,7 @@ func (b *httpBackend) call(ctx context.Context, method, path string, q url.Value
 // the caller's: the daemon's "job N: ..." errors are renumbered to match.
 func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration, first int) error {
 	// A request the daemon did not process is sent again, within the
-	// bounds of busyRetry; timeout bounds each send.
+	// bounds of busy; timeout bounds each send.
 	var resp *http.Response
 	var data []byte
 	var err error
@@ -128,7 +128,7 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 		if err != nil {
 			break
 		}
-		d, again := busyRetry(ctx, resp, attempts, waited)
+		d, again := busy.Retry(ctx, resp, attempts, waited)
 		if !again {
 			break
 		}
@@ -423,14 +423,19 @@ func (b *httpBackend) queues(ctx context.Context) ([]QueueInfo, error) {
 	if err := b.call(ctx, http.MethodGet, "/v1/queues", nil, nil, &res, b.timeout); err != nil {
 		return nil, err
 	}
-	// As the coordinator's: empty lists, not nil ones.
-	if res.Queues == nil {
-		res.Queues = []QueueInfo{}
+	return emptyNotNil(res.Queues), nil
+}
+
+// emptyNotNil gives qs and their daemon lists as the coordinator's are:
+// empty, not nil.
+func emptyNotNil(qs []QueueInfo) []QueueInfo {
+	if qs == nil {
+		qs = []QueueInfo{}
 	}
-	for i := range res.Queues {
-		if res.Queues[i].Workers == nil {
-			res.Queues[i].Workers = []string{}
+	for i := range qs {
+		if qs[i].Workers == nil {
+			qs[i].Workers = []string{}
 		}
 	}
-	return res.Queues, nil
+	return qs
 }

@@ -38,15 +38,7 @@ func (b *httpBackend) queuePage(ctx context.Context, p QueueListParams) (QueuePa
 		}
 		return QueuePage{}, err
 	}
-	// As the coordinator's: empty lists, not nil ones.
-	if page.Queues == nil {
-		page.Queues = []QueueInfo{}
-	}
-	for i := range page.Queues {
-		if page.Queues[i].Workers == nil {
-			page.Queues[i].Workers = []string{}
-		}
-	}
+	page.Queues = emptyNotNil(page.Queues)
 	return page, nil
 }
 

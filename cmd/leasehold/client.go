@@ -100,7 +100,7 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 		if resp.StatusCode < 300 {
 			break
 		}
-		if d, ok := busyRetry(ctx, resp, attempt); ok {
+		if d, ok := busy.Retry(ctx, resp, attempt, 0); ok {
 			if pause(ctx, d); ctx.Err() == nil {
 				continue
 			}
@@ -178,37 +178,14 @@ func (c *client) statusError(resp *http.Response, body []byte, attempts int) err
 	return &cliError{code: exitFailure, msg: msg, status: resp.StatusCode}
 }
 
-// How the CLI sends again a request that the daemon did not process (a
-// 503 marked apicall.NotProcessedHeader, beyond its connection bound):
-// nothing was written, so even an enqueue without a unique key is safe to
-// send again, and a burst of clients that passes within seconds should
-// not fail a script. At most busyAttempts sends, pausing what Retry-After
-// asks (1 s there; cut to busyMaxPause), within the request's deadline:
-// a daemon that stays full is reported within seconds, naming the flag
-// that raises its bound.
-const (
-	busyAttempts = 4
-	busyMaxPause = 5 * time.Second
-)
-
-// busyRetry returns the pause before sending again a request whose
-// answer resp came after attempts sends, and false if it should not be
-// sent again: another answer, the attempts used up, or a pause that
-// would outlast ctx's deadline.
-func busyRetry(ctx context.Context, resp *http.Response, attempts int) (time.Duration, bool) {
-	if resp.StatusCode != http.StatusServiceUnavailable || !apicall.NotProcessed(resp) || attempts >= busyAttempts {
-		return 0, false
-	}
-	d, ok := apicall.RetryAfter(resp, time.Now())
-	if !ok {
-		d = time.Second
-	}
-	d = min(d, busyMaxPause)
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-		return 0, false
-	}
-	return d, true
-}
+// busy is how the CLI sends again a request that the daemon did not
+// process (a 503 marked apicall.NotProcessedHeader, beyond its connection
+// bound): nothing was written, so even an enqueue without a unique key is
+// safe to send again, and a burst of clients that passes within seconds
+// should not fail a script. At most 4 sends, 1 s apart there, within the
+// request's deadline: a daemon that stays full is reported within
+// seconds, naming the flag that raises its bound.
+var busy = apicall.BusyPolicy{Attempts: 4, MinPause: 50 * time.Millisecond, MaxPause: 5 * time.Second}
 
 // times says n times in words ("once", "twice", "3 times").
 func times(n int) string {

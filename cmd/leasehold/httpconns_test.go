@@ -368,8 +368,8 @@ func TestDaemonHTTPMaxConnections(t *testing.T) {
 	r := runCLI(t, nil, "", "enqueue", "echo", "--server", d.server)
 	checkOneLineError(t, "enqueue beside an open connection", r, exitFailure, "nothing was written (it has as many HTTP connections open as it serves at once): retry later, or raise its --http-max-connections")
 	t.Logf("enqueue beside an open connection: %s", r.stderr)
-	if strings.Contains(r.stderr, "unknown") || !strings.Contains(r.stderr, fmt.Sprintf("refused the request %d times", busyAttempts)) {
-		t.Errorf("enqueue beside an open connection: %q; want %d refusals and no unknown outcome", r.stderr, busyAttempts)
+	if strings.Contains(r.stderr, "unknown") || !strings.Contains(r.stderr, fmt.Sprintf("refused the request %d times", busy.Attempts)) {
+		t.Errorf("enqueue beside an open connection: %q; want %d refusals and no unknown outcome", r.stderr, busy.Attempts)
 	}
 	// The open connection serves on: nothing was written, and the
 	// metrics count the refusals (the GET above and the enqueue's).
@@ -381,8 +381,8 @@ func TestDaemonHTTPMaxConnections(t *testing.T) {
 	_, metrics := first.answer(t)
 	for _, want := range []string{
 		"leasehold_http_max_connections 1\n",
-		fmt.Sprintf("leasehold_http_refused_requests_total %d\n", 1+busyAttempts),
-		fmt.Sprintf("leasehold_http_probe_connections_total %d\n", 2+busyAttempts),
+		fmt.Sprintf("leasehold_http_refused_requests_total %d\n", 1+busy.Attempts),
+		fmt.Sprintf("leasehold_http_probe_connections_total %d\n", 2+busy.Attempts),
 		"leasehold_http_connections ", // its value: this connection and the probes' not yet closed
 	} {
 		if !strings.Contains(metrics, want) {

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -161,4 +162,40 @@ func RetryAfter(resp *http.Response, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(t.Sub(now), 0), true
+}
+
+// BusyPolicy bounds how a caller sends again a request that the daemon did
+// not process (a 503 marked NotProcessedHeader): at most Attempts sends in
+// all, pausing between them what the answer's Retry-After asks (1 s when
+// it asks nothing), cut to [MinPause, MaxPause], plus up to a quarter more
+// so that clients refused together do not come back together; MaxWait
+// (if not 0) bounds the pauses of one request, and the context's deadline
+// the whole.
+type BusyPolicy struct {
+	Attempts           int
+	MinPause, MaxPause time.Duration
+	MaxWait            time.Duration
+}
+
+// Retry returns the pause before sending again a request whose answer
+// resp came after attempts sends that paused waited in all; and false
+// when it should not be sent again: another answer, the attempts or the
+// wait used up, or a pause that would outlast ctx's deadline.
+func (p BusyPolicy) Retry(ctx context.Context, resp *http.Response, attempts int, waited time.Duration) (time.Duration, bool) {
+	if resp.StatusCode != http.StatusServiceUnavailable || !NotProcessed(resp) || attempts >= p.Attempts {
+		return 0, false
+	}
+	d, ok := RetryAfter(resp, time.Now())
+	if !ok {
+		d = time.Second
+	}
+	d = min(max(d, p.MinPause), p.MaxPause)
+	d += rand.N(d/4 + 1)
+	if p.MaxWait > 0 && waited+d > p.MaxWait {
+		return 0, false
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return 0, false
+	}
+	return d, true
 }
