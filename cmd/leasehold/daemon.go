@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -245,13 +246,6 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 	if err := o.checkPeriodicKinds(kinds); err != nil {
 		return err
 	}
-	if len(o.execs) > 0 {
-		stopGuard, err := startExecGuard(g, cmd.ErrOrStderr(), log)
-		if err != nil {
-			return err
-		}
-		defer stopGuard()
-	}
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
 	defer onSignals(ctx, cancel, log)()
@@ -318,6 +312,25 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			log.Error("closing the store failed", slog.Any("err", err))
 		}
 	}()
+
+	if len(o.execs) > 0 {
+		// Once the data directory is this daemon's: the guard of the
+		// daemon that had it before may still be killing that one's
+		// commands, whose jobs the worker's start re-queues.
+		lock := ""
+		if !shared {
+			lock = filepath.Join(o.data, execGuardLockName)
+		}
+		stopGuard, err := startExecGuard(ctx, g, cmd.ErrOrStderr(), log, lock)
+		if err != nil {
+			if ctx.Err() != nil {
+				log.Info("stopped: signal received while waiting for an earlier exec guard")
+				return nil
+			}
+			return err
+		}
+		defer stopGuard()
+	}
 
 	coord, err := coordinator.New(store, ccfg)
 	if err != nil {

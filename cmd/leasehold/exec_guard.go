@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -191,11 +193,26 @@ func bootTime() time.Duration {
 // startExecGuard starts the daemon's exec guard (execGuard) and has
 // execGroups report to it. The returned function, called once the worker
 // has stopped, ends the guard and waits for it.
-func startExecGuard(g *globalOpts, stderr io.Writer, log *slog.Logger) (stop func(), err error) {
+//
+// With lockPath (embedded mode: execGuardLockName in the data directory,
+// which the daemon holds already), the guard holds an exclusive flock on
+// that file for its whole life, and it is started only once the flock is
+// taken: the guard of the daemon that had the directory before has then
+// exited, so it has killed that daemon's commands, and the jobs the
+// worker's start re-queues cannot run beside them.
+func startExecGuard(ctx context.Context, g *globalOpts, stderr io.Writer, log *slog.Logger, lockPath string) (stop func(), err error) {
 	// Before the guard and any command start: neither gets what the
 	// daemon inherited.
 	if err := inheritedFDsCloseOnExec(); err != nil {
 		log.Warn("--exec commands may inherit descriptors this daemon inherited (a supervisor waiting for EOF on one waits for them too)", slog.Any("err", err))
+	}
+	var lock *os.File
+	if lockPath != "" {
+		if lock, err = lockForGuard(ctx, lockPath, log); err != nil {
+			return nil, err
+		}
+		// The guard's copy holds the flock from here on.
+		defer func() { _ = lock.Close() }()
 	}
 	// This very binary, even if it was replaced on disk since it started
 	// (an upgrade in progress); its path where there is no /proc.
@@ -213,11 +230,19 @@ func startExecGuard(g *globalOpts, stderr io.Writer, log *slog.Logger) (stop fun
 	cmd.Args[0] = os.Args[0] // ps shows what started the daemon, not /proc/self/exe
 	cmd.Stdin, cmd.Stderr = r, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if lock != nil {
+		cmd.ExtraFiles = []*os.File{lock} // fd 3, held until the guard exits
+	}
 	err = cmd.Start()
 	_ = r.Close() // the guard's now; the daemon keeps only the write end
 	if err != nil {
 		_ = w.Close()
 		return nil, failf("cannot start the guard of --exec commands: %v", err)
+	}
+	if lock != nil {
+		// For the message of a daemon that finds it held.
+		_ = lock.Truncate(0)
+		_, _ = lock.WriteAt([]byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0)
 	}
 	log.Info("exec guard started: commands of running jobs are killed if this daemon dies, and stopped at their session's deadline if it is paused", slog.Int("pid", cmd.Process.Pid))
 	execGroups.setGuard(w, log)
@@ -245,6 +270,66 @@ func startExecGuard(g *globalOpts, stderr io.Writer, log *slog.Logger) (stop fun
 		_ = w.Close()
 		<-exited
 	}, nil
+}
+
+// execGuardLockName is the file in an embedded daemon's data directory
+// whose exclusive flock its exec guard holds for its whole life, with the
+// guard's pid in it (startExecGuard).
+const execGuardLockName = "exec-guard.lock"
+
+// execGuardLockWait bounds how long a starting daemon waits for the guard
+// of the daemon that had its data directory before; it exits within
+// moments of that daemon's death, having killed its commands.
+var execGuardLockWait = 30 * time.Second
+
+// lockForGuard opens path and takes an exclusive flock on it, waiting for
+// the guard that holds it (up to execGuardLockWait, or until ctx ends).
+func lockForGuard(ctx context.Context, path string, log *slog.Logger) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, failf("cannot start the guard of --exec commands: %v", err)
+	}
+	start := time.Now()
+	for logged := false; ; {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			if logged {
+				log.Info("the exec guard of the daemon that had this data directory before has exited: its commands are stopped", slog.Duration("waited", time.Since(start).Round(time.Millisecond)))
+			}
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			_ = f.Close()
+			return nil, failf("cannot start the guard of --exec commands: lock %s: %v", path, err)
+		}
+		holder := strings.TrimSpace(readSmallFile(path))
+		if !logged {
+			logged = true
+			log.Warn("waiting for the exec guard of the daemon that had this data directory before: it is still stopping that daemon's commands, whose jobs this daemon re-queues", slog.String("lock", path), slog.String("guard_pid", holder))
+		}
+		if time.Since(start) >= execGuardLockWait {
+			_ = f.Close()
+			return nil, failf("the exec guard (pid %s) of the daemon that had this data directory before still holds %s after %v, so that daemon's --exec commands may still run: stop that process (it kills them as it exits), then start again", holder, path, execGuardLockWait)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// readSmallFile returns the first bytes of the file at path, or "".
+func readSmallFile(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer func() { _ = f.Close() }()
+	b := make([]byte, 64)
+	n, _ := f.Read(b)
+	return string(b[:n])
 }
 
 // runExecGuard runs the exec guard with args, the daemon's --log-format

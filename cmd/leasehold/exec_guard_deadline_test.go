@@ -5,14 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // guardProc is a real exec guard (the built binary) and its stdin.
@@ -49,10 +53,22 @@ func (g *guardProc) tell(t *testing.T, format string, args ...any) {
 	}
 }
 
-func (g *guardProc) logText() string {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.log.String()
+// waitLog waits until the guard's log says what.
+func (g *guardProc) waitLog(t *testing.T, what string) {
+	t.Helper()
+	deadline := time.Now().Add(spWait)
+	for {
+		g.mu.Lock()
+		l := g.log.String()
+		g.mu.Unlock()
+		if strings.Contains(l, what) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the guard's log does not say %q within %v:\n%s", what, spWait, l)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 type lockedWriter struct {
@@ -163,9 +179,9 @@ func TestExecGuardStopsCommandsPastTheirDeadline(t *testing.T) {
 	if sig := obeys.waitEnd(t, "a command past its deadline"); sig != 0 || !strings.Contains(obeys.read(), "term") {
 		t.Errorf("a command past its deadline: ended by signal %v, marks %q; want SIGTERM noted and a clean exit", sig, obeys.read())
 	}
-	if l := g.logText(); !strings.Contains(l, "passed its deadline") || !strings.Contains(l, "killing its process group") {
-		t.Errorf("guard's log does not say why it stopped the commands:\n%s", l)
-	}
+	// Said after each signal is sent: waited for.
+	g.waitLog(t, "passed its deadline")
+	g.waitLog(t, "killing its process group")
 
 	// A renewal moves the deadline; removed, without a deadline, or
 	// stopped by the daemon (which then ends it within the grace): left
@@ -205,52 +221,66 @@ func TestExecGuardStopsCommandsPastTheirDeadline(t *testing.T) {
 	}
 }
 
-// A paused daemon's --exec command does not run beside the run that
-// replaces it (DESIGN.md promise 6 for commands, ADR 0037): SIGSTOP
-// freezes the daemon, not the command's process group, and before the
-// exec guard acted on the session's deadline the command went on writing
-// while another daemon ran the job again. Each run's command appends its
-// fencing token to one file every 50 ms: no line of the first run may come
-// after the first line of the second. The guard stops the first before its
-// lease can expire, so the order holds however the machine is loaded.
-func TestSharedPausedDaemonsCommandsStopBeforeTakeover(t *testing.T) {
-	const ttl = 5 * time.Second // the guard's SIGKILL 0.5 s before the lease can expire
-	c := newSPCluster(t, "pausexec", ttl)
-	out := t.TempDir() + "/runs"
-	tick := fmt.Sprintf(`tick=while :; do echo "$LEASEHOLD_TOKEN" >>%s; sleep 0.05; done`, out)
-	a := c.daemon(t, "daemon A", "--exec", tick)
-	id := strings.TrimSpace(c.cli(t, "enqueue", "tick", "{}"))
-	lines := func() []string {
-		b, _ := os.ReadFile(out)
-		return strings.Fields(string(b))
-	}
-	waitLines := func(what string, cond func([]string) bool) []string {
-		t.Helper()
-		deadline := time.Now().Add(spWait)
-		for {
-			if ls := lines(); cond(ls) {
-				return ls
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %s within %v; the runs wrote %q", what, spWait, lines())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	first := waitLines("line of the first run", func(ls []string) bool { return len(ls) > 0 })[0]
-	b := c.daemon(t, "daemon B", "--exec", tick)
+// runsFile is one file that the --exec commands of a test's jobs append
+// their run's fencing token to, every 50 ms while they run. Appends from
+// processes of one machine are ordered, so two runs of one job overlapped
+// if a line of the earlier run follows the first line of the later: no
+// clock is read.
+type runsFile string
 
-	stopAt := time.Now()
-	a.signal(t, syscall.SIGSTOP)
-	ls := waitLines("20 lines of a second run", func(ls []string) bool {
+func newRunsFile(t *testing.T) runsFile { return runsFile(t.TempDir() + "/runs") }
+
+// exec is the --exec value of kind, whose command writes to f until it is
+// stopped.
+func (f runsFile) exec(kind string) string {
+	return fmt.Sprintf(`%s=while :; do echo "$LEASEHOLD_TOKEN" >>%s; sleep 0.05; done`, kind, f)
+}
+
+func (f runsFile) lines() []string {
+	b, _ := os.ReadFile(string(f))
+	return strings.Fields(string(b))
+}
+
+// wait waits until the lines satisfy cond, and returns them.
+func (f runsFile) wait(t *testing.T, what string, cond func([]string) bool) []string {
+	t.Helper()
+	deadline := time.Now().Add(spWait)
+	for {
+		if ls := f.lines(); cond(ls) {
+			return ls
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v; the runs wrote %q", what, spWait, f.lines())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// first waits for the first line, the token of the first run.
+func (f runsFile) first(t *testing.T) string {
+	t.Helper()
+	return f.wait(t, "line of the first run", func(ls []string) bool { return len(ls) > 0 })[0]
+}
+
+// next waits for n lines of a run other than first's, and returns its
+// token.
+func (f runsFile) next(t *testing.T, first string, n int) string {
+	t.Helper()
+	ls := f.wait(t, fmt.Sprintf("%d lines of a second run", n), func(ls []string) bool {
 		i := slices.IndexFunc(ls, func(l string) bool { return l != first })
-		return i >= 0 && len(ls)-i >= 20
+		return i >= 0 && len(ls)-i >= n
 	})
-	second := ls[slices.IndexFunc(ls, func(l string) bool { return l != first })]
-	t.Logf("run %s took over %v after daemon A was paused", second, time.Since(stopAt).Round(time.Millisecond))
+	return ls[slices.IndexFunc(ls, func(l string) bool { return l != first })]
+}
+
+// checkApart fails t if the run of token first wrote after the first line
+// of the run of token second, or a third run wrote.
+func (f runsFile) checkApart(t *testing.T, first, second string) {
+	t.Helper()
+	ls := f.lines()
 	start := slices.Index(ls, second)
 	if last := lastIndex(ls, first); last > start {
-		t.Errorf("the paused daemon's command (token %s) wrote %d lines after the run replacing it (token %s) had started: two runs of job %s at once", first, strings.Count(strings.Join(ls[start:], " "), first), second, id)
+		t.Errorf("the first run's command (token %s) wrote %d lines after the run replacing it (token %s) had started: two runs of one job at once", first, strings.Count(strings.Join(ls[start:], " "), first), second)
 	}
 	for _, l := range ls[start:] {
 		if l != second && l != first {
@@ -258,6 +288,28 @@ func TestSharedPausedDaemonsCommandsStopBeforeTakeover(t *testing.T) {
 			break
 		}
 	}
+}
+
+// A paused daemon's --exec command does not run beside the run that
+// replaces it (DESIGN.md promise 6 for commands, ADR 0037): SIGSTOP
+// freezes the daemon, not the command's process group, and before the
+// exec guard acted on the session's deadline the command went on writing
+// while another daemon ran the job again. The guard stops it before its
+// lease can expire, so the runs stay apart however the machine is loaded.
+func TestSharedPausedDaemonsCommandsStopBeforeTakeover(t *testing.T) {
+	const ttl = 5 * time.Second // the guard's SIGKILL 0.5 s before the lease can expire
+	c := newSPCluster(t, "pausexec", ttl)
+	runs := newRunsFile(t)
+	a := c.daemon(t, "daemon A", "--exec", runs.exec("tick"))
+	id := strings.TrimSpace(c.cli(t, "enqueue", "tick", "{}"))
+	first := runs.first(t)
+	b := c.daemon(t, "daemon B", "--exec", runs.exec("tick"))
+
+	stopAt := time.Now()
+	a.signal(t, syscall.SIGSTOP)
+	second := runs.next(t, first, 20)
+	t.Logf("run %s took over %v after daemon A was paused", second, time.Since(stopAt).Round(time.Millisecond))
+	runs.checkApart(t, first, second)
 	a.waitLog(t, 0, "the guard's line", func(l spLine) bool {
 		return strings.Contains(l.Msg, "exec guard: the session of a command's run passed its deadline")
 	})
@@ -266,14 +318,62 @@ func TestSharedPausedDaemonsCommandsStopBeforeTakeover(t *testing.T) {
 	// new run goes on undisturbed.
 	a.signal(t, syscall.SIGCONT)
 	a.waitLog(t, 0, "the resumed daemon's self-fencing", func(l spLine) bool { return strings.Contains(l.Msg, "fencing self") && !l.Time.Before(stopAt) })
-	n := len(lines())
-	waitLines("more lines of the second run", func(ls []string) bool { return len(ls) >= n+10 })
-	if ls := lines(); lastIndex(ls, first) > start {
-		t.Errorf("the resumed daemon's command (token %s) wrote again after the run replacing it had started", first)
-	}
+	n := len(runs.lines())
+	runs.wait(t, "more lines of the second run", func(ls []string) bool { return len(ls) >= n+10 })
+	runs.checkApart(t, first, second)
 	c.cli(t, "jobs", "cancel", id)
 	b.stopCleanly(t)
 	a.stopCleanly(t)
+}
+
+// An embedded daemon restarted after a SIGKILL re-queues the jobs left
+// running at once: it must not run them again before the dead daemon's
+// guard has killed their commands. The guard holds a lock in the data
+// directory for its whole life, and a starting daemon waits for it. The
+// old guard normally exits within moments (even a stopped one: the kernel
+// continues a stopped process whose process group is orphaned), so here
+// the test holds the lock as a slow guard would, and the new daemon must
+// wait for it before it runs the job again.
+func TestEmbeddedRestartWaitsForTheOldGuard(t *testing.T) {
+	dir := t.TempDir()
+	lockPath := filepath.Join(dir, execGuardLockName)
+	runs := newRunsFile(t)
+	a := spStart(t, "daemon A", binPath, daemonArgs(dir, "--exec", runs.exec("tick"), "--shutdown-timeout", "1s")...)
+	ln, _ := a.waitLog(t, 0, "listening", func(l spLine) bool { return l.Msg == "listening" })
+	if code, body := postBody(t, "http://"+ln.str("addr")+"/v1/jobs", `{"kind":"tick"}`); code != http.StatusCreated {
+		t.Fatalf("enqueue: %d %s", code, body)
+	}
+	first := runs.first(t)
+	guard := guardPid(t, a)
+	lock, err := os.OpenFile(lockPath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("the guard's lock: %v", err)
+	}
+	defer func() { _ = lock.Close() }()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+		t.Fatalf("lock %s while the daemon and its guard run: %v, want it held by the guard", lockPath, err)
+	}
+	a.signal(t, syscall.SIGKILL)
+	<-a.done
+	guard.waitExit(t, "the guard of a daemon killed by SIGKILL")
+	// As a guard that has not yet killed the old commands would.
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("lock %s once the guard exited: %v", lockPath, err)
+	}
+	b := spStart(t, "daemon B", binPath, daemonArgs(dir, "--exec", runs.exec("tick"), "--shutdown-timeout", "1s")...)
+	b.waitLog(t, 0, "the wait for the old guard", func(l spLine) bool { return strings.HasPrefix(l.Msg, "waiting for the exec guard") })
+	for _, l := range b.logLines() {
+		if l.Msg == "re-queued the jobs left running" || l.Msg == "listening" {
+			t.Fatalf("daemon B went on while an earlier guard held %s: %q", lockPath, l.Raw)
+		}
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	b.waitLog(t, 0, "listening", func(l spLine) bool { return l.Msg == "listening" })
+	second := runs.next(t, first, 10)
+	runs.checkApart(t, first, second)
+	b.stopCleanly(t)
 }
 
 // lastIndex is the index of the last s in ls, or -1.
