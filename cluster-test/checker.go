@@ -112,6 +112,9 @@ type CheckInput struct {
 	// QuiesceMax in all.
 	QuiesceEnd          string
 	Quiesce, QuiesceMax time.Duration
+	// ExecLines are the lines of the exec runs' shared file, in file
+	// order (execRunsFile).
+	ExecLines []ExecLine
 }
 
 // Run is one claimed run of a job, as the histories show it.
@@ -189,8 +192,10 @@ type Result struct {
 	AfterFinalRead int `json:"enqueued_after_final_read"`
 	// UniqueJobs counts the jobs with a unique key (the workload's and the
 	// ticks') whose lives the store's history was checked for overlap.
-	UniqueJobs int               `json:"unique_jobs_checked"`
-	RunsByJob  map[string][]*Run `json:"-"`
+	UniqueJobs int `json:"unique_jobs_checked"`
+	// Exec is what the exec kind's jobs did, from the shared file.
+	Exec      ExecStats         `json:"exec"`
+	RunsByJob map[string][]*Run `json:"-"`
 }
 
 // TickStats describe the periodic schedule tickName: its ticks (one job
@@ -254,6 +259,8 @@ type checker struct {
 	byJob   map[string][]*Run
 	logJob  map[string][]StoreEvent
 	seenVio map[string]bool
+	// execJob are the exec runs' lines, by job.
+	execJob map[string][]ExecLine
 }
 
 func (c *checker) violate(kind, job, format string, args ...any) {
@@ -270,7 +277,10 @@ func (c *checker) violate(kind, job, format string, args ...any) {
 func Check(in *CheckInput) *Result {
 	c := &checker{in: in, res: &Result{States: map[string]int{}, ReclaimByKind: map[string]Stats{}},
 		slotOf: map[string]int{}, endOf: map[string]time.Time{}, byJob: map[string][]*Run{},
-		logJob: map[string][]StoreEvent{}, seenVio: map[string]bool{}}
+		logJob: map[string][]StoreEvent{}, seenVio: map[string]bool{}, execJob: map[string][]ExecLine{}}
+	for _, l := range in.ExecLines {
+		c.execJob[l.Job] = append(c.execJob[l.Job], l)
+	}
 	for _, inst := range in.Instances {
 		if inst.Worker == "" {
 			continue
@@ -303,6 +313,7 @@ func Check(in *CheckInput) *Result {
 	c.checkQueue()
 	c.checkTicks()
 	c.checkUnique()
+	c.checkExecRuns()
 	c.reclaim()
 	c.checkGraceful()
 	sort.SliceStable(c.res.Violations, func(i, j int) bool {
@@ -544,6 +555,9 @@ func (c *checker) checkFinal(id string, runs []*Run) {
 		// The reaper ended it: a cancel request (checked above) or too
 		// many lost runs.
 		c.res.ReaperFinals++
+	case c.isExec(id):
+		// The exec kind's runs are not in the histories: its final
+		// record is checked against the shared file (checkExecRuns).
 	default:
 		for _, r := range runs {
 			if r.Token != int64(f.Token) || r.Worker != f.Owner {
@@ -1032,6 +1046,9 @@ func (c *checker) checkOrphans(id string) {
 	started := map[int64]bool{}
 	for _, r := range c.byJob[id] {
 		started[r.Token] = true
+	}
+	for _, l := range c.execJob[id] { // the exec kind's runs
+		started[l.Token] = true
 	}
 	evs := c.logJob[id]
 	for i, e := range evs {

@@ -173,6 +173,10 @@ func (h *harness) waitLeader(ctx context.Context, d time.Duration) error {
 }
 
 func (h *harness) setupDaemons() error {
+	execArg, err := writeExecScript(h.out, filepath.Join(h.histDir, execRunsFile))
+	if err != nil {
+		return err
+	}
 	for i := range h.cfg.daemons {
 		d := &daemon{slot: i, name: fmt.Sprintf("d%d", i+1), wantUp: true}
 		var args []string
@@ -198,7 +202,7 @@ func (h *harness) setupDaemons() error {
 			args = []string{"daemon", "--data", filepath.Join(h.dataDir, "pebble"), "--listen", d.listen}
 		}
 		args = append(args, "--concurrency", strconv.Itoa(h.cfg.concurrency), "--queues", "default,"+limitedQueue,
-			"--periodic", tickName+"|"+tickSpec+"|history|"+`{"ms":20}`, "--history-dir", h.histDir,
+			"--periodic", tickName+"|"+tickSpec+"|history|"+`{"ms":20}`, "--history-dir", h.histDir, "--exec", execArg,
 			"--log-format", "json", "--shutdown-timeout", h.cfg.shutdownTimeout.String())
 		p, err := newProc(d.name, h.binary, filepath.Join(h.logDir, d.name+".log"), args)
 		if err != nil {

@@ -554,13 +554,17 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 	if err != nil {
 		return fail(err)
 	}
+	execLines, err := readExecRuns(filepath.Join(h.histDir, execRunsFile))
+	if err != nil {
+		return fail(err)
+	}
 	h.mu.Lock()
 	faults := append([]*Fault(nil), h.faults...)
 	anomalies := append([]string(nil), h.anomalies...)
 	h.mu.Unlock()
 	in := &CheckInput{Mode: cfg.mode, Jobs: w.snapshot(), Final: final, Events: events, Faults: faults,
 		Instances: h.instancesSnapshot(), Log: logEvents, LogOK: logOK, SlotsLogged: logOK, End: end, FinalAt: finalAt,
-		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax}
+		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax, ExecLines: execLines}
 	if err := writeJSON(filepath.Join(h.out, "checkinput.json"), savedInput{Mode: in.Mode, Jobs: in.Jobs, Final: in.Final,
 		Faults: in.Faults, Instances: in.Instances, LogOK: in.LogOK, SlotsLogged: in.SlotsLogged, End: in.End, FinalAt: finalAt, Plan: plans, Lanes: len(h.daemons),
 		QuiesceEnd: qEnd, Quiesce: cfg.quiesce, QuiesceMax: cfg.quiesceMax}); err != nil {
@@ -572,7 +576,8 @@ func run(ctx context.Context, cfg config, stdout io.Writer) (int, string) {
 		StoreLog: storeLogState, Out: h.out,
 		Workload: map[string]int64{"acknowledged": int64(w.count()), "enqueue_errors": w.enqErrs.Load(),
 			"skipped": w.skipped.Load(), "cancel_requests": w.cancels.Load(), "history_events": int64(len(events)),
-			"unique_hits": w.uniqueHits.Load()},
+			"exec_run_lines": int64(len(execLines)),
+			"unique_hits":    w.uniqueHits.Load()},
 		QueueOps: w.queueOpsSnapshot()}
 	return report(cfg, in, &rep, len(h.daemons), wall, stdout)
 }
@@ -649,6 +654,9 @@ func report(cfg config, in *CheckInput, rep *Report, lanes int, wall time.Time, 
 	} else {
 		fmt.Fprintf(stdout, "queue %s: %d jobs (limit and pauses not checked without a store history; its jobs must still finish)\n", qs.Name, qs.Jobs)
 	}
+	es := res.Exec
+	fmt.Fprintf(stdout, "exec kind %s: %d jobs (%d completed), %d runs in %d lines of %s, %d jobs run more than once, %d pairs of runs of a job overlapping\n",
+		es.Kind, es.Jobs, es.Completed, es.Runs, es.Lines, execRunsFile, es.Rerun, es.Overlaps)
 	fmt.Fprintf(stdout, "reclaim after lease loss: n=%d p50 %.2fs p99 %.2fs max %.2fs", res.Reclaim.N, res.Reclaim.P50, res.Reclaim.P99, res.Reclaim.Max)
 	for _, k := range sortedKeys(res.ReclaimByKind) {
 		s := res.ReclaimByKind[k]
@@ -745,8 +753,12 @@ func recheck(cfg config, stdout io.Writer) (int, error) {
 	if err != nil {
 		return 3, err
 	}
+	execLines, err := readExecRuns(filepath.Join(dir, "history", execRunsFile))
+	if err != nil {
+		return 3, err
+	}
 	in := &CheckInput{Mode: si.Mode, Jobs: si.Jobs, Final: si.Final, Events: events, Faults: si.Faults, Instances: si.Instances, LogOK: si.LogOK, SlotsLogged: si.SlotsLogged, End: si.End, FinalAt: si.FinalAt,
-		QuiesceEnd: si.QuiesceEnd, Quiesce: si.Quiesce, QuiesceMax: si.QuiesceMax}
+		QuiesceEnd: si.QuiesceEnd, Quiesce: si.Quiesce, QuiesceMax: si.QuiesceMax, ExecLines: execLines}
 	if si.Mode == "shared" {
 		in.Log, err = readStoreLog(filepath.Join(dir, "store.jsonl"))
 		if err != nil {

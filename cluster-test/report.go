@@ -30,8 +30,8 @@ func timeline(w io.Writer, in *CheckInput, res *Result, id string) {
 		}
 	}
 	if info := in.Jobs[id]; info != nil {
-		lines = append(lines, line{at: info.EnqueuedAt, s: fmt.Sprintf("harness    enqueue ms=%d fail_times=%d max_attempts=%d delay=%s",
-			info.Spec.MS, info.Spec.FailTimes, info.Spec.MaxAttempts, info.Spec.Delay)})
+		lines = append(lines, line{at: info.EnqueuedAt, s: fmt.Sprintf("harness    enqueue kind=%s ms=%d fail_times=%d max_attempts=%d delay=%s",
+			info.Spec.kind(), info.Spec.MS, info.Spec.FailTimes, info.Spec.MaxAttempts, info.Spec.Delay)})
 		note(info.EnqueuedAt)
 		for _, cr := range info.Cancels {
 			lines = append(lines, line{at: cr.At, s: "harness    cancel request -> " + cr.Result})
@@ -89,6 +89,18 @@ func timeline(w io.Writer, in *CheckInput, res *Result, id string) {
 			r := e.Rec
 			storeLines = append(storeLines, fmt.Sprintf("  rev %-8d %s record %s attempt=%d owner=%s token=%d errors=%d checkpoint=%s",
 				e.Rev, seen(e), r.State, r.Attempt, r.Owner, r.Token, len(r.Errors), compact(r.Checkpoint)))
+		}
+	}
+	var execLines []ExecLine
+	for _, l := range in.ExecLines {
+		if l.Job == id {
+			execLines = append(execLines, l)
+		}
+	}
+	if segs := execSegments(execLines); len(segs) > 0 {
+		fmt.Fprintf(w, "  exec runs (%s, in file order; no clock):\n", execRunsFile)
+		for _, s := range segs {
+			fmt.Fprintf(w, "    %-14s token=%d %d lines: %s\n", lineRange(s.from, s.to), s.token, s.lines, strings.Join(s.phases, ","))
 		}
 	}
 	if len(storeLines) > 0 {

@@ -20,8 +20,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// jobSpec is one history job the workload enqueues.
+// jobSpec is one job the workload enqueues: of the history kind, or of
+// execKind.
 type jobSpec struct {
+	// Kind is execKind or "" (the history kind).
+	Kind        string        `json:"kind,omitempty"`
 	MS          int           `json:"ms"`
 	FailTimes   int           `json:"fail_times"`
 	MaxAttempts int           `json:"max_attempts"`
@@ -55,7 +58,21 @@ const (
 	tickEvery = time.Second
 )
 
+// execShare is the share of the workload's jobs of execKind.
+const execShare = 0.17
+
+func (s jobSpec) kind() string {
+	if s.Kind != "" {
+		return s.Kind
+	}
+	return "history"
+}
+
 func (s jobSpec) payload() json.RawMessage {
+	if s.Kind == execKind {
+		b, _ := json.Marshal(map[string]int{"ms": s.MS})
+		return b
+	}
 	b, _ := json.Marshal(map[string]int{"ms": s.MS, "fail_times": s.FailTimes})
 	return b
 }
@@ -109,7 +126,7 @@ func (t *sharedTarget) enqueue(ctx context.Context, specs []jobSpec) ([]string, 
 	now := time.Now()
 	ps := make([]coordinator.EnqueueParams, len(specs))
 	for i, s := range specs {
-		ps[i] = coordinator.EnqueueParams{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue, UniqueKey: s.UniqueKey}
+		ps[i] = coordinator.EnqueueParams{Kind: s.kind(), Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue, UniqueKey: s.UniqueKey}
 		if s.Delay > 0 {
 			ps[i].ScheduledAt = now.Add(s.Delay)
 		}
@@ -213,7 +230,7 @@ func (t *httpTarget) enqueue(ctx context.Context, specs []jobSpec) ([]string, er
 	}
 	reqs := make([]createReq, len(specs))
 	for i, s := range specs {
-		reqs[i] = createReq{Kind: "history", Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue, UniqueKey: s.UniqueKey}
+		reqs[i] = createReq{Kind: s.kind(), Payload: s.payload(), MaxAttempts: s.MaxAttempts, Queue: s.Queue, UniqueKey: s.UniqueKey}
 		if s.Delay > 0 {
 			reqs[i].Delay = s.Delay.String()
 		}
@@ -276,7 +293,7 @@ func (t *httpTarget) list(ctx context.Context) (map[string]*coordinator.Job, err
 
 func (t *httpTarget) close() { t.hc.CloseIdleConnections() }
 
-// workload enqueues history jobs at a steady rate and cancels some of them,
+// workload enqueues jobs at a steady rate and cancels some of them,
 // until its context ends.
 type workload struct {
 	h   *harness
@@ -300,12 +317,16 @@ func newWorkload(h *harness, t target, seed uint64) *workload {
 	return &workload{h: h, t: t, rng: rand.New(rand.NewPCG(seed, 0x776f726b)), jobs: map[string]*JobInfo{}}
 }
 
-// spec draws one job: mostly short, some long; some fail once and are
-// retried, some fail until discarded; some are delayed.
+// spec draws one job: execShare of them of execKind, 100 ms to 3 s of
+// work; the others of the history kind, mostly short, some long; some
+// fail once and are retried, some fail until discarded; some are delayed.
 func (w *workload) spec() jobSpec {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r := w.rng
+	if r.Float64() < execShare {
+		return jobSpec{Kind: execKind, MS: 100 + r.IntN(2900), MaxAttempts: 25}
+	}
 	s := jobSpec{MaxAttempts: 25}
 	switch x := r.Float64(); {
 	case x < 0.6:
