@@ -254,14 +254,22 @@ func (c *checker) checkExecInterleave(id string, lines []ExecLine) {
 	}
 }
 
+// maxSegments bounds the stretches of lines a violation lists (the
+// timeline lists them all).
+const maxSegments = 6
+
 // describeSegments says which lines each run wrote, in file order.
 func describeSegments(segs []execSegment) string {
 	if len(segs) == 0 {
 		return "none"
 	}
-	parts := make([]string, len(segs))
+	var parts []string
 	for i, s := range segs {
-		parts[i] = fmt.Sprintf("token %d at %s (%d: %s)", s.token, lineRange(s.from, s.to), s.lines, strings.Join(s.phases, ","))
+		if i == maxSegments {
+			parts = append(parts, fmt.Sprintf("and %d more stretches", len(segs)-i))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("token %d at %s (%d: %s)", s.token, lineRange(s.from, s.to), s.lines, strings.Join(s.phases, ",")))
 	}
 	return strings.Join(parts, "; ")
 }

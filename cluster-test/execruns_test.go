@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -200,5 +201,20 @@ func TestExecScriptWritesItsLines(t *testing.T) {
 	cmd.Stdin = strings.NewReader(`{"fail_times":1}`)
 	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "no ms in the payload") {
 		t.Fatalf("a payload without ms: %v %s, want a failure that says so", err, out)
+	}
+}
+
+func TestExecSegmentsListedUpToALimit(t *testing.T) {
+	var b strings.Builder
+	for i := range 10 {
+		fmt.Fprintf(&b, "%s %d run\n", jobA, 10+i%2*10)
+	}
+	w := execWorld(t, b.String())
+	segs := execSegments(w.in.ExecLines)
+	if len(segs) != 10 {
+		t.Fatalf("%d stretches, want 10", len(segs))
+	}
+	if d := describeSegments(segs); strings.Count(d, "token ") != maxSegments || !strings.HasSuffix(d, "and 4 more stretches") {
+		t.Fatalf("described as %q, want %d stretches and 4 more", d, maxSegments)
 	}
 }
