@@ -159,7 +159,7 @@ func (c *client) statusError(resp *http.Response, body []byte, attempts int) err
 		// Refused before the daemon's API (beyond its connection
 		// bound): nothing was written, whatever the request. Said here,
 		// not left to the daemon's message.
-		return &cliError{code: exitFailure, status: resp.StatusCode, msg: fmt.Sprintf("the daemon at %s refused the request %s without processing it, nothing was written (it has as many HTTP connections open as it serves at once): retry later, or raise its --http-max-connections", c.server, times(attempts))}
+		return &cliError{code: exitFailure, status: resp.StatusCode, notProcessed: true, msg: fmt.Sprintf("the daemon at %s refused the request %s without processing it, nothing was written (it has as many HTTP connections open as it serves at once): retry later, or raise its --http-max-connections", c.server, times(attempts))}
 	}
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:

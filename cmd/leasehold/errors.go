@@ -33,6 +33,9 @@ type cliError struct {
 	// unreachable marks a request that reached no daemon, or lost the
 	// connection before its answer (a daemon restarting, say).
 	unreachable bool
+	// notProcessed marks an answer the daemon gave without processing the
+	// request (its 503 beyond --http-max-connections).
+	notProcessed bool
 }
 
 func (e *cliError) Error() string { return e.msg }

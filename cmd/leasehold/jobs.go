@@ -507,6 +507,9 @@ func (w *waitReads) retry(err error, c *client) (again string, _ error) {
 	case err == nil:
 		w.reached, w.lost = true, time.Time{}
 		return "", nil
+	case unavailable(err) && errors.As(err, &ce) && ce.notProcessed:
+		w.reached, w.lost = true, time.Time{}
+		return "the daemon is at its --http-max-connections", nil
 	case unavailable(err):
 		w.reached, w.lost = true, time.Time{}
 		return "the store did not answer in time", nil

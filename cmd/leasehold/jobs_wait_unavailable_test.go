@@ -156,3 +156,23 @@ func cut(t *testing.T, w http.ResponseWriter) {
 	}
 	_ = conn.Close()
 }
+
+// A wait that reads through the daemon's connection bound says so, not
+// that the store did not answer: the bound's 503 is marked as not
+// processed (the store was never asked).
+func TestJobsWaitReasonAtConnectionBound(t *testing.T) {
+	w := &waitReads{}
+	c := &client{server: "http://127.0.0.1:1"}
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{&cliError{code: exitFailure, status: http.StatusServiceUnavailable, notProcessed: true, msg: "refused"}, "the daemon is at its --http-max-connections"},
+		{&cliError{code: exitFailure, status: http.StatusServiceUnavailable, msg: "the store did not answer within 10s"}, "the store did not answer in time"},
+	} {
+		again, err := w.retry(tc.err, c)
+		if err != nil || again != tc.want {
+			t.Errorf("retry(%q) = %q, %v; want %q", tc.err, again, err, tc.want)
+		}
+	}
+}
