@@ -292,6 +292,7 @@ type groupSet struct {
 
 	guard io.Writer    // the exec guard's stdin (execGuard), or nil
 	log   *slog.Logger // says when the guard cannot be reached
+	tmp   string       // the commands' temporary files' directory, which the guard removes; "": the system's
 }
 
 // execGroup is one command's process group, as the guard knows it.

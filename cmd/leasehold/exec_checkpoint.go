@@ -54,7 +54,9 @@ func writeLastCheckpoint(j *worker.Job) (string, error) {
 	if len(cp) == 0 || bytes.Equal(cp, []byte("null")) {
 		return "", nil
 	}
-	f, err := os.CreateTemp("", "leasehold-checkpoint-*.json") // mode 0600
+	// In the guard's directory, if there is one: a killed daemon's files
+	// go with its guard.
+	f, err := os.CreateTemp(execGroups.tempDir(), "leasehold-checkpoint-*.json") // mode 0600
 	if err != nil {
 		return "", err
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -429,5 +430,54 @@ exec 3>%s; echo >&3; sleep 1000 & echo $! >%s; wait`, l.path, l.pidFile)
 	}
 	if string(j.Result) != `{"resumed":{"step":7}}` {
 		t.Errorf("result %s, want {\"resumed\":{\"step\":7}}", j.Result)
+	}
+}
+
+// The file that gives a command its job's last checkpoint does not outlive
+// a daemon killed while the command runs: it is in a directory of the
+// daemon's that its exec guard removes as it exits (before, it stayed in
+// TMPDIR). A first daemon records a checkpoint and is killed; the second
+// gives the resumed command the file, and is killed in turn.
+func TestExecCheckpointFileGoesWithKilledDaemon(t *testing.T) {
+	l := newLifeLine(t)
+	paths := filepath.Join(t.TempDir(), "paths")
+	command := fmt.Sprintf(`t=if [ -n "${LEASEHOLD_CHECKPOINT_FILE:-}" ]; then echo "$LEASEHOLD_CHECKPOINT_FILE" >%s; exec 3>%s; echo >&3; sleep 1000 & echo $! >%s; wait; fi
+echo '{"step":1}' >&4; read -r ack <&4; [ "$ack" = ok ] || exit 9
+exec 3>%s; echo >&3; sleep 1000 & echo $! >%s; wait`, paths, l.path, l.pidFile, l.path, l.pidFile)
+	args := []string{"daemon", "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--log-format", "json", "--exec", command}
+	p := spStart(t, "daemon", binPath, args...)
+	ln, _ := p.waitLog(t, 0, "listening", func(l spLine) bool { return l.Msg == "listening" })
+	if code, body := postBody(t, "http://"+ln.str("addr")+"/v1/jobs", `{"kind":"t"}`); code != http.StatusCreated {
+		t.Fatalf("enqueue: %d %s", code, body)
+	}
+	<-l.started // checkpointed
+	p.signal(t, syscall.SIGKILL)
+	<-p.done
+	l.waitGone(t, "first daemon killed by SIGKILL")
+
+	l2 := newLifeLine(t)
+	command = strings.ReplaceAll(command, l.path, l2.path)
+	command = strings.ReplaceAll(command, l.pidFile, l2.pidFile)
+	args[len(args)-1] = command
+	p2 := spStart(t, "daemon", binPath, args...)
+	<-l2.started // resumed, with the file
+	b, err := os.ReadFile(paths)
+	file := strings.TrimSpace(string(b))
+	if err != nil || file == "" {
+		t.Fatalf("the resumed command did not say its checkpoint file: %q, %v", b, err)
+	}
+	if _, err := os.Stat(file); err != nil {
+		t.Fatalf("checkpoint file %s while its command runs: %v", file, err)
+	}
+	guard := guardPid(t, p2)
+	p2.signal(t, syscall.SIGKILL)
+	<-p2.done
+	l2.waitGone(t, "second daemon killed by SIGKILL")
+	guard.waitExit(t, "the guard of the second daemon")
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("checkpoint file %s after its daemon was killed and its guard exited: %v, want it gone", file, err)
+	}
+	if _, err := os.Stat(filepath.Dir(file)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the killed daemon's temporary directory %s is still there: %v", filepath.Dir(file), err)
 	}
 }

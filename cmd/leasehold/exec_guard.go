@@ -20,7 +20,7 @@ import (
 
 // execGuardArg, as the first argument, runs the binary as a daemon's exec
 // guard (execGuard) instead of the command line; the daemon's --log-format
-// and --log-level follow it.
+// and --log-level and its commands' temporary directory follow it.
 const execGuardArg = "__exec-guard"
 
 // execGuard is the process that a daemon with --exec kinds starts beside
@@ -54,7 +54,11 @@ const execGuardArg = "__exec-guard"
 // SIGINT, SIGTERM and SIGHUP are the daemon's to act on: the guard ignores
 // them, and it runs in a process group of its own, out of reach of the
 // terminal's ^C.
-func execGuard(in io.Reader, log *slog.Logger) int {
+//
+// dir, if not "", is the daemon's directory of its commands' temporary
+// files (execGroups.tempDir): the guard removes it as it exits, so that a
+// killed daemon leaves none of them behind.
+func execGuard(in io.Reader, log *slog.Logger, dir string) int {
 	signal.Ignore(syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	lines := make(chan string)
 	go func() {
@@ -79,6 +83,13 @@ func execGuard(in io.Reader, log *slog.Logger) int {
 			if !ok {
 				for pgid := range g {
 					_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				}
+				if dir != "" {
+					// After the kills: a command may have its file
+					// open still; its name goes all the same.
+					if err := os.RemoveAll(dir); err != nil {
+						log.Warn("exec guard: cannot remove the commands' temporary files", slog.String("dir", dir), slog.Any("err", err))
+					}
 				}
 				return exitOK
 			}
@@ -226,7 +237,13 @@ func startExecGuard(ctx context.Context, g *globalOpts, stderr io.Writer, log *s
 	if err != nil {
 		return nil, failf("cannot start the guard of --exec commands: %v", err)
 	}
-	cmd := exec.Command(self, execGuardArg, g.logFormat, g.logLevel)
+	// The commands' temporary files (a job's last checkpoint) go in a
+	// directory of this daemon's, which the guard removes as it exits.
+	tmp, err := os.MkdirTemp("", "leasehold-exec-") // mode 0700
+	if err != nil {
+		return nil, failf("cannot start the guard of --exec commands: %v", err)
+	}
+	cmd := exec.Command(self, execGuardArg, g.logFormat, g.logLevel, tmp)
 	cmd.Args[0] = os.Args[0] // ps shows what started the daemon, not /proc/self/exe
 	cmd.Stdin, cmd.Stderr = r, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -237,6 +254,7 @@ func startExecGuard(ctx context.Context, g *globalOpts, stderr io.Writer, log *s
 	_ = r.Close() // the guard's now; the daemon keeps only the write end
 	if err != nil {
 		_ = w.Close()
+		_ = os.Remove(tmp)
 		return nil, failf("cannot start the guard of --exec commands: %v", err)
 	}
 	if lock != nil {
@@ -246,6 +264,7 @@ func startExecGuard(ctx context.Context, g *globalOpts, stderr io.Writer, log *s
 	}
 	log.Info("exec guard started: commands of running jobs are killed if this daemon dies, and stopped at their session's deadline if it is paused", slog.Int("pid", cmd.Process.Pid))
 	execGroups.setGuard(w, log)
+	execGroups.setTempDir(tmp)
 	exited := make(chan struct{})
 	stopping := make(chan struct{})
 	go func() {
@@ -267,8 +286,10 @@ func startExecGuard(ctx context.Context, g *globalOpts, stderr io.Writer, log *s
 		close(stopping)
 		<-forwarded
 		execGroups.setGuard(nil, log)
+		execGroups.setTempDir("")
 		_ = w.Close()
 		<-exited
+		_ = os.RemoveAll(tmp) // the guard's job, unless it died before
 	}, nil
 }
 
@@ -332,18 +353,23 @@ func readSmallFile(path string) string {
 	return string(b[:n])
 }
 
-// runExecGuard runs the exec guard with args, the daemon's --log-format
-// and --log-level, for its log lines.
+// runExecGuard runs the exec guard with args: the daemon's --log-format
+// and --log-level, for its log lines, and the directory of its commands'
+// temporary files.
 func runExecGuard(args []string, in io.Reader, stderr io.Writer) int {
 	g := &globalOpts{logFormat: "json"}
-	if len(args) == 2 {
+	if len(args) >= 2 {
 		g.logFormat, g.logLevel = args[0], args[1]
+	}
+	dir := ""
+	if len(args) >= 3 {
+		dir = args[2]
 	}
 	log, err := newLogger(g, stderr)
 	if err != nil {
 		log = slog.New(slog.NewJSONHandler(stderr, nil))
 	}
-	return execGuard(in, log)
+	return execGuard(in, log, dir)
 }
 
 // tellGuard writes line to the guard (see execGuard), if there is one.
@@ -379,4 +405,19 @@ func (s *groupSet) setGuard(w io.Writer, log *slog.Logger) {
 	for pgid, g := range s.groups {
 		s.tellAdded(pgid, g)
 	}
+}
+
+// setTempDir sets the directory of the commands' temporary files ("":
+// the system's).
+func (s *groupSet) setTempDir(dir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tmp = dir
+}
+
+// tempDir is the directory of the commands' temporary files.
+func (s *groupSet) tempDir() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.tmp
 }
