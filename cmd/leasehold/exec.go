@@ -299,16 +299,38 @@ type groupSet struct {
 type execGroup struct {
 	// deadline reads the boot time until which the run is the daemon's
 	// (worker.Job.BootDeadline); nil when it has none (embedded mode).
-	deadline func() (time.Duration, bool)
-	grace    time.Duration // the kill grace of a lost run
-	told     time.Duration // the deadline the guard was last told; 0: none
-	stopping bool          // the daemon sent the group SIGTERM
+	deadline  func() (time.Duration, bool)
+	grace     time.Duration // the kill grace of a lost run
+	told      time.Duration // the deadline the guard was last told; 0: none
+	stopping  bool          // the daemon sent the group SIGTERM
+	stopGrace time.Duration // and kills it after that
 }
 
-// execGuardTell is how often a moved deadline is told to the guard: far
-// below the time between a session's renewals, which each move it by a
-// third of the TTL, leaving the guard two thirds of it.
+// execGuardTell is how often a moved deadline is told to the guard at
+// most: far below the time between a session's renewals, which each move
+// it by a third of the TTL, leaving the guard two thirds of it. A renewal
+// acknowledged just before the deadline D must reach the guard before it
+// acts, at D + G/2 (G the lost run's grace): tellEvery makes it more often
+// where G is short.
 const execGuardTell = 200 * time.Millisecond
+
+// minGuardTell bounds how often deadlines are told to the guard.
+const minGuardTell = 10 * time.Millisecond
+
+// tellEvery is how often forwardDeadlines looks for moved deadlines: at
+// most execGuardTell, and four times in the guard's slack G/2 of every
+// group with a deadline (at the 2 s minimum TTL, G/2 is 100 ms).
+func (s *groupSet) tellEvery() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	every := execGuardTell
+	for _, g := range s.groups {
+		if g.deadline != nil {
+			every = min(every, g.grace/8)
+		}
+	}
+	return max(every, minGuardTell)
+}
 
 // add adds pgid, the group of a command whose run is the daemon's until
 // deadline (nil: no deadline), with grace its kill grace once lost; unless
@@ -336,7 +358,7 @@ func (s *groupSet) stopping(pgid int, grace time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if g := s.groups[pgid]; g != nil && !g.stopping {
-		g.stopping = true
+		g.stopping, g.stopGrace = true, grace
 		s.tellGuard(fmt.Sprintf("~%d %d", pgid, max(grace, 1)))
 	}
 }
@@ -356,9 +378,11 @@ func (s *groupSet) remove(pgid int) (guardMayHaveStopped bool) {
 }
 
 // forwardDeadlines tells the guard each group's deadline as renewals move
-// it, every execGuardTell, until stop is closed.
+// it, every tellEvery, until stop is closed. A group the daemon is
+// stopping too: the guard kills it at its deadline if the daemon, paused,
+// does not first.
 func (s *groupSet) forwardDeadlines(stop <-chan struct{}) {
-	tick := time.NewTicker(execGuardTell)
+	tick := time.NewTimer(s.tellEvery())
 	defer tick.Stop()
 	for {
 		select {
@@ -366,9 +390,10 @@ func (s *groupSet) forwardDeadlines(stop <-chan struct{}) {
 			return
 		case <-tick.C:
 		}
+		tick.Reset(s.tellEvery())
 		s.mu.Lock()
 		for pgid, g := range s.groups {
-			if g.deadline == nil || g.stopping {
+			if g.deadline == nil {
 				continue
 			}
 			if d, ok := g.deadline(); ok && d > g.told {

@@ -44,11 +44,14 @@ const execGuardArg = "__exec-guard"
 //
 // A group whose D passes gets SIGTERM at D + G/2 and SIGKILL at D + G,
 // before the lease can expire (G is half the session's margin at most),
-// unless the daemon has said it is stopping the group itself (~) or that
-// it ended (-): a daemon that is alive acts at D, and the commands of one
-// that is paused stop all the same, so that no other daemon runs the job
-// while they do. A group told ~ that is still running 1.25 G later gets
-// SIGKILL (the daemon, alive, kills it at G).
+// unless the daemon has said that it ended (-): a daemon that is alive
+// acts at D, and the commands of one that is paused stop all the same, so
+// that no other daemon runs the job while they do. A group told ~ (with
+// the daemon's own grace, which may be longer than the session has left:
+// a job's timeout, a cancel) gets no SIGTERM from the guard, only SIGKILL
+// at D + G or 1.25 times that grace after the ~, whichever comes first
+// (the daemon, alive, kills it after its grace). Numbers above
+// maxGuardNumber make the line ignored.
 // When the pipe ends — the daemon closed it at its stop, or exited, or
 // was killed — the guard SIGKILLs every group still listed and exits.
 // SIGINT, SIGTERM and SIGHUP are the daemon's to act on: the guard ignores
@@ -78,27 +81,46 @@ func execGuard(in io.Reader, log *slog.Logger, dir string) int {
 			timer = time.NewTimer(min(max(at-bootTime(), 0), time.Second))
 			due = timer.C
 		}
+		eof := false
 		select {
 		case line, ok := <-lines:
-			if !ok {
-				for pgid := range g {
-					_ = syscall.Kill(-pgid, syscall.SIGKILL)
-				}
-				if dir != "" {
-					// After the kills: a command may have its file
-					// open still; its name goes all the same.
-					if err := os.RemoveAll(dir); err != nil {
-						log.Warn("exec guard: cannot remove the commands' temporary files", slog.String("dir", dir), slog.Any("err", err))
-					}
-				}
-				return exitOK
+			if eof = !ok; !eof {
+				g.apply(line)
 			}
-			g.apply(line)
 		case <-due:
-			g.act(bootTime(), log)
+			// The lines waiting to be taken first: a renewal (=) or an
+			// end (-) that the daemon wrote before this moment must not
+			// lose to the timer (select picks either when both are
+			// ready).
+			for drained := false; !drained && !eof; {
+				select {
+				case line, ok := <-lines:
+					if eof = !ok; !eof {
+						g.apply(line)
+					}
+				default:
+					drained = true
+				}
+			}
+			if !eof {
+				g.act(bootTime(), log)
+			}
 		}
 		if timer != nil {
 			timer.Stop()
+		}
+		if eof {
+			for pgid := range g {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			}
+			if dir != "" {
+				// After the kills: a command may have its file
+				// open still; its name goes all the same.
+				if err := os.RemoveAll(dir); err != nil {
+					log.Warn("exec guard: cannot remove the commands' temporary files", slog.String("dir", dir), slog.Any("err", err))
+				}
+			}
+			return exitOK
 		}
 	}
 }
@@ -107,9 +129,15 @@ func execGuard(in io.Reader, log *slog.Logger, dir string) int {
 type guardedGroup struct {
 	deadline time.Duration // boot time the run is the daemon's until; 0: no deadline
 	grace    time.Duration
-	killAt   time.Duration // once the group got SIGTERM (from the daemon or the guard), when SIGKILL is due; 0: not yet
+	stopAt   time.Duration // once the daemon said it sent SIGTERM (~), when its SIGKILL is overdue; 0: not yet
+	killAt   time.Duration // once the guard sent SIGTERM, when SIGKILL is due; 0: not yet
 	killed   bool
 }
+
+// maxGuardNumber bounds the numbers of the guard's lines: boot times and
+// graces that large are no daemon's, and their sums (a deadline plus its
+// grace) must not wrap into the past.
+const maxGuardNumber = 1 << 61
 
 // guardedGroups are the exec guard's groups, by process group id.
 type guardedGroups map[int]*guardedGroup
@@ -128,7 +156,7 @@ func (g guardedGroups) apply(line string) {
 	var nums []time.Duration
 	for _, x := range f[1:] {
 		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil || n <= 0 {
+		if err != nil || n <= 0 || n > maxGuardNumber {
 			return
 		}
 		nums = append(nums, time.Duration(n))
@@ -141,10 +169,10 @@ func (g guardedGroups) apply(line string) {
 		g[pgid] = &guardedGroup{deadline: nums[0], grace: nums[1]}
 	case f[0][0] == '=' && len(nums) == 1 && gr != nil && gr.killAt == 0:
 		gr.deadline = max(gr.deadline, nums[0])
-	case f[0][0] == '~' && len(nums) == 1 && gr != nil && gr.killAt == 0:
+	case f[0][0] == '~' && len(nums) == 1 && gr != nil && gr.killAt == 0 && gr.stopAt == 0:
 		// A quarter more than the daemon's own grace: a daemon that is
-		// alive kills the group first.
-		gr.killAt = bootTime() + nums[0] + nums[0]/4
+		// alive kills the group first. The deadline still holds (next).
+		gr.stopAt = bootTime() + nums[0] + nums[0]/4
 	case f[0][0] == '-' && len(nums) == 0:
 		delete(g, pgid)
 	}
@@ -159,6 +187,10 @@ func (g guardedGroups) next() (at time.Duration, ok bool) {
 			continue
 		case gr.killAt != 0:
 			t = gr.killAt
+		case gr.stopAt != 0 && gr.deadline != 0:
+			t = min(gr.stopAt, gr.deadline+gr.grace)
+		case gr.stopAt != 0:
+			t = gr.stopAt
 		case gr.deadline != 0:
 			t = gr.deadline + gr.grace/2
 		default:
@@ -176,14 +208,24 @@ func (g guardedGroups) act(now time.Duration, log *slog.Logger) {
 	for pgid, gr := range g {
 		switch {
 		case gr.killed:
-		case gr.killAt != 0 && now >= gr.killAt:
+		case gr.killAt != 0 && now >= gr.killAt || gr.stopAt != 0 && now >= gr.stopAt:
 			gr.killed = true
 			if groupAlive(pgid) {
 				_ = syscall.Kill(-pgid, syscall.SIGKILL)
 				log.Warn("exec guard: a command stopped with SIGTERM was still running past its kill grace, and its daemon did not kill it (is the daemon paused?): killing its process group",
 					slog.Int("pgid", pgid))
 			}
-		case gr.killAt == 0 && gr.deadline != 0 && now >= gr.deadline+gr.grace/2:
+		case gr.killAt == 0 && gr.stopAt != 0 && gr.deadline != 0 && now >= gr.deadline+gr.grace:
+			// The daemon sent SIGTERM (its grace longer than the
+			// session had left) and did not kill the group by the
+			// deadline's: no second SIGTERM to the command's trap.
+			gr.killed = true
+			if groupAlive(pgid) {
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				log.Warn("exec guard: the session of a command's run passed its deadline while the command, sent SIGTERM by its daemon, still ran, and the daemon did not kill it (is the daemon paused?): killing its process group before another daemon can take the job",
+					slog.Int("pgid", pgid), slog.Duration("past_deadline", now-gr.deadline), slog.Duration("grace", gr.grace))
+			}
+		case gr.killAt == 0 && gr.stopAt == 0 && gr.deadline != 0 && now >= gr.deadline+gr.grace/2:
 			gr.killAt = gr.deadline + gr.grace
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			log.Warn("exec guard: the session of a command's run passed its deadline and the daemon did not stop the command (is the daemon paused?): sending its process group SIGTERM, then SIGKILL, before another daemon can take the job",
@@ -392,7 +434,7 @@ func (s *groupSet) tellAdded(pgid int, g *execGroup) {
 	}
 	s.tellGuard(fmt.Sprintf("+%d %d %d", pgid, g.told, max(g.grace, 1)))
 	if g.stopping {
-		s.tellGuard(fmt.Sprintf("~%d %d", pgid, max(g.grace, 1)))
+		s.tellGuard(fmt.Sprintf("~%d %d", pgid, max(g.stopGrace, 1)))
 	}
 }
 

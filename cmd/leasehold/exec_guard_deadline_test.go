@@ -196,7 +196,9 @@ func TestExecGuardStopsCommandsPastTheirDeadline(t *testing.T) {
 	g.tell(t, "+%d %d %d", removed.pgid(), first, grace)
 	g.tell(t, "-%d", removed.pgid())
 	g.tell(t, "+%d", none.pgid())
-	g.tell(t, "+%d %d %d", daemonStops.pgid(), first, grace)
+	// Its deadline is not the one passing here: the guard kills a group
+	// the daemon is stopping at its deadline (TestExecGuardKillsAStoppingGroupAtItsDeadline).
+	g.tell(t, "+%d %d %d", daemonStops.pgid(), now+time.Hour, grace)
 	g.tell(t, "~%d %d", daemonStops.pgid(), time.Hour) // SIGKILL due in an hour, from the guard
 	_ = syscall.Kill(-daemonStops.pgid(), syscall.SIGTERM)
 	g.tell(t, "+%d %d %d", marker.pgid(), first+2*grace, grace)
