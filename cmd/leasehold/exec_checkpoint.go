@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -56,7 +57,16 @@ func writeLastCheckpoint(j *worker.Job) (string, error) {
 	}
 	// In the guard's directory, if there is one: a killed daemon's files
 	// go with its guard.
-	f, err := os.CreateTemp(execGroups.tempDir(), "leasehold-checkpoint-*.json") // mode 0600
+	dir := execGroups.tempDir()
+	f, err := os.CreateTemp(dir, "leasehold-checkpoint-*.json") // mode 0600
+	if err != nil && dir != "" && errors.Is(err, fs.ErrNotExist) {
+		// The directory went while the daemon ran (a cleaner of old
+		// files in TMPDIR removes one left untouched for days): the
+		// system's, rather than failing every run that resumes. Not
+		// made again: its name is known, and another user could have
+		// taken it.
+		f, err = os.CreateTemp("", "leasehold-checkpoint-*.json")
+	}
 	if err != nil {
 		return "", err
 	}

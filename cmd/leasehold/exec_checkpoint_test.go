@@ -481,3 +481,24 @@ exec 3>%s; echo >&3; sleep 1000 & echo $! >%s; wait`, paths, l.path, l.pidFile, 
 		t.Errorf("the killed daemon's temporary directory %s is still there: %v", filepath.Dir(file), err)
 	}
 }
+
+// A daemon's directory of checkpoint files may go while it runs (a
+// cleaner of old files in TMPDIR, such as systemd-tmpfiles, removes a
+// directory left untouched for days): the file is then written in TMPDIR
+// itself, rather than every run that resumes from a checkpoint failing
+// from then on until the daemon restarts.
+func TestExecCheckpointFileWithoutTheDaemonsDir(t *testing.T) {
+	gone := filepath.Join(t.TempDir(), "leasehold-exec-gone")
+	execGroups.setTempDir(gone)
+	t.Cleanup(func() { execGroups.setTempDir("") })
+	j := execJob(`{}`)
+	j.Job.Checkpoint = json.RawMessage(`{"step":3}`)
+	file, err := writeLastCheckpoint(j)
+	if err != nil {
+		t.Fatalf("the last checkpoint with the daemon's directory gone: %v", err)
+	}
+	defer func() { _ = os.Remove(file) }()
+	if b, err := os.ReadFile(file); err != nil || strings.TrimSpace(string(b)) != `{"step":3}` {
+		t.Errorf("checkpoint file %s: %q, %v", file, b, err)
+	}
+}
