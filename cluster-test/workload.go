@@ -317,7 +317,7 @@ func newWorkload(h *harness, t target, seed uint64) *workload {
 	return &workload{h: h, t: t, rng: rand.New(rand.NewPCG(seed, 0x776f726b)), jobs: map[string]*JobInfo{}}
 }
 
-// spec draws one job: execShare of them of execKind, 100 ms to 3 s of
+// spec draws one job: execShare of them of execKind, 0.5 to 6 s of
 // work; the others of the history kind, mostly short, some long; some
 // fail once and are retried, some fail until discarded; some are delayed.
 func (w *workload) spec() jobSpec {
@@ -325,7 +325,7 @@ func (w *workload) spec() jobSpec {
 	defer w.mu.Unlock()
 	r := w.rng
 	if r.Float64() < execShare {
-		return jobSpec{Kind: execKind, MS: 100 + r.IntN(2900), MaxAttempts: 25}
+		return jobSpec{Kind: execKind, MS: 500 + r.IntN(5500), MaxAttempts: 25}
 	}
 	s := jobSpec{MaxAttempts: 25}
 	switch x := r.Float64(); {
