@@ -75,7 +75,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.out, "out", "", "directory for report.json, timeline.svg, violations.txt, logs and histories (default: a new temporary directory)")
 	fs.StringVar(&cfg.binary, "binary", "", "a prebuilt leasehold binary (default: build ./cmd/leasehold)")
 	fs.StringVar(&cfg.tags, "tags", "", "build tags for the binary the harness builds (e.g. leasehold_nofence)")
-	fs.IntVar(&cfg.concurrency, "concurrency", 16, "slots per daemon")
+	fs.IntVar(&cfg.concurrency, "concurrency", 0, "slots per daemon (default 16; in embedded mode 32: the one daemon carries the whole workload)")
 	fs.Float64Var(&cfg.rate, "rate", 12, "jobs enqueued per second")
 	fs.DurationVar(&cfg.leaseTTL, "lease-ttl", 2*time.Second, "daemon session lease TTL (whole seconds)")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 3*time.Second, "daemon drain time on SIGTERM")
@@ -98,13 +98,22 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("--daemons %d: want 1 to 16", cfg.daemons)
 	case coordinator.ValidateLeaseTTL(cfg.leaseTTL) != nil:
 		return cfg, fmt.Errorf("--lease-ttl %s: want whole seconds, at least %s", cfg.leaseTTL, coordinator.MinLeaseTTL)
-	case cfg.rate <= 0 || cfg.concurrency < 1:
+	case cfg.rate <= 0 || cfg.concurrency < 0:
 		return cfg, fmt.Errorf("--rate and --concurrency must be positive")
 	case cfg.quiesce <= 0 || cfg.quiesceMax < cfg.quiesce:
 		return cfg, fmt.Errorf("--quiesce %s, --quiesce-max %s: want --quiesce positive and --quiesce-max at least as long", cfg.quiesce, cfg.quiesceMax)
 	}
 	if cfg.mode == "embedded" {
 		cfg.daemons = 1
+	}
+	if cfg.concurrency == 0 {
+		// The default workload's jobs hold about 15 slots at a time
+		// (the xrun kind's long runs half of them): 16 a daemon leave
+		// room among three daemons, not in one.
+		cfg.concurrency = 16
+		if cfg.mode == "embedded" {
+			cfg.concurrency = 32
+		}
 	}
 	if seed == 0 {
 		seed = rand.Int64N(1<<31) + 1
