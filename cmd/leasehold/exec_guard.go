@@ -110,8 +110,8 @@ func execGuard(in io.Reader, log *slog.Logger, dir string) int {
 			timer.Stop()
 		}
 		if eof {
-			for pgid := range g {
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			for pgid, gr := range g {
+				gr.signal(pgid, syscall.SIGKILL)
 			}
 			if dir != "" {
 				// After the kills: a command may have its file
@@ -127,6 +127,9 @@ func execGuard(in io.Reader, log *slog.Logger, dir string) int {
 
 // guardedGroup is what the exec guard knows of one command's group.
 type guardedGroup struct {
+	// leader is the start time of the group's leader, the command's
+	// shell, as /proc gave it at "+" ("" without /proc).
+	leader   string
 	deadline time.Duration // boot time the run is the daemon's until; 0: no deadline
 	grace    time.Duration
 	stopAt   time.Duration // once the daemon said it sent SIGTERM (~), when its SIGKILL is overdue; 0: not yet
@@ -164,9 +167,9 @@ func (g guardedGroups) apply(line string) {
 	gr := g[pgid]
 	switch {
 	case f[0][0] == '+' && len(nums) == 0:
-		g[pgid] = &guardedGroup{}
+		g[pgid] = &guardedGroup{leader: leaderStart(pgid)}
 	case f[0][0] == '+' && len(nums) == 2:
-		g[pgid] = &guardedGroup{deadline: nums[0], grace: nums[1]}
+		g[pgid] = &guardedGroup{leader: leaderStart(pgid), deadline: nums[0], grace: nums[1]}
 	case f[0][0] == '=' && len(nums) == 1 && gr != nil && gr.killAt == 0:
 		gr.deadline = max(gr.deadline, nums[0])
 	case f[0][0] == '~' && len(nums) == 1 && gr != nil && gr.killAt == 0 && gr.stopAt == 0:
@@ -210,8 +213,7 @@ func (g guardedGroups) act(now time.Duration, log *slog.Logger) {
 		case gr.killed:
 		case gr.killAt != 0 && now >= gr.killAt || gr.stopAt != 0 && now >= gr.stopAt:
 			gr.killed = true
-			if groupAlive(pgid) {
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			if groupAlive(pgid) && gr.signal(pgid, syscall.SIGKILL) {
 				log.Warn("exec guard: a command stopped with SIGTERM was still running past its kill grace, and its daemon did not kill it (is the daemon paused?): killing its process group",
 					slog.Int("pgid", pgid))
 			}
@@ -220,18 +222,55 @@ func (g guardedGroups) act(now time.Duration, log *slog.Logger) {
 			// session had left) and did not kill the group by the
 			// deadline's: no second SIGTERM to the command's trap.
 			gr.killed = true
-			if groupAlive(pgid) {
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			if groupAlive(pgid) && gr.signal(pgid, syscall.SIGKILL) {
 				log.Warn("exec guard: the session of a command's run passed its deadline while the command, sent SIGTERM by its daemon, still ran, and the daemon did not kill it (is the daemon paused?): killing its process group before another daemon can take the job",
 					slog.Int("pgid", pgid), slog.Duration("past_deadline", now-gr.deadline), slog.Duration("grace", gr.grace))
 			}
 		case gr.killAt == 0 && gr.stopAt == 0 && gr.deadline != 0 && now >= gr.deadline+gr.grace/2:
 			gr.killAt = gr.deadline + gr.grace
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			gr.signal(pgid, syscall.SIGTERM)
 			log.Warn("exec guard: the session of a command's run passed its deadline and the daemon did not stop the command (is the daemon paused?): sending its process group SIGTERM, then SIGKILL, before another daemon can take the job",
 				slog.Int("pgid", pgid), slog.Duration("past_deadline", now-gr.deadline), slog.Duration("grace", gr.grace))
 		}
 	}
+}
+
+// signal sends sig to group pgid, unless its id is another's now, and
+// reports whether it did. The daemon says "-PGID" before it reaps the
+// command's shell, so the id is the job's while the guard lists it; but
+// the guard may act before it reads a "-" that is on its way, and at the
+// pipe's end the shells of a killed daemon are init's to reap. A process
+// with pid PGID that started at another time than the shell did may lead
+// another group of that id: it is left alone. No process with that pid
+// means no new group of that id (a group's id is its leader's pid), and
+// processes the command left in the group still get sig.
+func (gr *guardedGroup) signal(pgid int, sig syscall.Signal) bool {
+	if now := leaderStart(pgid); gr.leader != "" && now != "" && now != gr.leader {
+		return false
+	}
+	_ = syscall.Kill(-pgid, sig)
+	return true
+}
+
+// leaderStart returns the start time of process pid (field 22 of
+// /proc/PID/stat, in clock ticks since boot), or "" if there is no such
+// process or no /proc.
+func leaderStart(pid int) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// pid (comm) state ppid ...: comm may hold anything, so the fields
+	// are counted after its closing parenthesis; starttime is the 20th.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return f[19]
 }
 
 // bootTime reads CLOCK_BOOTTIME, the clock of the deadlines the daemon
