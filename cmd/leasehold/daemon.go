@@ -330,6 +330,17 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 			return err
 		}
 		defer stopGuard()
+	} else if !shared {
+		// No guard of its own, but an earlier daemon's may still be
+		// stopping commands whose jobs the worker's start re-queues
+		// (a kind that --exec had given a built-in's name).
+		if err := waitForOldGuard(ctx, filepath.Join(o.data, execGuardLockName), log); err != nil {
+			if ctx.Err() != nil {
+				log.Info("stopped: signal received while waiting for an earlier exec guard")
+				return nil
+			}
+			return err
+		}
 	}
 
 	coord, err := coordinator.New(store, ccfg)

@@ -422,6 +422,20 @@ func lockForGuard(ctx context.Context, path string, log *slog.Logger) (*os.File,
 	}
 }
 
+// waitForOldGuard waits, as lockForGuard, for the guard of an earlier
+// daemon on the data directory to exit, if one ever ran there, and
+// releases the lock at once: for a daemon without --exec.
+func waitForOldGuard(ctx context.Context, path string, log *slog.Logger) error {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	f, err := lockForGuard(ctx, path, log)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
 // readSmallFile returns the first bytes of the file at path, or "".
 func readSmallFile(path string) string {
 	f, err := os.Open(path)

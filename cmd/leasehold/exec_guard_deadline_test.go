@@ -376,6 +376,24 @@ func TestEmbeddedRestartWaitsForTheOldGuard(t *testing.T) {
 	second := runs.next(t, first, 10)
 	runs.checkApart(t, first, second)
 	b.stopCleanly(t)
+
+	// A daemon without --exec waits too: an earlier one's --exec may have
+	// given its commands a built-in kind's name.
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatalf("lock %s once daemon B stopped: %v", lockPath, err)
+	}
+	c := spStart(t, "daemon C", binPath, daemonArgs(dir, "--shutdown-timeout", "1s")...)
+	c.waitLog(t, 0, "the wait for the old guard", func(l spLine) bool { return strings.HasPrefix(l.Msg, "waiting for the exec guard") })
+	for _, l := range c.logLines() {
+		if l.Msg == "listening" {
+			t.Fatalf("daemon C (no --exec) went on while an earlier guard held %s", lockPath)
+		}
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_UN); err != nil {
+		t.Fatal(err)
+	}
+	c.waitLog(t, 0, "listening", func(l spLine) bool { return l.Msg == "listening" })
+	c.stopCleanly(t)
 }
 
 // lastIndex is the index of the last s in ls, or -1.
