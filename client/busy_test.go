@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -51,18 +50,6 @@ func (d *busyDaemon) sent() int {
 	return d.requests
 }
 
-func busyClient(t *testing.T, d *busyDaemon) *client.Client {
-	t.Helper()
-	srv := httptest.NewServer(d)
-	t.Cleanup(srv.Close)
-	c, err := client.NewHTTP(srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // recordPauses makes the client's pauses between retries return at once,
 // recording what they asked.
 func recordPauses(t *testing.T) *[]time.Duration {
@@ -82,7 +69,7 @@ func recordPauses(t *testing.T) *[]time.Duration {
 func TestHTTPBusyIsRetried(t *testing.T) {
 	pauses := recordPauses(t)
 	d := &busyDaemon{refuse: 2, mark: true, retry: "1"}
-	c := busyClient(t, d)
+	c := clientOn(t, d)
 	res, err := c.Insert(context.Background(), client.RawArgs{KindName: "echo"}, nil)
 	if err != nil {
 		t.Fatalf("insert refused twice, then taken: %v", err)
@@ -106,7 +93,7 @@ func TestHTTPBusyIsRetried(t *testing.T) {
 func TestHTTPBusyGivesUpWithErrBusy(t *testing.T) {
 	pauses := recordPauses(t)
 	d := &busyDaemon{refuse: 1 << 30, mark: true, retry: "0"}
-	c := busyClient(t, d)
+	c := clientOn(t, d)
 	_, err := c.Insert(context.Background(), client.RawArgs{KindName: "echo"}, nil)
 	if !errors.Is(err, client.ErrBusy) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("insert always refused: %v; want ErrBusy, not context.DeadlineExceeded", err)
@@ -128,7 +115,7 @@ func TestHTTPBusyGivesUpWithErrBusy(t *testing.T) {
 // not taken, and one it cuts ends them; the error is ErrBusy either way.
 func TestHTTPBusyRetriesWithinTheContext(t *testing.T) {
 	d := &busyDaemon{refuse: 1 << 30, mark: true, retry: "1"}
-	c := busyClient(t, d)
+	c := clientOn(t, d)
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	pauses := recordPauses(t)
@@ -140,7 +127,7 @@ func TestHTTPBusyRetriesWithinTheContext(t *testing.T) {
 	}
 
 	d2 := &busyDaemon{refuse: 1 << 30, mark: true, retry: "1"}
-	c2 := busyClient(t, d2)
+	c2 := clientOn(t, d2)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	client.SetBusyPause(t, func(context.Context, time.Duration) error {
 		cancel2() // the caller gives up during the first pause
@@ -156,7 +143,7 @@ func TestHTTPBusyRetriesWithinTheContext(t *testing.T) {
 func TestHTTPUnmarked503IsNotBusy(t *testing.T) {
 	pauses := recordPauses(t)
 	d := &busyDaemon{refuse: 1 << 30, retry: "5"}
-	c := busyClient(t, d)
+	c := clientOn(t, d)
 	_, err := c.Insert(context.Background(), client.RawArgs{KindName: "echo"}, nil)
 	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, client.ErrBusy) {
 		t.Errorf("unmarked 503: %v; want context.DeadlineExceeded, not ErrBusy", err)

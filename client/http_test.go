@@ -106,10 +106,17 @@ func TestHTTPInsertManySplitsBySize(t *testing.T) {
 // whatever else listens at the client's URL) might.
 func fakeDaemon(t *testing.T, status int, body string) *client.Client {
 	t.Helper()
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return clientOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(status)
 		_, _ = io.WriteString(w, body)
 	}))
+}
+
+// clientOn returns a client of a test server that h serves; both end with
+// the test.
+func clientOn(t *testing.T, h http.Handler) *client.Client {
+	t.Helper()
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	c, err := client.NewHTTP(srv.URL, nil)
 	if err != nil {

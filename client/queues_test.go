@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -22,18 +21,12 @@ import (
 func TestHTTPQueuePageSendsALimit(t *testing.T) {
 	var mu sync.Mutex
 	var queries []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c := clientOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		queries = append(queries, r.URL.RawQuery)
 		mu.Unlock()
 		apiserver.WriteJSON(w, http.StatusOK, apiserver.QueuesResponse{Queues: []coordinator.QueueInfo{{QueueConfig: coordinator.QueueConfig{Name: "b"}}}, Next: "b"})
 	}))
-	defer srv.Close()
-	c, err := client.NewHTTP(srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	page, err := c.QueuePage(ctx, client.QueueListParams{})
@@ -55,19 +48,13 @@ func TestHTTPQueuePageSendsALimit(t *testing.T) {
 // call Queues), wrapping errors.ErrUnsupported and not ErrInvalid, since
 // nothing the caller passed is wrong.
 func TestHTTPQueuePageOlderDaemon(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	c := clientOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if q := r.URL.Query(); len(q) > 0 {
 			apiserver.WriteError(w, http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q: this endpoint takes none", apiserver.SortedKeys(q)[0]))
 			return
 		}
 		apiserver.WriteJSON(w, http.StatusOK, apiserver.QueuesResponse{Queues: []coordinator.QueueInfo{{QueueConfig: coordinator.QueueConfig{Name: "a"}, Workers: []string{}}}})
 	}))
-	defer srv.Close()
-	c, err := client.NewHTTP(srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for _, p := range []client.QueueListParams{{}, {Limit: 5}, {After: "a"}} {
