@@ -7,9 +7,9 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apicall"
 )
 
 // defaultQueuePage is the page of QueuePage when QueueListParams.Limit is
@@ -50,6 +50,5 @@ func olderThanQueuePages(err error) bool {
 	if !errors.Is(err, coordinator.ErrInvalid) {
 		return false
 	}
-	msg := err.Error()
-	return strings.Contains(msg, `unknown query parameter "limit"`) || strings.Contains(msg, `unknown query parameter "after"`)
+	return apicall.RefusesParams(err.Error(), "limit", "after")
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apicall"
 	"github.com/leasehold/leasehold/internal/apiserver"
 	"github.com/spf13/cobra"
 )
@@ -124,7 +125,7 @@ func runQueuesList(cmd *cobra.Command, o *queuesListOpts) error {
 // else the error says what to do.
 func olderDaemon(err error, ok bool, fallback func() error) error {
 	var ce *cliError
-	if !errors.As(err, &ce) || !strings.Contains(ce.msg, `unknown query parameter "limit"`) && !strings.Contains(ce.msg, `unknown query parameter "after"`) {
+	if !errors.As(err, &ce) || !apicall.RefusesParams(ce.msg, "limit", "after") {
 		return err
 	}
 	if ok {

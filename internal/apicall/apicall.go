@@ -199,3 +199,17 @@ func (p BusyPolicy) Retry(ctx context.Context, resp *http.Response, attempts int
 	}
 	return d, true
 }
+
+// RefusesParams reports whether msg, the message of a daemon's 400, refuses
+// one of names as an unknown query parameter (internal/apiserver's
+// wording, which names the first unknown one in name order): how a caller
+// tells a daemon from before those parameters, to say "upgrade it" or to
+// ask without them.
+func RefusesParams(msg string, names ...string) bool {
+	for _, n := range names {
+		if strings.Contains(msg, fmt.Sprintf("unknown query parameter %q", n)) {
+			return true
+		}
+	}
+	return false
+}

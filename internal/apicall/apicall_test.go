@@ -150,3 +150,11 @@ func TestRetryAfterAndNotProcessed(t *testing.T) {
 		}
 	}
 }
+
+// RefusesParams reads the API's refusal of an unknown query parameter.
+func TestRefusesParams(t *testing.T) {
+	msg := `unknown query parameter "after": this endpoint takes none`
+	if !RefusesParams(msg, "limit", "after") || RefusesParams(msg, "limit") || RefusesParams("bad limit", "limit") {
+		t.Errorf("RefusesParams misreads %q", msg)
+	}
+}
