@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -291,6 +292,9 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 	// A watch that ends at once every time must not turn the loop into
 	// a spin of full reap passes.
 	retry := newWatchRetry(c)
+	// Kept across watches: a periodic scan that comes before a replaced
+	// session's lease can have ended does not find its jobs.
+	var replaced time.Time
 	for {
 		// The revision to watch from is read before the pass: a daemon
 		// that dies during the pass is then seen by the watch, if the
@@ -313,7 +317,7 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 		} else if n > 0 {
 			c.log.Info("reaper scan: reaped jobs whose owner lost its lease", slog.Int("reaped", n))
 		}
-		ended, werr := c.reapOnDeaths(ctx, mine, rr.Revision+1, interval, retry)
+		ended, werr := c.reapOnDeaths(ctx, mine, rr.Revision+1, interval, retry, &replaced)
 		if ended {
 			// The next pass is a full scan: it reaps whoever died
 			// during the pause.
@@ -329,7 +333,15 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 // deleted. It returns to have the caller rescan: with ended false once
 // interval passed, with ended true and the watch's error (if any) once the
 // watch ended; or ctx's error.
-func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) bool, rev int64, interval time.Duration, retry *watchRetry) (ended bool, err error) {
+//
+// A registration written over one that was still there (a daemon's new
+// session under its worker id while the old session's lease lived on: its
+// revoke failed) took the key off the old lease, whose end then deletes
+// only ownership keys, which no reaper watches (ADR 0003). *replaced is
+// when such a lease has ended at the latest (its TTL after the new
+// registration, and a second for the store's expiry checks): the reaper
+// scans again then, as if it had seen that daemon go (ADR 0040).
+func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) bool, rev int64, interval time.Duration, retry *watchRetry, replaced *time.Time) (ended bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	retry.begin()
@@ -340,6 +352,15 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 		}
 	}()
 	tick := c.clock.After(interval)
+	var recheck <-chan time.Time
+	armed := time.Time{} // when recheck fires
+	arm := func() {
+		if !replaced.IsZero() && (recheck == nil || replaced.Before(armed)) {
+			armed = *replaced
+			recheck = c.clock.After(max(armed.Sub(c.clock.Now()), 0))
+		}
+	}
+	arm()
 	for {
 		select {
 		case <-ctx.Done():
@@ -347,6 +368,21 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 		case <-tick:
 			retry.reset() // the watch lasted the interval
 			return false, nil
+		case <-recheck:
+			recheck = nil
+			if !replaced.After(armed) {
+				*replaced = time.Time{}
+			}
+			n, err := c.Reap(ctx, nil, mine)
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("reap after a replaced session's lease ended failed", slog.Any("err", err))
+			}
+			level := slog.LevelInfo
+			if n == 0 {
+				level = slog.LevelDebug
+			}
+			c.log.Log(ctx, level, "a replaced daemon session's lease has ended; reaped its jobs", slog.Int("reaped", n))
+			arm()
 		case resp, ok := <-ch:
 			if ctx.Err() != nil {
 				return false, ctx.Err()
@@ -362,8 +398,17 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 			// this response (their leases may have ended together).
 			var gone []string
 			for _, ev := range resp.Events {
-				if ev.Type == kv.EventDelete {
+				switch {
+				case ev.Type == kv.EventDelete:
 					gone = append(gone, idFromIndex(ev.KV.Key))
+				case ev.KV.Version > 1:
+					// A registration replaced while it was there.
+					if due := c.clock.Now().Add(registeredTTL(ev.KV.Value) + time.Second); due.After(*replaced) {
+						*replaced = due
+					}
+					c.log.Debug("daemon registered a new session over a live one; reaping once the old lease can have ended",
+						slog.String("daemon", idFromIndex(ev.KV.Key)), slog.Time("at", *replaced))
+					arm()
 				}
 			}
 			if len(gone) > 0 {
@@ -382,4 +427,16 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 			}
 		}
 	}
+}
+
+// registeredTTL is the lease TTL a worker registration states, or
+// DefaultLeaseTTL when it states none (or does not decode).
+func registeredTTL(value []byte) time.Duration {
+	var info struct {
+		LeaseTTLMS int64 `json:"lease_ttl_ms"`
+	}
+	if json.Unmarshal(value, &info) != nil || info.LeaseTTLMS <= 0 {
+		return DefaultLeaseTTL
+	}
+	return time.Duration(info.LeaseTTLMS) * time.Millisecond
 }

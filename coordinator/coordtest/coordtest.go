@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, runReviewTests...)
 	tests = append(tests, watchLoopReviewTests...)
 	tests = append(tests, reapLogReviewTests...)
+	tests = append(tests, reapReplacedReviewTests...)
 	tests = append(tests, chaosTests...)
 	tests = append(tests, spaceTests...)
 	tests = append(tests, clockStepTests...)
