@@ -8,7 +8,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 )
 
-// Tests from a review of the reaper and orphan release (2026-12-07). Run
+// Tests from a review of the reaper and orphan release (2026-12-06). Run
 // adds them to the suite.
 var reapReplacedReviewTests = []suiteTest{
 	{"ReaperReapsAReplacedSessionsJobsWhenItsLeaseEnds", testReaperReplacedSession},
