@@ -446,8 +446,19 @@ func (f *floors) watch(queue string, now time.Time) {
 
 // fullReadEvery bounds how often a claim reads its queue from the start, as
 // a safety net: the floor is lowered wherever a job may be, so such a read
-// should find nothing new.
+// should find nothing new. Promotion passes read the timer index from its
+// start as often (RunMaintenance).
 const fullReadEvery = time.Minute
+
+// fullReadDue reports whether a read from the start is due at now, the
+// last one having been at last: fullReadEvery later, or at once when the
+// clock stepped back before last. An injected clock need not carry a
+// monotonic reading: after it steps back an hour, waiting for now to pass
+// last+fullReadEvery would leave the net off for an hour (ADR 0039).
+func fullReadDue(now, last time.Time) bool {
+	d := now.Sub(last)
+	return d < 0 || d >= fullReadEvery
+}
 
 // dueFullRead reports whether a claim that read from the floor should read
 // the queue from its start instead (at most once per fullReadEvery since

@@ -177,7 +177,8 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 	// index from its start, so that the floor can delay a job, never hide
 	// it. Reading from the start every pass walked, on etcd and in
 	// Pebble, every entry promoted since the last compaction, at every
-	// wake-up (docs/performance.md section 43).
+	// wake-up (docs/performance.md section 43). The minute is timed on
+	// the coordinator's clock, which may step back (fullReadDue).
 	var (
 		floor    string
 		lastFull time.Time
@@ -197,7 +198,7 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 		}
 		passStart := c.clock.Now()
 		from := floor
-		if from == "" || passStart.Sub(lastFull) >= fullReadEvery {
+		if from == "" || fullReadDue(passStart, lastFull) {
 			from, lastFull = c.keys.timers(), passStart
 		}
 		n, next, err := c.promoteFrom(ctx, from)

@@ -29,6 +29,7 @@ var maintenanceTests = []suiteTest{
 	{"PromotionPassesStartAtTheirFloor", testPromotionStartsAtFloor},
 	{"PromotionRefusedMoveKeepsTheFloor", testPromotionRefusedKeepsFloor},
 	{"PromotionFloorAfterClockStepsBack", testPromotionFloorClockStepBack},
+	{"PromotionFullReadAfterClockStepsBack", testPromotionFullReadClockStepBack},
 	{"UniqueByStateOnlyFinalStates", testUniqueByStateFinalOnly},
 	{"TimeoutUnderOneMillisecondRefused", testTimeoutUnderOneMillisecond},
 	{"ListRefusesMalformedCursor", testListMalformedCursor},
@@ -748,5 +749,74 @@ func testPromotionFloorClockStepBack(t *testing.T, h *harness) {
 	until("at the early job's time", state(early, coordinator.StateAvailable))
 	if w := warns.take(); len(w) > 0 {
 		t.Fatalf("passes logged %q", w)
+	}
+}
+
+// blindTimers is a store whose watches miss the puts of timer entries
+// below below, as a bug could make the promotion floor miss a timer.
+type blindTimers struct {
+	kv.Store
+	timers, below string
+}
+
+func (b blindTimers) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	return filterWatch(ctx, b.Store, prefix, fromRev, func(r kv.WatchResponse) (kv.WatchResponse, bool) {
+		evs := r.Events[:0:0]
+		for _, ev := range r.Events {
+			if !(ev.Type == kv.EventPut && strings.HasPrefix(ev.KV.Key, b.timers) && ev.KV.Key < b.below) {
+				evs = append(evs, ev)
+			}
+		}
+		r.Events = evs
+		return r, true
+	})
+}
+
+// testPromotionFullReadClockStepBack: the once-a-minute pass from the
+// timer index's start, the net under a floor that passed a due job (here
+// the watch missed its timer, as a bug could), is timed on the
+// coordinator's clock. After that clock steps back an hour, such a job is
+// promoted by a pass a minute later, not only once the clock is back past
+// the last read from the start (an hour and a minute).
+func testPromotionFullReadClockStepBack(t *testing.T, h *harness) {
+	t0 := h.clock.Now()
+	clk := NewClock(t0)
+	timers := h.keysRoot() + "t/"
+	blind := blindTimers{Store: h.store, timers: timers, below: fmt.Sprintf("%s%020d", timers, t0.Add(-30*time.Minute).UnixNano())}
+	c, fs := h.floorCoordinator(blind, clk, slog.DiscardHandler)
+	pass := fs.maintain(h, c)
+	// wake wakes a pass with a timer far ahead (its put is watched) and
+	// waits for its end.
+	wake := func(what string) {
+		t.Helper()
+		if _, err := c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "k", ScheduledAt: clk.Now().Add(24 * time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		pass(what)
+	}
+	pass("first pass") // from the index's start
+	clk.Advance(time.Second)
+	wake("a second later") // from the floor
+	clk.Advance(-time.Hour)
+	wake("after the step back")
+	// A daemon whose clock is behind schedules a job due by the
+	// maintainer's clock: keyed below the floor, and its put is not
+	// watched.
+	slow, err := coordinator.New(h.store, coordinator.Config{Namespace: h.ns, Clock: NewClock(clk.Now().Add(-10 * time.Second)), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := slow.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "hidden", ScheduledAt: clk.Now().Add(-5 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wake("after the hidden job")
+	if h.get(r.Job.ID).State != coordinator.StateScheduled {
+		t.Fatal("a pass from the floor promoted the job the watch missed: the test hides nothing")
+	}
+	clk.Advance(time.Minute)
+	wake("a minute later")
+	if got := h.get(r.Job.ID).State; got != coordinator.StateAvailable {
+		t.Fatalf("job %s, due and below the floor, is %s a minute after the clock stepped back: no pass read from the index's start", r.Job.ID, got)
 	}
 }
