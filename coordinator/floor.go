@@ -462,13 +462,14 @@ func fullReadDue(now, last time.Time) bool {
 
 // dueFullRead reports whether a claim that read from the floor should read
 // the queue from its start instead (at most once per fullReadEvery since
-// the last such read, or since the watch started), and records that it
+// the last such read, or since the watch started, or at once when the
+// clock stepped back before that: see fullReadDue), and records that it
 // does.
 func (f *floors) dueFullRead(queue string, now time.Time) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	fl := f.m[queue]
-	if fl == nil || now.Sub(fl.lastFull) < fullReadEvery {
+	if fl == nil || !fullReadDue(now, fl.lastFull) {
 		return false
 	}
 	fl.lastFull = now

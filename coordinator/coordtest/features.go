@@ -32,6 +32,7 @@ var featureTests = []suiteTest{
 	{"PauseRefusesClaimInFlight", testPauseRefusesClaimInFlight},
 	{"RefusedCandidatesStayClaimable", testRefusedCandidatesStayClaimable},
 	{"FloorHidesNoJobInABusyQueue", testFloorHidesNoJobInABusyQueue},
+	{"FloorHidesNoJobAfterClockStepsBack", testFloorHidesNoJobAfterClockStepBack},
 	{"FailedClaimLeavesItsJobsClaimable", testFailedClaimLeavesJobsClaimable},
 	{"GlobalQueueLimitUnderLeases", testGlobalLimit},
 	{"GlobalQueueLimitRace", testGlobalLimitRace},
@@ -661,6 +662,39 @@ func testFloorHidesNoJobInABusyQueue(t *testing.T, h *harness) {
 		}
 	}
 	t.Fatalf("job %s (priority 1), passed by the floor, not claimed a minute later while the queue held jobs: the floor hides it", hidden.ID)
+}
+
+// testFloorHidesNoJobAfterClockStepBack: the once-a-minute read from the
+// queue's start is timed on the coordinator's clock; after it steps back
+// an hour, a job the floor passed is claimed a minute later, not only
+// once the clock is back past the last such read (an hour and a minute).
+func testFloorHidesNoJobAfterClockStepBack(t *testing.T, h *harness) {
+	c := h.coordinator(blindWatch{h.store, h.keysRoot() + "q/" + coordinator.DefaultQueue + "/1/"}, coordinator.Config{})
+	h.watchWith(c)
+	s := h.session(c)
+	busy := func() { h.enqueue(coordinator.EnqueueParams{Kind: "busy", Priority: 2}) }
+	for range 3 {
+		busy()
+	}
+	h.claimOneFrom(c, s) // the floor moves into priority 2
+	h.clock.Advance(-time.Hour)
+	h.claimOneFrom(c, s)
+	hidden := h.enqueue(coordinator.EnqueueParams{Kind: "hidden", Priority: 1})
+	claimed := func() bool {
+		t.Helper()
+		busy() // the queue never runs dry
+		return h.claimOneFrom(c, s).Job().ID == hidden.ID
+	}
+	if claimed() {
+		t.Fatal("the claim found the job its floor should have passed: the test hides nothing")
+	}
+	h.clock.Advance(time.Minute + time.Second)
+	for range 3 {
+		if claimed() {
+			return
+		}
+	}
+	t.Fatalf("job %s (priority 1), passed by the floor, not claimed a minute after the clock stepped back: no claim read the queue from its start", hidden.ID)
 }
 
 // failingClaimStore fails the first claim commit (a write transaction
