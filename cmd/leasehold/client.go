@@ -105,7 +105,7 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 				continue
 			}
 		}
-		return c.statusError(resp, b, attempt)
+		return c.statusError(method, path, resp, b, attempt)
 	}
 	if out == nil {
 		return nil
@@ -129,6 +129,9 @@ func (c *client) transportError(ctx context.Context, method, path string, err er
 		}
 		return failf("the daemon at %s did not answer in time: check that it is healthy (its log, %s/healthz) and retry", c.server, strings.TrimSuffix(c.server, "/"))
 	case ctx.Err() != nil:
+		if u := apiserver.UnknownOutcome(method, path); u != "" {
+			return failf("interrupted: %s", u)
+		}
 		return failf("interrupted")
 	case errors.As(err, &cve):
 		return failf("the daemon at %s has a TLS certificate this client does not trust (%s): pass --server-ca with the CA that signed its --tls-cert", c.server, apiserver.OneLine(cve.Err.Error()))
@@ -137,14 +140,18 @@ func (c *client) transportError(ctx context.Context, method, path string, err er
 		plain.Scheme = "http"
 		return failf("the daemon at %s serves plain HTTP: use %s (or start it with --tls-cert and --tls-key)", c.server, plain.String())
 	}
-	// The connection failed before the answer (reset, closed): the
-	// daemon may be stopping or restarting.
+	// The connection failed before the answer, or during it (reset,
+	// closed, an answer cut short): the daemon may be stopping or
+	// restarting. A change sent may have been made all the same.
+	if u := apiserver.UnknownOutcome(method, path); u != "" {
+		return &cliError{code: exitFailure, unreachable: true, msg: fmt.Sprintf("request to the daemon at %s failed before its answer was read: %v: %s", c.server, err, u)}
+	}
 	return &cliError{code: exitFailure, unreachable: true, msg: fmt.Sprintf("request to the daemon at %s failed: %v: check that it is running and retry", c.server, err)}
 }
 
-// statusError is the error of an answer resp (with body) that is not a
-// success, after attempts sends of its request.
-func (c *client) statusError(resp *http.Response, body []byte, attempts int) error {
+// statusError is the error of an answer resp (with body) to method path
+// that is not a success, after attempts sends of its request.
+func (c *client) statusError(method, path string, resp *http.Response, body []byte, attempts int) error {
 	msg, ok := apicall.ErrorMessage(body)
 	if secure, tls := apicall.HTTPSURL(c.base, resp.StatusCode, body); !ok && tls {
 		// Exit 1 as for the converse (an https --server for a plain
@@ -160,6 +167,13 @@ func (c *client) statusError(resp *http.Response, body []byte, attempts int) err
 		// bound): nothing was written, whatever the request. Said here,
 		// not left to the daemon's message.
 		return &cliError{code: exitFailure, status: resp.StatusCode, notProcessed: true, msg: fmt.Sprintf("the daemon at %s refused the request %s without processing it, nothing was written (it has as many HTTP connections open as it serves at once): retry later, or raise its --http-max-connections", c.server, times(attempts))}
+	}
+	if u := apiserver.UnknownOutcome(method, path); u != "" && resp.StatusCode >= 500 &&
+		resp.StatusCode != http.StatusInsufficientStorage && !strings.Contains(msg, "outcome is unknown") {
+		// A 5xx that does not say the change was not made (a proxy's
+		// 502 or 504, the daemon's 503 for a request cancelled while it
+		// ran, a 500): it may have been made.
+		msg += ": " + u
 	}
 	switch resp.StatusCode {
 	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
