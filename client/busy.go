@@ -17,6 +17,19 @@ import (
 // context.DeadlineExceeded, it never leaves a write's outcome unknown.
 var ErrBusy = errors.New("client: daemon busy, request not processed")
 
+// ErrOutcomeUnknown is wrapped by the error of a change sent to a
+// daemon (an insert, a cancel, a retry, a delete, a bulk cancel) that may
+// or may not have been made: its connection failed after the request was
+// sent, or its answer was cut short or did not decode, or it was answered
+// with a 5xx that does not say it was not processed (the store's
+// deadline, which also wraps context.DeadlineExceeded; a proxy's 502 or
+// 504; a request the daemon cancelled). The client never sends such a
+// change again itself: insert with a unique key (InsertOpts.UniqueKey) to
+// send it again without a duplicate, or read the job first. A read never
+// wraps it; a request that reached no daemon (nothing listens, a
+// certificate refused) was not made and does not wrap it either.
+var ErrOutcomeUnknown = errors.New("client: outcome unknown")
+
 // busy is how the client sends again a request that the daemon did not
 // process (1 s apart beyond the connection bound): at most 5 sends and
 // 10 s of pauses, within the caller's context.

@@ -26,6 +26,15 @@
 // within 10 s of pauses and the context's deadline, then gives an error
 // wrapping ErrBusy, never context.DeadlineExceeded; it is safe to retry
 // as it is, without a unique key.
+// Any other failure of a change sent to a daemon that may have come after
+// the daemon read it (its connection reset or closed before the answer, an
+// answer cut short or not the API's, a 5xx without the mark: the store's
+// deadline, a proxy's 502 or 504) gives an error wrapping
+// ErrOutcomeUnknown, and the change is never sent again by the client:
+// insert with a unique key to retry without a duplicate, or look first.
+// InsertMany returns the jobs of the requests that were answered, and its
+// error names the jobs that may or may not have been inserted and those
+// not sent.
 // A store without room for new jobs (a daemon's disk under its reserve,
 // etcd over its quota) gives an error wrapping kv.ErrNoSpace, also through
 // a daemon (its 507). A disk's reserve writes nothing; etcd applied the

@@ -2,9 +2,11 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -137,64 +139,109 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 		}
 		waited += d
 	}
+	// A change whose answer says nothing of its outcome may have been
+	// made: said so, and never sent again (ErrOutcomeUnknown).
+	write := method != http.MethodGet && method != http.MethodHead
 	var be *apicall.BuildError
 	switch {
 	case errors.As(err, &be):
 		return fmt.Errorf("%w: %s %s: %v", coordinator.ErrInvalid, method, path, be.Err)
+	case err != nil && write && !notSent(err):
+		return fmt.Errorf("leasehold daemon at %s: %w: %w: %s", b.server, err, ErrOutcomeUnknown, unknownAdvice(path))
 	case err != nil:
 		return fmt.Errorf("leasehold daemon at %s: %w", b.server, err)
 	}
 	if resp.StatusCode >= 300 {
-		msg, ok := apicall.ErrorMessage(data)
-		if secure, tls := apicall.HTTPSURL(b.base, resp.StatusCode, data); !ok && tls {
-			return fmt.Errorf("leasehold daemon at %s serves HTTPS: use %s (with Options.HTTPClient trusting its certificate if it is private)", b.server, secure)
+		err := b.statusError(resp, data, attempts, first)
+		if write && resp.StatusCode >= 500 && resp.StatusCode != http.StatusInsufficientStorage && !apicall.NotProcessed(resp) {
+			// The store's deadline (503 with Retry-After, which also
+			// wraps context.DeadlineExceeded), a request the daemon
+			// cancelled, a 500, or a proxy's 502 or 504: the change
+			// may have been made.
+			return fmt.Errorf("%w: %w: %s", err, ErrOutcomeUnknown, unknownAdvice(path))
 		}
-		if !ok {
-			// Not the API's answer (a proxy, another server, a TLS
-			// mismatch): no sentinel, so that a caller does not drop a
-			// job as invalid or forget one as not found.
-			return fmt.Errorf("leasehold daemon at %s answered %s, not with leasehold's JSON (is it a leasehold daemon, or a proxy in front of one?): %s", b.server, resp.Status, firstLine(data, 200))
-		}
-		if rest, ok := strings.CutPrefix(msg, "job "); ok && first > 0 {
-			num, tail, ok := strings.Cut(rest, ": ")
-			if i, err := strconv.Atoi(num); ok && err == nil {
-				msg = fmt.Sprintf("job %d: %s", first+i, tail)
-			}
-		}
-		switch {
-		case resp.StatusCode == http.StatusBadRequest, resp.StatusCode == http.StatusRequestEntityTooLarge:
-			return wrapAPIError(coordinator.ErrInvalid, msg)
-		case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(msg, noEndpoint):
-			// The daemon serves no such path: the URL is wrong, not the id.
-			return fmt.Errorf("leasehold daemon at %s answered %s: %s: check the server URL", b.server, resp.Status, msg)
-		case resp.StatusCode == http.StatusNotFound:
-			return wrapAPIError(coordinator.ErrNotFound, msg)
-		case resp.StatusCode == http.StatusConflict && strings.Contains(msg, conflictMsg):
-			return wrapAPIError(coordinator.ErrConflict, msg)
-		case resp.StatusCode == http.StatusConflict:
-			return wrapAPIError(coordinator.ErrWrongState, msg)
-		case resp.StatusCode == http.StatusInsufficientStorage:
-			// The store has no room for new jobs (etcd: the write that
-			// took it over its quota was applied all the same).
-			return fmt.Errorf("leasehold daemon at %s: %s: %w", b.server, msg, kv.ErrNoSpace)
-		case resp.StatusCode == http.StatusServiceUnavailable && apicall.NotProcessed(resp):
-			// Refused before the daemon's API (beyond its connection
-			// bound): nothing was written, even by a write.
-			return fmt.Errorf("leasehold daemon at %s refused the request (%d attempts): %s: %w", b.server, attempts, msg, ErrBusy)
-		case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
-			// The daemon's store did not answer within its deadline: the
-			// error a store that does not answer gives in shared mode.
-			return fmt.Errorf("leasehold daemon at %s: %s: %w", b.server, msg, context.DeadlineExceeded)
-		}
-		return fmt.Errorf("leasehold daemon at %s answered %s: %s", b.server, resp.Status, msg)
+		return err
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.Unmarshal(data, out); err != nil {
+		if write {
+			// Answered as done, by something that is not the API (a
+			// proxy's page?): what was done is unknown.
+			return fmt.Errorf("leasehold daemon at %s: answer is not leasehold's JSON: %w: %w: %s", b.server, err, ErrOutcomeUnknown, unknownAdvice(path))
+		}
 		return fmt.Errorf("leasehold daemon at %s: answer is not leasehold's JSON: %w", b.server, err)
 	}
 	return nil
+}
+
+// notSent reports whether err, a request's failure, came before the
+// request could reach a daemon: its connection was not made (nothing
+// listens, a name that does not resolve, a certificate refused, an
+// HTTPS request to a plain HTTP port). Any other failure may have come
+// after the daemon read the request.
+func notSent(err error) bool {
+	var oe *net.OpError
+	var cve *tls.CertificateVerificationError
+	return (errors.As(err, &oe) && oe.Op == "dial") || errors.As(err, &cve) ||
+		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
+}
+
+// unknownAdvice says what to do about a change to path whose outcome is
+// unknown.
+func unknownAdvice(path string) string {
+	if path == "/v1/jobs" || path == "/v1/jobs/batch" {
+		return "the job may or may not have been inserted: insert it again with the same unique key (InsertOpts.UniqueKey; without one it may be inserted twice), or look for it first"
+	}
+	return "read the job or jobs to see whether the change was made, then send it again if need be"
+}
+
+// statusError is the error of an answer resp (body data) that is not a
+// success, after attempts sends of its request; first is as callBatch's.
+func (b *httpBackend) statusError(resp *http.Response, data []byte, attempts, first int) error {
+	msg, ok := apicall.ErrorMessage(data)
+	if secure, tls := apicall.HTTPSURL(b.base, resp.StatusCode, data); !ok && tls {
+		return fmt.Errorf("leasehold daemon at %s serves HTTPS: use %s (with Options.HTTPClient trusting its certificate if it is private)", b.server, secure)
+	}
+	if !ok {
+		// Not the API's answer (a proxy, another server, a TLS
+		// mismatch): no sentinel, so that a caller does not drop a
+		// job as invalid or forget one as not found.
+		return fmt.Errorf("leasehold daemon at %s answered %s, not with leasehold's JSON (is it a leasehold daemon, or a proxy in front of one?): %s", b.server, resp.Status, firstLine(data, 200))
+	}
+	if rest, ok := strings.CutPrefix(msg, "job "); ok && first > 0 {
+		num, tail, ok := strings.Cut(rest, ": ")
+		if i, err := strconv.Atoi(num); ok && err == nil {
+			msg = fmt.Sprintf("job %d: %s", first+i, tail)
+		}
+	}
+	switch {
+	case resp.StatusCode == http.StatusBadRequest, resp.StatusCode == http.StatusRequestEntityTooLarge:
+		return wrapAPIError(coordinator.ErrInvalid, msg)
+	case resp.StatusCode == http.StatusNotFound && strings.HasPrefix(msg, noEndpoint):
+		// The daemon serves no such path: the URL is wrong, not the id.
+		return fmt.Errorf("leasehold daemon at %s answered %s: %s: check the server URL", b.server, resp.Status, msg)
+	case resp.StatusCode == http.StatusNotFound:
+		return wrapAPIError(coordinator.ErrNotFound, msg)
+	case resp.StatusCode == http.StatusConflict && strings.Contains(msg, conflictMsg):
+		return wrapAPIError(coordinator.ErrConflict, msg)
+	case resp.StatusCode == http.StatusConflict:
+		return wrapAPIError(coordinator.ErrWrongState, msg)
+	case resp.StatusCode == http.StatusInsufficientStorage:
+		// The store has no room for new jobs (etcd: the write that
+		// took it over its quota was applied all the same).
+		return fmt.Errorf("leasehold daemon at %s: %s: %w", b.server, msg, kv.ErrNoSpace)
+	case resp.StatusCode == http.StatusServiceUnavailable && apicall.NotProcessed(resp):
+		// Refused before the daemon's API (beyond its connection
+		// bound): nothing was written, even by a write.
+		return fmt.Errorf("leasehold daemon at %s refused the request (%d attempts): %s: %w", b.server, attempts, msg, ErrBusy)
+	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "":
+		// The daemon's store did not answer within its deadline: the
+		// error a store that does not answer gives in shared mode.
+		return fmt.Errorf("leasehold daemon at %s: %s: %w", b.server, msg, context.DeadlineExceeded)
+	}
+	return fmt.Errorf("leasehold daemon at %s answered %s: %s", b.server, resp.Status, msg)
 }
 
 // send sends r once, bounded by timeout.
@@ -305,14 +352,31 @@ func (b *httpBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams
 			Jobs []json.RawMessage `json:"jobs"`
 		}{Jobs: encs[:n]}
 		var res wireBatch
-		if err := b.callBatch(ctx, http.MethodPost, "/v1/jobs/batch", nil, req, &res, b.timeout, len(out)); err != nil {
-			if len(out) > 0 {
-				return out, fmt.Errorf("inserted %d jobs (returned), then: %w", len(out), err)
+		err := b.callBatch(ctx, http.MethodPost, "/v1/jobs/batch", nil, req, &res, b.timeout, len(out))
+		if err == nil && (len(res.Jobs) != n || len(res.Existed) != n) {
+			// Answered as done, but not with these jobs.
+			err = fmt.Errorf("leasehold daemon at %s answered %d jobs for a batch of %d: %w: %s", b.server, len(res.Jobs), n, ErrOutcomeUnknown, unknownAdvice("/v1/jobs/batch"))
+		}
+		if err != nil {
+			// Which jobs are in (those returned), which may be, and
+			// which were not sent.
+			done, sent := len(out), len(out)+n
+			what := ""
+			if errors.Is(err, ErrOutcomeUnknown) {
+				what = fmt.Sprintf("jobs %d to %d may or may not have been inserted", done, sent-1)
+				if sent < len(ps) {
+					what += fmt.Sprintf(", jobs %d to %d were not sent", sent, len(ps)-1)
+				}
+			} else if done > 0 || sent < len(ps) {
+				what = fmt.Sprintf("jobs %d to %d were not inserted", done, len(ps)-1)
+			}
+			switch {
+			case done > 0:
+				return out, fmt.Errorf("inserted jobs 0 to %d (returned); %s: %w", done-1, what, err)
+			case what != "":
+				return nil, fmt.Errorf("%s: %w", what, err)
 			}
 			return nil, err
-		}
-		if len(res.Jobs) != n || len(res.Existed) != n {
-			return out, fmt.Errorf("leasehold daemon at %s answered %d jobs for a batch of %d", b.server, len(res.Jobs), n)
 		}
 		for i := range n {
 			out = append(out, InsertResult{Job: res.Jobs[i], Existed: res.Existed[i]})
