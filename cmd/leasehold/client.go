@@ -111,6 +111,10 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 		return nil
 	}
 	if err := json.Unmarshal(b, out); err != nil {
+		if u := apiserver.UnknownOutcome(method, path); u != "" {
+			// Answered as done, but what was done cannot be read.
+			return &cliError{code: exitFailure, outcomeUnknown: true, msg: fmt.Sprintf("the server at %s sent an answer that is not leasehold's JSON (%v): is --server a leasehold daemon? %s", c.server, err, u)}
+		}
 		return failf("the server at %s sent an answer that is not leasehold's JSON (%v): is --server a leasehold daemon?", c.server, err)
 	}
 	return nil
@@ -125,12 +129,12 @@ func (c *client) transportError(ctx context.Context, method, path string, err er
 	case ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
 		if u := apiserver.UnknownOutcome(method, path); u != "" {
 			// A change sent and not answered may have been made.
-			return failf("the daemon at %s did not answer in time (check that it is healthy: its log, %s/healthz): %s", c.server, strings.TrimSuffix(c.server, "/"), u)
+			return &cliError{code: exitFailure, outcomeUnknown: true, msg: fmt.Sprintf("the daemon at %s did not answer in time (check that it is healthy: its log, %s/healthz): %s", c.server, strings.TrimSuffix(c.server, "/"), u)}
 		}
 		return failf("the daemon at %s did not answer in time: check that it is healthy (its log, %s/healthz) and retry", c.server, strings.TrimSuffix(c.server, "/"))
 	case ctx.Err() != nil:
 		if u := apiserver.UnknownOutcome(method, path); u != "" {
-			return failf("interrupted: %s", u)
+			return &cliError{code: exitFailure, outcomeUnknown: true, msg: "interrupted: " + u}
 		}
 		return failf("interrupted")
 	case errors.As(err, &cve):
@@ -144,7 +148,7 @@ func (c *client) transportError(ctx context.Context, method, path string, err er
 	// closed, an answer cut short): the daemon may be stopping or
 	// restarting. A change sent may have been made all the same.
 	if u := apiserver.UnknownOutcome(method, path); u != "" {
-		return &cliError{code: exitFailure, unreachable: true, msg: fmt.Sprintf("request to the daemon at %s failed before its answer was read: %v: %s", c.server, err, u)}
+		return &cliError{code: exitFailure, unreachable: true, outcomeUnknown: true, msg: fmt.Sprintf("request to the daemon at %s failed before its answer was read: %v: %s", c.server, err, u)}
 	}
 	return &cliError{code: exitFailure, unreachable: true, msg: fmt.Sprintf("request to the daemon at %s failed: %v: check that it is running and retry", c.server, err)}
 }
@@ -168,8 +172,9 @@ func (c *client) statusError(method, path string, resp *http.Response, body []by
 		// not left to the daemon's message.
 		return &cliError{code: exitFailure, status: resp.StatusCode, notProcessed: true, msg: fmt.Sprintf("the daemon at %s refused the request %s without processing it, nothing was written (it has as many HTTP connections open as it serves at once): retry later, or raise its --http-max-connections", c.server, times(attempts))}
 	}
-	if u := apiserver.UnknownOutcome(method, path); u != "" && resp.StatusCode >= 500 &&
-		resp.StatusCode != http.StatusInsufficientStorage && !strings.Contains(msg, "outcome is unknown") {
+	u := apiserver.UnknownOutcome(method, path)
+	unknown := u != "" && resp.StatusCode >= 500 && resp.StatusCode != http.StatusInsufficientStorage
+	if unknown && !strings.Contains(msg, "outcome is unknown") {
 		// A 5xx that does not say the change was not made (a proxy's
 		// 502 or 504, the daemon's 503 for a request cancelled while it
 		// ran, a 500): it may have been made.
@@ -189,7 +194,7 @@ func (c *client) statusError(method, path string, resp *http.Response, body []by
 			}
 		}
 	}
-	return &cliError{code: exitFailure, msg: msg, status: resp.StatusCode}
+	return &cliError{code: exitFailure, msg: msg, status: resp.StatusCode, outcomeUnknown: unknown}
 }
 
 // busy is how the CLI sends again a request that the daemon did not

@@ -277,13 +277,18 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 			batch.Jobs[i] = req
 		}
 		var res apiserver.BatchResponse
-		if err := c.call(ctx, http.MethodPost, "/v1/jobs/batch", nil, batch, &res); err != nil {
+		err := c.call(ctx, http.MethodPost, "/v1/jobs/batch", nil, batch, &res)
+		if err == nil && len(res.Jobs) != n {
+			// Answered as done, but not with these jobs.
+			err = &cliError{code: exitFailure, outcomeUnknown: true, msg: fmt.Sprintf("the daemon answered %d jobs for a batch of %d: is --server a leasehold daemon?", len(res.Jobs), n)}
+		}
+		if err != nil {
 			p.clear()
-			if done > 0 {
-				var ce *cliError
-				if errors.As(err, &ce) {
-					ce.msg = fmt.Sprintf("enqueued %d of %d jobs (their ids are printed), then: %s", done, o.count, ce.msg)
-				}
+			var ce *cliError
+			if errors.As(err, &ce) {
+				// Which jobs are in (their ids printed), which may be,
+				// and which were not sent.
+				ce.msg = batchFailure(done, n, o.count, ce.outcomeUnknown) + ce.msg
 			}
 			// The jobs enqueued so far, if any: a failure before the
 			// first prints nothing, as with one job (not "null").
@@ -291,9 +296,6 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 				_ = printJSON(stdout, all)
 			}
 			return err
-		}
-		if len(res.Jobs) != n {
-			return failf("the daemon answered %d jobs for a batch of %d: is --server a leasehold daemon?", len(res.Jobs), n)
 		}
 		p.clear() // the ids go to stdout, maybe the same terminal
 		if o.json {
@@ -319,6 +321,31 @@ func runEnqueue(cmd *cobra.Command, o *enqueueOpts, args []string) error {
 	}
 	warnUnserved(ctx, c, &o.target, stderr, req.Queue, o.count)
 	return nil
+}
+
+// batchFailure prefixes the error of an enqueue of count jobs whose batch
+// request of n jobs failed after done were enqueued: which jobs are in
+// (their ids printed), which may be (unknown: the request's outcome is),
+// and which were not sent. It is "" when nothing was enqueued and nothing
+// is in doubt, as for one job.
+func batchFailure(done, n, count int, unknown bool) string {
+	rest := count - done - n
+	var head, doubt string
+	if done > 0 {
+		head = fmt.Sprintf("enqueued %d of %d jobs (their ids are printed); ", done, count)
+		doubt = fmt.Sprintf("the next %d", n)
+	} else {
+		doubt = fmt.Sprintf("the first %d of %d", n, count)
+	}
+	switch {
+	case unknown && rest > 0:
+		return head + fmt.Sprintf("%s may or may not have been enqueued, the last %d were not sent: ", doubt, rest)
+	case unknown && done > 0:
+		return head + fmt.Sprintf("the last %d may or may not have been enqueued: ", n)
+	case done > 0:
+		return head + fmt.Sprintf("the other %d were not: ", count-done)
+	}
+	return ""
 }
 
 // servedQueuesTimeout bounds the read of the live daemons' queues after an

@@ -36,6 +36,9 @@ type cliError struct {
 	// notProcessed marks an answer the daemon gave without processing the
 	// request (its 503 beyond --http-max-connections).
 	notProcessed bool
+	// outcomeUnknown marks a change that may or may not have been made:
+	// its request was sent, and no answer says what became of it.
+	outcomeUnknown bool
 }
 
 func (e *cliError) Error() string { return e.msg }
@@ -85,7 +88,9 @@ func withCommand(name string, err error) error {
 	if ce.bare || name == "" {
 		return ce
 	}
-	return &cliError{code: ce.code, msg: name + ": " + ce.msg, bare: true, status: ce.status}
+	named := *ce
+	named.msg, named.bare = name+": "+ce.msg, true
+	return &named
 }
 
 // refusedNotBadInput makes an API's bad-request answer a failure (exit 1)

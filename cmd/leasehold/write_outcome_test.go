@@ -2,11 +2,17 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/internal/apiserver"
 )
 
 // A write whose answer never arrives whole (the connection dropped after
@@ -92,6 +98,97 @@ func TestCLIWriteFailureAfterTheRequestIsOutcomeUnknown(t *testing.T) {
 				}
 				if strings.Contains(err.Error(), tc.not) {
 					t.Errorf("%s %s: %q says %q", tc.method, tc.path, err, tc.not)
+				}
+			}
+		})
+	}
+}
+
+// batchFailsAfter is a daemon that answers the first batch request of
+// an enqueue --count with its jobs, and the second with fail.
+func batchFailsAfter(t *testing.T, fail http.HandlerFunc) string {
+	var batches atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/jobs/batch" {
+			apiserver.WriteJSON(w, http.StatusOK, apiserver.WorkersResponse{})
+			return
+		}
+		if batches.Add(1) > 1 {
+			fail(w, r)
+			return
+		}
+		var req apiserver.BatchRequest
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Error(err)
+		}
+		res := apiserver.BatchResponse{}
+		for i := range req.Jobs {
+			res.Jobs = append(res.Jobs, &coordinator.Job{ID: fmt.Sprintf("job-%04d", i), Kind: "echo", Queue: "default"})
+			res.Existed = append(res.Existed, false)
+		}
+		apiserver.WriteJSON(w, http.StatusCreated, res)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+// An enqueue --count whose later batch request fails says exactly which
+// jobs are in (their ids printed, in --json too), which may or may not
+// be, and which were not sent.
+func TestEnqueueCountLaterBatchFailure(t *testing.T) {
+	for name, tc := range map[string]struct {
+		fail http.HandlerFunc
+		want []string
+	}{
+		"connection dropped": {
+			func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+					_ = conn.Close()
+				}
+			},
+			[]string{"enqueued 1000 of 2500 jobs", "the next 1000 may or may not have been enqueued", "the last 500 were not sent", "outcome is unknown"},
+		},
+		"answered with too few jobs": {
+			func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				apiserver.WriteJSON(w, http.StatusCreated, apiserver.BatchResponse{Jobs: []*coordinator.Job{{ID: "x"}}, Existed: []bool{false}})
+			},
+			[]string{"enqueued 1000 of 2500 jobs", "the next 1000 may or may not have been enqueued", "the last 500 were not sent", "answered 1 jobs for a batch of 1000"},
+		},
+		"refused (400)": {
+			func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				apiserver.WriteError(w, http.StatusBadRequest, "unknown kind echo: this daemon runs sleep")
+			},
+			[]string{"enqueued 1000 of 2500 jobs", "the other 1500 were not", "unknown kind echo"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for _, asJSON := range []bool{false, true} {
+				args := []string{"enqueue", "echo", "--count", "2500", "--server", batchFailsAfter(t, tc.fail)}
+				if asJSON {
+					args = append(args, "--json")
+				}
+				r := runCLI(t, nil, "", args...)
+				if r.code == 0 || strings.Count(r.stderr, "\n") != 1 {
+					t.Fatalf("json %v: exit %d, stderr %q; want a failure in one line", asJSON, r.code, r.stderr)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(r.stderr, w) {
+						t.Errorf("json %v: stderr %q does not say %q", asJSON, r.stderr, w)
+					}
+				}
+				n := strings.Count(r.stdout, "\n")
+				if asJSON {
+					var jobs []coordinator.Job
+					if err := json.Unmarshal([]byte(r.stdout), &jobs); err != nil {
+						t.Fatalf("--json output %q: %v", r.stdout, err)
+					}
+					n = len(jobs)
+				}
+				if n != 1000 {
+					t.Errorf("json %v: %d jobs printed, want the 1000 enqueued", asJSON, n)
 				}
 			}
 		})
