@@ -12,53 +12,25 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // writeFailures answer a request in the ways that leave a write's outcome
 // unknown: the request was read, and no answer says it was not processed.
-var writeFailures = map[string]http.HandlerFunc{
-	"connection dropped after the request": func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			_ = conn.Close()
-		}
-	},
-	"answer cut short": func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Length", "500")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, `{"job":{"id":"`)
-		_ = http.NewResponseController(w).Flush()
-		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
-			_ = conn.Close()
-		}
-	},
-	"a proxy's 502": func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusBadGateway)
-		_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>\n")
-	},
-	"a proxy's 504": func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusGatewayTimeout)
-		_, _ = io.WriteString(w, "upstream request timeout\n")
-	},
-	"the store's deadline": func(w http.ResponseWriter, r *http.Request) {
+var writeFailures = func() map[string]http.HandlerFunc {
+	m := testutil.WriteFailures()
+	m["the store's deadline"] = func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Retry-After", "5")
 		w.WriteHeader(http.StatusServiceUnavailable)
 		_, _ = io.WriteString(w, `{"error":"the store did not answer within 10s (etcd unreachable or without quorum?): the outcome is unknown"}`+"\n")
-	},
-	"a request cancelled in the daemon": func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = io.WriteString(w, `{"error":"request cancelled: the client disconnected or the daemon is stopping"}`+"\n")
-	},
-	"a proxy's 200 page": func(w http.ResponseWriter, r *http.Request) {
+	}
+	m["a proxy's 200 page"] = func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "<html>ok</html>\n")
-	},
-}
+	}
+	return m
+}()
 
 // A write whose outcome is unknown is sent once, and its error wraps
 // ErrOutcomeUnknown (and, at the store's deadline, still

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // A write whose answer never arrives whole (the connection dropped after
@@ -21,50 +22,7 @@ import (
 // say that the outcome is unknown, not "retry", which would enqueue a
 // job twice. A read is simply retried.
 func TestCLIWriteFailureAfterTheRequestIsOutcomeUnknown(t *testing.T) {
-	handlers := map[string]http.HandlerFunc{
-		"connection dropped after the request": func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			_ = conn.Close()
-		},
-		"answer cut short": func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			w.Header().Set("Content-Length", "500")
-			w.WriteHeader(http.StatusCreated)
-			_, _ = io.WriteString(w, `{"job":{"id":"`)
-			if err := http.NewResponseController(w).Flush(); err != nil {
-				t.Error(err)
-			}
-			conn, _, err := http.NewResponseController(w).Hijack()
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			_ = conn.Close()
-		},
-		"a proxy's 502": func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "text/html")
-			w.WriteHeader(http.StatusBadGateway)
-			_, _ = io.WriteString(w, "<html><body>502 Bad Gateway</body></html>\n")
-		},
-		"a proxy's 504": func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.WriteHeader(http.StatusGatewayTimeout)
-			_, _ = io.WriteString(w, "upstream request timeout\n")
-		},
-		"a 503 without the mark and without Retry-After": func(w http.ResponseWriter, r *http.Request) {
-			_, _ = io.Copy(io.Discard, r.Body)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, `{"error":"request cancelled: the client disconnected or the daemon is stopping"}`+"\n")
-		},
-	}
+	handlers := testutil.WriteFailures()
 	for name, h := range handlers {
 		t.Run(name, func(t *testing.T) {
 			srv := httptest.NewServer(h)
