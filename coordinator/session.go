@@ -408,10 +408,10 @@ func (s *Session) heartbeat() {
 			s.fence("session lease renewal acknowledged after its validity deadline: fencing self", slog.Time("valid_until", s.ValidUntil()))
 			return
 		case err == nil:
-			ttl := r.ttl
-			if ttl <= 0 || ttl > s.cfg.TTL {
-				ttl = s.cfg.TTL
-			}
+			// Never more than asked for; a smaller TTL (a lease's time
+			// left, as etcd may answer) moves the deadline less, or not
+			// at all. None at all is a lease gone (see renew).
+			ttl := min(r.ttl, s.cfg.TTL)
 			if v := r.sent.Add(ttl - s.cfg.Margin); v.After(s.ValidUntil()) {
 				s.setValidUntil(v)
 			}
@@ -471,6 +471,12 @@ func (s *Session) renew() renewal {
 		inFlight++
 		wg.Go(func() {
 			ttl, err := s.c.store.KeepAliveOnce(ctx, s.lease)
+			if err == nil && ttl <= 0 {
+				// No time left: etcd answers so for a lease that is
+				// gone (clientv3 makes it ErrLeaseNotFound). Taken
+				// for the full TTL, it would extend a lost session.
+				err = fmt.Errorf("coordinator: renewal answered with TTL %s: %w", ttl, kv.ErrLeaseNotFound)
+			}
 			results <- renewal{sent: sent, bootSent: bootSent, ttl: ttl, err: err}
 		})
 	}

@@ -328,7 +328,9 @@ type Store interface {
 	// seconds by etcd).
 	Grant(ctx context.Context, ttl time.Duration) (LeaseID, error)
 	// KeepAliveOnce renews a lease once and returns the TTL granted.
-	// A lease that no longer exists yields ErrLeaseNotFound.
+	// A lease that no longer exists yields ErrLeaseNotFound; callers
+	// take a TTL of zero or less, which is how etcd's wire says so, the
+	// same way.
 	KeepAliveOnce(ctx context.Context, id LeaseID) (time.Duration, error)
 	// Revoke ends a lease and deletes its keys.
 	Revoke(ctx context.Context, id LeaseID) error
