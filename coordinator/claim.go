@@ -47,6 +47,16 @@ func (c *Coordinator) Claim(ctx context.Context, sess *Session, queue string, n 
 		if err != nil && ctx.Err() != nil && sess.Ctx().Err() != nil {
 			return nil, st, fmt.Errorf("coordinator: claim: %w", ErrSessionExpired)
 		}
+		if len(runs) > 0 && sess.lapsed() {
+			// Answered after the session's deadline, on either of its
+			// clocks (ADR 0042): the lease may have expired since the
+			// claim committed, and another daemon may run its jobs.
+			// No run is handed out; the jobs hang on the lease, and
+			// its revoke or expiry lets them be reaped.
+			c.log.Warn("claim answered after its session's validity deadline: no run started; its jobs are re-queued once the lease is gone",
+				slog.String("queue", queue), slog.Int("jobs", len(runs)), slog.Int64("lease", int64(sess.lease)))
+			return nil, st, fmt.Errorf("coordinator: claim: answered after the session's validity deadline: %w", ErrSessionExpired)
+		}
 		if back == nil {
 			return runs, st, err
 		}

@@ -324,6 +324,22 @@ func (s *Session) expired() bool {
 	return !s.cfg.Clock.Now().Before(s.ValidUntil()) || s.bootExpired()
 }
 
+// lapsed reports whether the session has ended or its deadline has
+// passed, on its clock or its boot clock; a deadline passed ends the
+// session at once. Unlike Valid, it reads the boot clock (a system call):
+// it is for the rare moments that decide whether a handler starts, which
+// must not wait for watchSuspend to notice a suspend.
+func (s *Session) lapsed() bool {
+	if s.ctx.Err() != nil {
+		return true
+	}
+	if s.expired() {
+		s.fence("session past its validity deadline when a claim was answered: fencing self", slog.Time("valid_until", s.ValidUntil()))
+		return true
+	}
+	return false
+}
+
 // bootExpired reports whether the validity deadline has passed on the boot
 // clock, which counts time suspended (false without one).
 func (s *Session) bootExpired() bool {
