@@ -136,3 +136,52 @@ func TestSingleDeleteMisuseIsReported(t *testing.T) {
 		t.Fatal("no misuse reported for a key set twice and single-deleted")
 	}
 }
+
+// TestSweepAtOpenNeverResurrects: the sweep at Open of the keys of a dead
+// process's leases deletes them with a plain Delete (ADR 0010), since a
+// leased key may have been put more than once on its lease (a registration
+// renewed, a slot rewritten). Here one was put twice, with a flush in
+// between so that both Sets are on disk in different tables; after the
+// sweep and a full compaction it must stay gone. The test at the end of
+// TestSingleDeleteNeverResurrects cannot show this: it compacts before
+// reopening, which leaves one Set of every key. Fails if the sweep
+// single-deletes.
+func TestSweepAtOpenNeverResurrects(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, Options{Logger: discardLogger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := s.Grant(ctxT(t), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, s, "owned", "first", id)
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if v := mustGet(t, s, "owned"); v == nil || v.Version != 1 {
+		t.Fatalf("owned after the first put: %+v", v)
+	}
+	mustPut(t, s, "owned", "second", id)
+	if err := s.db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The process ends without revoking its lease: the next Open sweeps.
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = openDir(t, dir, Options{})
+	if n := s.RecoveredLeasedKeys(); n != 1 {
+		t.Fatalf("RecoveredLeasedKeys = %d, want 1", n)
+	}
+	if err := s.db.Compact(ctxT(t), []byte{0}, []byte{0xff}, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustGet(t, s, "owned"); got != nil {
+		t.Fatalf("owned = %q (version %d) came back after the sweep at open", got.Value, got.Version)
+	}
+	if n := s.misuse.Load(); n != 0 {
+		t.Fatalf("Pebble reported %d misused single deletes", n)
+	}
+}

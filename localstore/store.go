@@ -292,6 +292,11 @@ func readCounter(db *pebble.DB, key []byte, name string) (v int64, found bool, e
 // lease index, in one synced batch of one new revision. Leases belong to
 // the process that granted them; this process holds the directory lock, so
 // that process is gone and so are its leases.
+//
+// Its deletes are plain Deletes, never SingleDeletes: a leased key may have
+// been put more than once on its lease, and a single delete of it would let
+// an older Set come back in a compaction (ADR 0010;
+// TestSweepAtOpenNeverResurrects).
 func (s *Store) deletePreviousLeases() error {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixLease}, UpperBound: []byte{prefixLease + 1}})
 	if err != nil {
