@@ -74,5 +74,5 @@ func ExampleNew() {
 	_ = c.Close()
 	// Output:
 	// email completed
-	// coordinator: invalid request: unknown kind sms: this daemon runs email
+	// coordinator: invalid request: unknown kind sms: this daemon runs email: register a handler for it or check its spelling
 }

@@ -122,7 +122,7 @@ func (o *daemonOpts) checkPeriodicKinds(kinds map[string]kindSpec) error {
 	for _, pj := range o.periodicJobs {
 		spec, ok := kinds[pj.Job.Kind]
 		if !ok && !o.etcd.shared() && pj.Job.Kind != "history" {
-			return usagef("--periodic %s: unknown kind %s: this daemon runs %s", pj.Name, pj.Job.Kind, strings.Join(apiserver.SortedKeys(kinds), ", "))
+			return usagef("--periodic %s: unknown kind %s: this daemon runs %s: add it with --exec %s=COMMAND or check its spelling", pj.Name, pj.Job.Kind, strings.Join(apiserver.SortedKeys(kinds), ", "), pj.Job.Kind)
 		}
 		if ok && spec.validate != nil {
 			if err := spec.validate(pj.Job.Payload); err != nil {

@@ -918,7 +918,7 @@ func (a *Handler) params(req CreateRequest, now time.Time, live func() ([]string
 		}
 		ok = names == nil || slices.Contains(names, req.Kind)
 		if !ok {
-			return coordinator.EnqueueParams{}, badRequest("unknown kind %s: the live daemons run %s", req.Kind, strings.Join(names, ", "))
+			return coordinator.EnqueueParams{}, badRequest("unknown kind %s: the live daemons run %s: register a handler for it or check its spelling", req.Kind, strings.Join(names, ", "))
 		}
 		check = a.cfg.KnownChecks[req.Kind]
 	}
@@ -926,7 +926,7 @@ func (a *Handler) params(req CreateRequest, now time.Time, live func() ([]string
 		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this API takes no kinds (it runs no handlers): enqueue through one that does", req.Kind)
 	}
 	if !ok {
-		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this daemon runs %s", req.Kind, strings.Join(a.kindNames, ", "))
+		return coordinator.EnqueueParams{}, badRequest("unknown kind %s: this daemon runs %s: register a handler for it or check its spelling", req.Kind, strings.Join(a.kindNames, ", "))
 	}
 	p := coordinator.EnqueueParams{
 		Kind: req.Kind, Payload: req.Payload, Queue: req.Queue,
