@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -100,6 +101,9 @@ func enqueueRequest(cmd *cobra.Command, o *enqueueOpts, args []string) (apiserve
 			b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<30))
 			if err != nil {
 				return req, failf("read payload from stdin: %v", err)
+			}
+			if len(bytes.TrimSpace(b)) == 0 {
+				return req, usagef(`payload "-" read nothing from stdin: pipe a JSON value into it (echo '{"ms":100}' | leasehold enqueue sleep -), or give the payload as an argument`)
 			}
 			raw = b
 		}

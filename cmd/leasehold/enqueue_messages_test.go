@@ -74,3 +74,14 @@ func TestReplaceFlagMatchesWholeNames(t *testing.T) {
 		t.Errorf("replaceFlag: %q, want %q", got, want)
 	}
 }
+
+// A payload of "-" with nothing on stdin (a pipe that produced nothing, a
+// redirect from an empty file) says so and how to give one, not that ""
+// is not valid JSON; nothing is sent (the server is closed).
+func TestEnqueueEmptyStdinPayload(t *testing.T) {
+	server := "http://" + closedPort(t)
+	for _, stdin := range []string{"", " \n"} {
+		r := runCLI(t, nil, stdin, "enqueue", "echo", "-", "--server", server)
+		checkOneLineError(t, "enqueue echo - with stdin "+strings.TrimSpace(stdin), r, exitUsage, `payload "-" read nothing from stdin`)
+	}
+}
