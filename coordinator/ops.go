@@ -148,10 +148,14 @@ type CancelManyResult struct {
 }
 
 // CancelMany cancels every unfinished job that matches f, as Cancel does
-// each (running jobs get a cancel request). It reads the state indexes
-// once, and cancels every 500 entries read in as few transactions as the
-// store allows; a job that changed meanwhile is cancelled on its own.
-// Jobs enqueued while it runs may or may not be cancelled.
+// each (running jobs get a cancel request). It reads the state indexes,
+// and cancels every 500 entries read in as few transactions as the store
+// allows; a job that changed meanwhile is cancelled on its own. A job can
+// move, while the indexes are read one after another, into one already
+// read (promoted, given back, run again): it reads them again, each only
+// for the entries written since its last read began, until a pass finds
+// none of a job older than the call (ADR 0043). Jobs enqueued while it
+// runs may or may not be cancelled.
 func (c *Coordinator) CancelMany(ctx context.Context, f CancelFilter) (CancelManyResult, error) {
 	var out CancelManyResult
 	if f.State != "" {
@@ -185,40 +189,84 @@ func (c *Coordinator) CancelMany(ctx context.Context, f CancelFilter) (CancelMan
 	case StateRunning:
 		prefixes = []string{c.keys.runningAll()}
 	}
-	for _, prefix := range prefixes {
-		// Read as scans are (on etcd, past the first page, in one pass:
-		// pages of a large backlog would each walk the member's index to
-		// the prefix's end), and cancel every 500 entries read.
-		var page []kv.KeyValue
-		var cerr error
-		flush := func() error {
-			if len(page) > 0 {
-				cerr = c.cancelPage(ctx, page, f, &out)
-				page = page[:0]
+	// Per index, what the last pass read: entries created at or before
+	// base existed when its read began and were seen by it (index keys
+	// are never rewritten in place: a job that moves away and back gets a
+	// new entry), as were those in seen (created since, key -> create
+	// revision). A pass reads only the other entries.
+	type mark struct {
+		base int64
+		seen map[string]int64
+	}
+	marks := make([]mark, len(prefixes))
+	var before int64 // a job whose record was created after it is newer than the call
+	for pass := 0; ; pass++ {
+		p := cancelPass{f: f, before: before, out: &out}
+		for i, prefix := range prefixes {
+			rr, err := c.store.Range(ctx, kv.RangeRequest{Start: prefix})
+			if err != nil {
+				return out, fmt.Errorf("coordinator: cancel jobs: list: %w", err)
 			}
-			return cerr
-		}
-		err := c.scan(ctx, prefix, true, func(x kv.KeyValue) error {
-			if page = append(page, x); len(page) == 500 {
-				return flush()
+			if pass == 0 && i == 0 {
+				before, p.before = rr.Revision, rr.Revision
 			}
-			return nil
-		})
-		if cerr != nil {
-			return out, cerr
+			prev := marks[i]
+			next := mark{base: rr.Revision, seen: map[string]int64{}}
+			// Read as scans are (on etcd, past the first page, in one pass:
+			// pages of a large backlog would each walk the member's index to
+			// the prefix's end), and cancel every 500 entries read.
+			var page []kv.KeyValue
+			var cerr error
+			flush := func() error {
+				if len(page) > 0 {
+					cerr = c.cancelPage(ctx, page, &p)
+					page = page[:0]
+				}
+				return cerr
+			}
+			err = c.scan(ctx, prefix, true, func(x kv.KeyValue) error {
+				if pass > 0 && (x.CreateRevision <= prev.base || prev.seen[x.Key] == x.CreateRevision) {
+					return nil
+				}
+				if x.CreateRevision > next.base {
+					next.seen[x.Key] = x.CreateRevision
+				}
+				if page = append(page, x); len(page) == 500 {
+					return flush()
+				}
+				return nil
+			})
+			if cerr != nil {
+				return out, cerr
+			}
+			if err != nil {
+				return out, fmt.Errorf("coordinator: cancel jobs: list: %w", err)
+			}
+			if err := flush(); err != nil {
+				return out, err
+			}
+			marks[i] = next
 		}
-		if err != nil {
-			return out, fmt.Errorf("coordinator: cancel jobs: list: %w", err)
-		}
-		if err := flush(); err != nil {
-			return out, err
+		if pass > 0 && p.older == 0 {
+			return out, nil
 		}
 	}
-	return out, nil
+}
+
+// cancelPass is one pass of CancelMany over the indexes.
+type cancelPass struct {
+	f      CancelFilter
+	before int64 // the store revision the call began at
+	out    *CancelManyResult
+	// older counts the jobs of the pass that match, are unfinished and
+	// are older than the call (their records were created at or before
+	// before).
+	older int
 }
 
 // cancelPage cancels the jobs of one page of index entries that match f.
-func (c *Coordinator) cancelPage(ctx context.Context, idx []kv.KeyValue, f CancelFilter, out *CancelManyResult) error {
+func (c *Coordinator) cancelPage(ctx context.Context, idx []kv.KeyValue, p *cancelPass) error {
+	f, out := p.f, p.out
 	jkeys := make([]string, len(idx))
 	for i, x := range idx {
 		jkeys[i] = c.keys.job(idFromIndex(x.Key))
@@ -242,6 +290,9 @@ func (c *Coordinator) cancelPage(ctx context.Context, idx []kv.KeyValue, f Cance
 		}
 		if j.State.Final() || (f.State != "" && j.State != f.State) || (f.Kind != "" && j.Kind != f.Kind) || (f.Queue != "" && j.Queue != f.Queue) {
 			continue
+		}
+		if rec.CreateRevision <= p.before {
+			p.older++
 		}
 		if j.State == StateRunning {
 			units = append(units, unit{txn: kv.Txn{

@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, claimReviewTests...)
 	tests = append(tests, claimBytesTests...)
 	tests = append(tests, opsReviewTests...)
+	tests = append(tests, jobOpsReviewTests...)
 	tests = append(tests, maintReviewTests...)
 	tests = append(tests, runReviewTests...)
 	tests = append(tests, watchLoopReviewTests...)
