@@ -117,8 +117,9 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 	fit := c.floors.fitting(queue, c.cfg.MaxClaimBytes)
 	n = min(n, fit)
 	var slots []string
+	var slotGuard *kv.Cmp
 	if conf.Limit > 0 {
-		free, err := c.freeSlots(ctx, queue, conf.Limit, n+c.floors.slotsTried(queue), spread)
+		free, guard, err := c.freeSlots(ctx, queue, conf.Limit, n+c.floors.slotsTried(queue), spread, confRev)
 		if err != nil {
 			return nil, st, nil, err
 		}
@@ -127,6 +128,11 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 			return nil, st, nil, nil
 		}
 		var back <-chan struct{}
+		if guard != nil {
+			// Slots at or above the limit are held: one job, under the
+			// guard (see freeSlots).
+			n, slotGuard = 1, guard
+		}
 		if slots, back = c.floors.freeSlots(queue, free, n); len(slots) == 0 {
 			return nil, st, back, nil
 		}
@@ -261,6 +267,11 @@ func (c *Coordinator) claim(ctx context.Context, sess *Session, queue string, n 
 			slotOf[j.ID] = s
 			t.If = append(t.If, kv.Missing(s))
 			t.Then = append(t.Then, kv.Put(s, []byte(j.ID), sess.lease))
+			if slotGuard != nil {
+				// No other claim of a slot since this one read them.
+				t.If = append(t.If, *slotGuard)
+				t.Then = append(t.Then, kv.Put(c.keys.slotsGen(queue), []byte(j.ID), 0))
+			}
 		}
 		units = append(units, unit{txn: t})
 		jobs = append(jobs, j)

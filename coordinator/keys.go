@@ -57,6 +57,10 @@ func (k keys) slot(q string, n int) string { return fmt.Sprintf("%sqm/s/%s/%d", 
 func (k keys) periodic(name string) string { return k.root + "p/" + name }
 func (k keys) periodics() string           { return k.root + "p/" }
 
+// qm/g/QUEUE is written by every claim of a slot while slots at or above
+// the queue's limit are held (docs/adr/0044).
+func (k keys) slotsGen(q string) string { return k.root + "qm/g/" + q }
+
 // availableAt is the available-index key of queue at priority prio and
 // scheduled time ts (Unix nanoseconds), before any job id: the start of
 // the entries at that time.

@@ -299,7 +299,17 @@ func (c *Coordinator) WatchQueues(ctx context.Context, fn func()) error {
 
 // freeSlots returns up to want free slots of queue q's global limit, in a
 // random order when spread (so that daemons do not all race for slot 0).
-func (c *Coordinator) freeSlots(ctx context.Context, q string, limit, want int, spread bool) ([]string, error) {
+// confRev is the modification revision of the configuration that set the
+// limit, which the claim compares.
+//
+// While slots at or above the limit are held (it was lowered while their
+// jobs ran), the slots below it that are free outnumber the room left, and
+// claims that took different ones of them would together run more jobs
+// than the limit: guard is then not nil, and the claim compares it and
+// writes the queue's slot generation with the one job it may take (ADR
+// 0044). Otherwise guard is nil: every slot held is below the limit, and
+// the slot's own compare is enough.
+func (c *Coordinator) freeSlots(ctx context.Context, q string, limit, want int, spread bool, confRev int64) (free []string, guard *kv.Cmp, err error) {
 	read := func(serializable bool) (kv.RangeResult, error) {
 		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.slots(q), End: kv.PrefixEnd(c.keys.slots(q)), KeysOnly: true, Serializable: serializable})
 		if err != nil {
@@ -308,15 +318,37 @@ func (c *Coordinator) freeSlots(ctx context.Context, q string, limit, want int, 
 		return rr, nil
 	}
 	rr, err := read(true)
-	if err == nil && len(rr.KVs) >= limit {
+	if err == nil && (len(rr.KVs) >= limit || rr.Revision < confRev) {
 		// Every slot looks held, and the caller would wait for a watch
 		// event: but the one that woke it may be a slot's release that
 		// a lagging member has not applied yet. Read again at the
 		// current revision before saying so (as ADR 0016 does for jobs).
+		// So too when the read predates the configuration: it could
+		// miss slots held at or above a limit lowered since.
 		rr, err = read(false)
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if slotsAbove(rr.KVs, limit) {
+		// The generation is read first, then the slots: a claim that
+		// committed after the slots were read changed it.
+		res, err := c.store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Get(c.keys.slotsGen(q))}})
+		if err != nil {
+			return nil, nil, fmt.Errorf("coordinator: read slot generation of queue %s: %w", q, err)
+		}
+		var gen int64
+		if x := res.Results[0].KV; x != nil {
+			gen = x.ModRevision
+		}
+		if rr, err = read(false); err != nil {
+			return nil, nil, err
+		}
+		if slotsAbove(rr.KVs, limit) {
+			g := kv.ModRevisionIs(c.keys.slotsGen(q), kv.Equal, gen)
+			guard = &g
+			want = min(want, 1)
+		}
 	}
 	held := map[int]bool{}
 	for _, x := range rr.KVs {
@@ -326,22 +358,33 @@ func (c *Coordinator) freeSlots(ctx context.Context, q string, limit, want int, 
 	}
 	room := limit - len(rr.KVs)
 	if room <= 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
-	var free []int
+	var idx []int
 	for i := range limit {
 		if !held[i] {
-			free = append(free, i)
+			idx = append(idx, i)
 		}
 	}
 	if spread {
-		rand.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+		rand.Shuffle(len(idx), func(i, j int) { idx[i], idx[j] = idx[j], idx[i] })
 	}
-	out := make([]string, 0, min(room, want, len(free)))
-	for _, i := range free[:min(room, want, len(free))] {
-		out = append(out, c.keys.slot(q, i))
+	free = make([]string, 0, min(room, want, len(idx)))
+	for _, i := range idx[:min(room, want, len(idx))] {
+		free = append(free, c.keys.slot(q, i))
 	}
-	return out, nil
+	return free, guard, nil
+}
+
+// slotsAbove reports whether any of the slot keys xs is not one of slots
+// 0 to limit-1: held since before the limit was lowered.
+func slotsAbove(xs []kv.KeyValue, limit int) bool {
+	for _, x := range xs {
+		if n, err := strconv.Atoi(idFromIndex(x.Key)); err != nil || n < 0 || n >= limit {
+			return true
+		}
+	}
+	return false
 }
 
 // KnownQueue reports whether queue q is known: it has a configuration, a

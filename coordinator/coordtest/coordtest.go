@@ -81,6 +81,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, spaceTests...)
 	tests = append(tests, clockStepTests...)
 	tests = append(tests, sessionReviewTests...)
+	tests = append(tests, limitReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
