@@ -34,7 +34,8 @@
 // finished index entry carries the key, for retention to free it). Queue
 // management is under qm/: qm/c/QUEUE is a queue's configuration (pause,
 // global limit), and qm/s/QUEUE/N a slot of its global limit, held by a run
-// on its daemon's lease (docs/adr/0005). p/NAME is a periodic schedule's
+// on its daemon's lease (docs/adr/0005); qm/g/QUEUE is written by each
+// claim while slots above a lowered limit are held (docs/adr/0044). p/NAME is a periodic schedule's
 // state, advanced by compare-and-set with each tick's job (docs/adr/0007).
 // e/NAME is an election's leader key, and w/ID a daemon's registration;
 // both hang on their daemon's session lease. cv/N says that the namespace
