@@ -898,6 +898,14 @@ func (w *Worker) claim(ctx context.Context, sess *coordinator.Session, q string,
 func (w *Worker) claimDone(c claimed, st *claimState) {
 	if c.st.Conflicts > 0 {
 		st.lastConflict = time.Now()
+		// A candidate the claim did not get may still be available: a
+		// global-limit slot another daemon took, or a pause, refuses a
+		// unit as surely as another claim taking the job, and no watch
+		// event says so (the coordinator lowered the floor to it, ADR
+		// 0015). A claim beside this one skipped it while it was tried
+		// and may have found the queue empty: count a wake-up of the
+		// queue, which voids that finding (ADR 0045).
+		w.queueWakes[c.queue].Add(1)
 	}
 	if c.sess.Ctx().Err() != nil {
 		// Its session ended: what it found says nothing of the store

@@ -1,0 +1,94 @@
+package worker_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/worker"
+)
+
+// slotThief is a store on which, once armed, another daemon takes the
+// global-limit slot that the next claim commit tries, just before that
+// commit reaches the store: the claim's unit is refused although its job
+// stays available. It holds the commit until open is closed.
+type slotThief struct {
+	kv.Store
+	armed      atomic.Bool
+	held, open chan struct{}
+}
+
+// claimSlot returns the global-limit slot a claim commit tries (its first
+// unit's), or "".
+func claimSlot(t kv.Txn) string {
+	for _, op := range t.Then {
+		if op.Type != kv.OpTxn {
+			continue
+		}
+		for _, c := range op.Txn.If {
+			if c.Target == kv.Version && c.Op == kv.Equal && c.Int == 0 && strings.Contains(c.Key, "/qm/s/") {
+				return c.Key
+			}
+		}
+	}
+	return ""
+}
+
+func (s *slotThief) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if slot := claimSlot(t); slot != "" && s.armed.CompareAndSwap(true, false) {
+		close(s.held)
+		<-s.open
+		// Another daemon's claim: its slot hangs on for as long as its
+		// job runs, longer than this test.
+		if _, err := s.Store.Txn(ctx, kv.Txn{Then: []kv.Op{kv.Put(slot, []byte("another daemon's job"), 0)}}); err != nil {
+			return kv.TxnResult{}, err
+		}
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// TestRefusedCandidateClaimedBesideAnEmptyFinding: two claims in flight;
+// one tries the only job, the other skips it (its sibling holds it), finds
+// the queue empty, and the queue is left until the next wake-up. Then the
+// first claim's unit is refused because another daemon took the global-limit
+// slot it tried, not the job: the job stays available, a slot of the limit
+// is still free, and no watch event says so (its entry did not change, and
+// a slot taken wakes no one). The job must be claimed again at once, not at
+// the next poll (an hour here).
+func TestRefusedCandidateClaimedBesideAnEmptyFinding(t *testing.T) {
+	th := &slotThief{held: make(chan struct{}), open: make(chan struct{})}
+	e := newEnv(t, func(s kv.Store) kv.Store { th.Store = s; return th })
+	if _, _, err := e.c.SetQueueLimit(context.Background(), coordinator.DefaultQueue, 2); err != nil {
+		t.Fatal(err)
+	}
+	var armed atomic.Bool
+	emptyBeside := make(chan struct{}, 1)
+	e.worker(worker.Config{
+		Concurrency:  2, // two claims in flight, one slot each
+		PollInterval: time.Hour,
+		OnClaim: func(_ string, n int, st coordinator.ClaimStats) {
+			if armed.Load() && n == 0 && st.Candidates == 0 {
+				signal(emptyBeside)
+			}
+		},
+	}, map[string]worker.Handler{"k": func(context.Context, *worker.Job) error { return nil }})
+	// The start's wake-ups are behind the worker once a job has run.
+	for range 2 {
+		if j := e.wait(e.enqueue(coordinator.EnqueueParams{Kind: "k"})); j.State != coordinator.StateCompleted {
+			t.Fatalf("warm-up job %s", j.State)
+		}
+	}
+	armed.Store(true)
+	th.armed.Store(true)
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	awaitSignal(t, th.held, "a claim of the job is committing")
+	awaitSignal(t, emptyBeside, "the claim beside it found the queue empty")
+	close(th.open)
+	if j := e.wait(id); j.State != coordinator.StateCompleted {
+		t.Fatalf("job %s is %s, want completed", j.ID, j.State)
+	}
+}
