@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -90,5 +91,72 @@ func TestRefusedCandidateClaimedBesideAnEmptyFinding(t *testing.T) {
 	close(th.open)
 	if j := e.wait(id); j.State != coordinator.StateCompleted {
 		t.Fatalf("job %s is %s, want completed", j.ID, j.State)
+	}
+}
+
+// splitClaims is a store whose transactions hold one claimed job each (a
+// claim of two jobs commits in two), and on which, once armed, the second
+// commit of the next claim fails without landing after its claim beside
+// it reported; it holds that commit until open is closed.
+type splitClaims struct {
+	kv.Store
+	armed      atomic.Bool
+	commits    atomic.Int32
+	held, open chan struct{}
+}
+
+func (s *splitClaims) Limits() kv.Limits {
+	l := s.Store.Limits()
+	l.MaxOps = 5 // one claim unit (four operations) and its nesting
+	return l
+}
+
+func (s *splitClaims) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if s.armed.Load() && isClaimCommit(t) && s.commits.Add(1) == 2 {
+		close(s.held)
+		<-s.open
+		return kv.TxnResult{}, errors.New("store briefly unreachable")
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// TestPartlyLandedClaimLeavesNoJobWaiting: two claims in flight; one tries
+// both jobs of the queue, the other skips them and finds the queue empty.
+// The first claim's commit lands for one job and fails for the other (its
+// jobs took two transactions): resolved from the ownership keys, the claim
+// reports one run and no error, and the other job is available again with
+// no watch event to say so. It must be claimed at once, not at the next
+// poll (an hour here).
+func TestPartlyLandedClaimLeavesNoJobWaiting(t *testing.T) {
+	sc := &splitClaims{held: make(chan struct{}), open: make(chan struct{})}
+	e := newEnv(t, func(s kv.Store) kv.Store { sc.Store = s; return sc })
+	var armed atomic.Bool
+	emptyBeside := make(chan struct{}, 1)
+	e.worker(worker.Config{
+		Concurrency:  4, // two claims in flight, two slots each
+		PollInterval: time.Hour,
+		OnClaim: func(_ string, n int, st coordinator.ClaimStats) {
+			if armed.Load() && n == 0 && st.Candidates == 0 {
+				signal(emptyBeside)
+			}
+		},
+	}, map[string]worker.Handler{"k": func(context.Context, *worker.Job) error { return nil }})
+	if j := e.wait(e.enqueue(coordinator.EnqueueParams{Kind: "k"})); j.State != coordinator.StateCompleted {
+		t.Fatalf("warm-up job %s", j.State)
+	}
+	// Both jobs in one transaction: the claim woken by it reads both.
+	armed.Store(true)
+	sc.armed.Store(true)
+	rs, err := e.c.EnqueueBatch(context.Background(), []coordinator.EnqueueParams{{Kind: "k"}, {Kind: "k"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	awaitSignal(t, sc.held, "the second commit of a claim of both jobs")
+	awaitSignal(t, emptyBeside, "the claim beside it found the queue empty")
+	close(sc.open)
+	for _, r := range rs {
+		if j := e.wait(r.Job.ID); j.State != coordinator.StateCompleted {
+			t.Fatalf("job %s is %s, want completed", j.ID, j.State)
+		}
 	}
 }

@@ -898,13 +898,17 @@ func (w *Worker) claim(ctx context.Context, sess *coordinator.Session, q string,
 func (w *Worker) claimDone(c claimed, st *claimState) {
 	if c.st.Conflicts > 0 {
 		st.lastConflict = time.Now()
-		// A candidate the claim did not get may still be available: a
-		// global-limit slot another daemon took, or a pause, refuses a
-		// unit as surely as another claim taking the job, and no watch
-		// event says so (the coordinator lowered the floor to it, ADR
-		// 0015). A claim beside this one skipped it while it was tried
-		// and may have found the queue empty: count a wake-up of the
-		// queue, which voids that finding (ADR 0045).
+	}
+	if c.runs < c.st.Candidates {
+		// A candidate the claim did not get may still be available,
+		// and no watch event says so: a unit refused because another
+		// daemon took the global-limit slot it tried (ADR 0015), or one
+		// whose transaction failed while another of the claim's landed
+		// (resolved from the ownership keys, the claim reports runs and
+		// no error). The coordinator lowered or reset the floor, but a
+		// claim beside this one skipped these candidates while they
+		// were tried and may have found the queue empty: count a
+		// wake-up of the queue, which voids that finding (ADR 0045).
 		w.queueWakes[c.queue].Add(1)
 	}
 	if c.sess.Ctx().Err() != nil {
