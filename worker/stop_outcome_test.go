@@ -99,3 +99,62 @@ func TestNegativeIntervalsRefused(t *testing.T) {
 		}
 	}
 }
+
+// stallOutcomes holds every outcome commit until its caller's context
+// ends, while lease renewals go on: a store whose writes hang (a stalled
+// disk, a member that takes requests and answers none) but whose leases
+// are renewed.
+type stallOutcomes struct {
+	kv.Store
+	held chan struct{}
+}
+
+func (s *stallOutcomes) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if isOutcomeCommit(t) {
+		signal(s.held)
+		<-ctx.Done()
+		return kv.TxnResult{}, ctx.Err()
+	}
+	return s.Store.Txn(ctx, t)
+}
+
+// TestStopGivesUpOutcomeTheStoreHolds: an outcome write that the store
+// holds until its deadline, while the session renews, is given up
+// AbandonGrace after Stop's deadline, as one the store refuses is, and
+// Stop returns. Each attempt ran until the session's validity deadline,
+// and one that ended so under a renewed session went on under the new
+// deadline without looking at the drain's cut: Stop never returned.
+func TestStopGivesUpOutcomeTheStoreHolds(t *testing.T) {
+	st := &stallOutcomes{held: make(chan struct{}, 1)}
+	e := newEnv(t, func(s kv.Store) kv.Store { st.Store = s; return st })
+	outcomes := make(chan worker.Outcome, 1)
+	w, err := worker.New(e.c, worker.Config{
+		LeaseTTL:     coordinator.MinLeaseTTL,
+		AbandonGrace: 50 * time.Millisecond,
+		OnOutcome:    func(o worker.Outcome) { outcomes <- o },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("k", func(ctx context.Context, j *worker.Job) error { return nil })
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	awaitSignal(t, st.held, "the outcome write reached the store")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- w.Stop(ctx) }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatalf("Stop = %v, want nil (no handler was running)", err)
+		}
+	case <-time.After(outageBound):
+		t.Fatal("Stop does not return while the store holds the outcome write")
+	}
+	if o := <-outcomes; o.Op != "complete" || o.Err == nil {
+		t.Fatalf("outcome %s err %v, want a completion that was not recorded", o.Op, o.Err)
+	}
+}

@@ -221,9 +221,14 @@ type Worker struct {
 	force      chan struct{} // closed by a Stop whose ctx ended while another drained
 	forceOnce  sync.Once
 	// drainCut is when Stop cut its drain short (its ctx, or a concurrent
-	// Stop's, ended): outcome writes that keep failing stop retrying
-	// AbandonGrace later (see record).
-	drainCut atomic.Pointer[time.Time]
+	// Stop's, ended): outcome writes that keep failing, or that the store
+	// holds, are given up AbandonGrace later (see record). giveUp ends
+	// then, cutting short an attempt in flight; giveUpAt is its timer.
+	drainCut     atomic.Pointer[time.Time]
+	cutOnce      sync.Once
+	giveUp       context.Context
+	giveUpCancel context.CancelFunc
+	giveUpAt     *time.Timer
 	// startMu orders starting handlers before Stop's drain: once stopping
 	// is set, runs of claims that land are given back, not started.
 	startMu     sync.Mutex
@@ -301,6 +306,7 @@ func New(c *coordinator.Coordinator, cfg Config) (*Worker, error) {
 
 		cancelSeen: map[string]cancelSeen{},
 	}
+	w.giveUp, w.giveUpCancel = context.WithCancel(context.Background())
 	for _, q := range cfg.Queues {
 		w.queueWakes[q] = new(atomic.Uint64)
 	}
@@ -1327,7 +1333,13 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		if stopDeadline != nil {
 			stopDeadline()
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), sess.ValidUntil())
+		// Once Stop cut its drain, no later than AbandonGrace after the
+		// cut: an attempt the store holds must not hold Stop.
+		d := sess.ValidUntil()
+		if cut := w.drainCut.Load(); cut != nil && cut.Add(w.cfg.AbandonGrace).Before(d) {
+			d = cut.Add(w.cfg.AbandonGrace)
+		}
+		ctx, cancel := context.WithDeadline(w.giveUp, d)
 		stopDeadline = cancel
 		return ctx
 	}
@@ -1450,6 +1462,17 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
 			w.runLog(r).Warn("outcome unknown: an earlier attempt's reply was lost, and the store no longer shows whether it landed; the job's record says what happened", slog.Any("err", err))
 			return
+		case w.gaveUp():
+			// The worker stops, its drain deadline AbandonGrace past. A
+			// store that refuses writes while it renews the lease (etcd
+			// out of space, say), or that holds them to their deadline
+			// (which each renewal moves on), would otherwise hold Stop
+			// for ever: the job stays running until Stop closes the
+			// session, whose revoke leaves it to be re-queued (by a
+			// reaper, or in embedded mode at the next open). Looked at
+			// before a renewal carries the write on (ADR 0046).
+			w.runLog(r).Error("cannot record outcome before the worker stops; the job is re-queued once the session's lease is gone (shared: by a reaper; embedded: at the store's next open)", slog.Any("err", err))
+			return
 		case wctx.Err() != nil && sess.Valid() && sess.ValidUntil().After(time.Now()):
 			// Renewed since this attempt began: go on under the new
 			// deadline, at once.
@@ -1457,16 +1480,6 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 			continue
 		case wctx.Err() != nil || errors.Is(err, coordinator.ErrInvalid) || errors.Is(err, coordinator.ErrWrongState):
 			w.runLog(r).Error("cannot record outcome; the job stays running until this daemon's session ends, then it is reaped and run again", slog.Any("err", err))
-			return
-		}
-		if cut := w.drainCut.Load(); cut != nil && time.Since(*cut) >= w.cfg.AbandonGrace {
-			// The worker stops, its drain deadline AbandonGrace past. A
-			// store that refuses writes while it renews the lease (etcd
-			// out of space, say) would otherwise hold Stop for ever: the
-			// job stays running until Stop closes the session, whose
-			// revoke leaves it to be re-queued (by a reaper, or in
-			// embedded mode at the next open).
-			w.runLog(r).Error("cannot record outcome before the worker stops; the job is re-queued once the session's lease is gone (shared: by a reaper; embedded: at the store's next open)", slog.Any("err", err))
 			return
 		}
 		switch {
@@ -1607,6 +1620,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 			err = fmt.Errorf("worker: stop: %w: close the store only after Stop returns; any jobs the worker was running stay running until re-queued (by the next worker's Start on the reopened store in embedded mode, or by a reaper once the lease expires)", kv.ErrClosed)
 		}
 		w.sessCancel()
+		if w.giveUpAt != nil {
+			w.giveUpAt.Stop()
+		}
+		w.giveUpCancel()
 		w.fenceWatch.Wait()
 		w.log.Info("worker stopped")
 	}()
@@ -1617,7 +1634,17 @@ func (w *Worker) Stop(ctx context.Context) error {
 // ErrShutdown), and outcome writes that keep failing give up AbandonGrace
 // from now.
 func (w *Worker) cutDrain() {
-	now := time.Now()
-	w.drainCut.Store(&now)
+	w.cutOnce.Do(func() {
+		now := time.Now()
+		w.drainCut.Store(&now)
+		w.giveUpAt = time.AfterFunc(w.cfg.AbandonGrace, w.giveUpCancel)
+	})
 	w.runCancel(ErrShutdown)
+}
+
+// gaveUp reports whether outcome writes are given up: Stop cut its drain
+// AbandonGrace ago.
+func (w *Worker) gaveUp() bool {
+	cut := w.drainCut.Load()
+	return w.giveUp.Err() != nil || cut != nil && time.Since(*cut) >= w.cfg.AbandonGrace
 }
