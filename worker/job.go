@@ -28,7 +28,7 @@ type Job struct {
 	run    *coordinator.Run
 	mu     sync.Mutex
 	result json.RawMessage
-	ended  bool // the run's outcome is being recorded: SetResult is too late
+	ended  bool // the handler returned, or was abandoned: SetResult and Checkpoint are too late
 }
 
 // Checkpoint records v (marshalled to JSON) under the run's fence. A later
@@ -47,11 +47,17 @@ type Job struct {
 //	cancel()
 //
 // The fence still applies: a run that is over is refused, whatever the
-// context.
+// context. Called once the handler returned (from a goroutine it left
+// behind, or after it was abandoned), it records nothing, as SetResult.
 func (j *Job) Checkpoint(ctx context.Context, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("worker: marshal checkpoint of job %s: %w", j.ID, err)
+	}
+	if j.isEnded() {
+		// The outcome is what the handler left as it returned: a later
+		// checkpoint would be written with it, or under it.
+		return fmt.Errorf("%w: %w: worker: checkpoint of job %s after its handler returned: checkpoint before returning", fence.ErrLeaseLost, coordinator.ErrWrongState, j.ID)
 	}
 	err = j.run.Checkpoint(ctx, b)
 	if errors.Is(err, coordinator.ErrWrongState) {
@@ -95,11 +101,18 @@ func (j *Job) SetResult(v any) error {
 	return nil
 }
 
-// end marks the run's outcome as being recorded.
+// end marks the run as over for the handler's writes: it returned, or
+// its outcome is being recorded without it.
 func (j *Job) end() {
 	j.mu.Lock()
 	j.ended = true
 	j.mu.Unlock()
+}
+
+func (j *Job) isEnded() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.ended
 }
 
 // Fence returns the run's fencing token, the same as j.Token, for

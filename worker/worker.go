@@ -1206,6 +1206,10 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 				// goroutine: the attempt failed.
 				herr = errors.New("handler exited its goroutine without returning (runtime.Goexit)")
 			}
+			// The outcome is what the handler left as it returned: a
+			// goroutine it left behind sets no result and checkpoints
+			// nothing from here on.
+			job.end()
 			// What had ended the context when the handler returned
 			// decides the outcome, not what ends it meanwhile (Stop's
 			// drain deadline, say, which would release a failed
