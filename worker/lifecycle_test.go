@@ -44,6 +44,27 @@ func TestStopAfterFailedStart(t *testing.T) {
 	}
 }
 
+// TestStopAfterStopReturnsNil: a Stop called once the worker has stopped
+// returns nil, whatever its ctx: there is nothing left to drain, even with
+// a ctx that has ended. It chose at random between the stop and its ended
+// ctx, and half the time said the drain missed its deadline.
+func TestStopAfterStopReturnsNil(t *testing.T) {
+	e := newEnv(t, nil)
+	w := e.worker(worker.Config{}, map[string]worker.Handler{
+		"k": func(context.Context, *worker.Job) error { return nil },
+	})
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 64 {
+		if err := w.Stop(ctx); err != nil {
+			t.Fatalf("Stop number %d after the worker stopped, with an ended ctx: %v, want nil", i+2, err)
+		}
+	}
+}
+
 // TestStartTwice: a second Start of a started worker is ErrStarted, a
 // sentinel (it was a bare error), with one line saying what to do, and
 // leaves the worker running.

@@ -1533,6 +1533,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if !w.stopBegun.CompareAndSwap(false, true) {
 		select {
 		case <-w.stopped:
+			// Stopped already: nothing to drain, whatever ctx says (a
+			// select of both would pick one at random).
+			return nil
+		default:
+		}
+		select {
+		case <-w.stopped:
 			return nil
 		case <-ctx.Done():
 			w.forceOnce.Do(func() { close(w.force) })
