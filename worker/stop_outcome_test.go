@@ -158,3 +158,44 @@ func TestStopGivesUpOutcomeTheStoreHolds(t *testing.T) {
 		t.Fatalf("outcome %s err %v, want a completion that was not recorded", o.Op, o.Err)
 	}
 }
+
+// TestStopReleasesAbandonedHandlersJob: a handler that ignores its
+// cancelled context past AbandonGrace at Stop is abandoned, and its job
+// is released (available again, no attempt used) before Stop returns:
+// its outcome write gets AbandonGrace of its own from when it begins, not
+// what is left of the drain's.
+func TestStopReleasesAbandonedHandlersJob(t *testing.T) {
+	e := newEnv(t, nil)
+	started := make(chan struct{})
+	release := make(chan struct{})
+	outcomes := make(chan worker.Outcome, 1)
+	w, err := worker.New(e.c, worker.Config{
+		AbandonGrace: 50 * time.Millisecond,
+		OnOutcome:    func(o worker.Outcome) { outcomes <- o },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Handle("k", func(ctx context.Context, j *worker.Job) error {
+		close(started)
+		<-release // ignores ctx
+		return nil
+	})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer close(release)
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	<-started
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := w.Stop(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Stop = %v, want its ctx's error", err)
+	}
+	if o := <-outcomes; o.Op != "release" || o.Err != nil {
+		t.Fatalf("outcome %s err %v, want a recorded release", o.Op, o.Err)
+	}
+	if j, err := e.c.Get(context.Background(), id); err != nil || j.State != coordinator.StateAvailable || j.Attempt != 0 {
+		t.Fatalf("job %+v (%v): want available, attempt 0", j, err)
+	}
+}

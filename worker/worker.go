@@ -1332,18 +1332,35 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 	// one it started under is tried again under the next, while the
 	// session lives (the job is ours until then; given up, it would be
 	// released as an orphan by a write no outcome reports).
+	// Once Stop cut its drain, the write is given up AbandonGrace after
+	// the cut, or after it began if it began later (the outcome of a
+	// handler abandoned at Stop): an attempt the store holds must not
+	// hold Stop (ADR 0046).
+	began := time.Now()
+	gaveUp := func() (at time.Time, ok bool) {
+		cut := w.drainCut.Load()
+		if cut == nil {
+			return time.Time{}, false
+		}
+		if began.After(*cut) {
+			return began.Add(w.cfg.AbandonGrace), true
+		}
+		return cut.Add(w.cfg.AbandonGrace), true
+	}
 	var stopDeadline context.CancelFunc
 	underDeadline := func() context.Context {
 		if stopDeadline != nil {
 			stopDeadline()
 		}
-		// Once Stop cut its drain, no later than AbandonGrace after the
-		// cut: an attempt the store holds must not hold Stop.
 		d := sess.ValidUntil()
-		if cut := w.drainCut.Load(); cut != nil && cut.Add(w.cfg.AbandonGrace).Before(d) {
-			d = cut.Add(w.cfg.AbandonGrace)
+		parent := w.giveUp // ends AbandonGrace after a cut still to come
+		if at, ok := gaveUp(); ok {
+			parent = context.Background()
+			if at.Before(d) {
+				d = at
+			}
 		}
-		ctx, cancel := context.WithDeadline(w.giveUp, d)
+		ctx, cancel := context.WithDeadline(parent, d)
 		stopDeadline = cancel
 		return ctx
 	}
@@ -1466,7 +1483,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		case errors.Is(err, coordinator.ErrUnknownOutcome):
 			w.runLog(r).Warn("outcome unknown: an earlier attempt's reply was lost, and the store no longer shows whether it landed; the job's record says what happened", slog.Any("err", err))
 			return
-		case w.gaveUp():
+		case w.pastGiveUp(gaveUp):
 			// The worker stops, its drain deadline AbandonGrace past. A
 			// store that refuses writes while it renews the lease (etcd
 			// out of space, say), or that holds them to their deadline
@@ -1511,9 +1528,10 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 // ctx's error if the drain did not finish in time. A handler that ignores
 // its cancelled context is waited for up to Config.AbandonGrace more, then
 // abandoned (its outcome recorded without it), so Stop may return that
-// long after ctx ends; an outcome write that keeps failing is retried as
-// long, then given up (its job is re-queued once the session's lease is
-// revoked). A Stop called while another runs waits for it, but cuts the
+// long after ctx ends; an outcome write that keeps failing, or that the
+// store holds, is retried as long (from ctx's end, or from when the write
+// began if later: twice AbandonGrace for an abandoned handler's), then
+// given up (its job is re-queued once the session's lease is revoked). A Stop called while another runs waits for it, but cuts the
 // drain short as its own ctx ends.
 //
 // Do not call Stop from a handler: it waits for that handler too, until
@@ -1653,9 +1671,9 @@ func (w *Worker) cutDrain() {
 	w.runCancel(ErrShutdown)
 }
 
-// gaveUp reports whether outcome writes are given up: Stop cut its drain
-// AbandonGrace ago.
-func (w *Worker) gaveUp() bool {
-	cut := w.drainCut.Load()
-	return w.giveUp.Err() != nil || cut != nil && time.Since(*cut) >= w.cfg.AbandonGrace
+// pastGiveUp reports whether an outcome write is given up: Stop cut its
+// drain, and the time gaveUp gives for the write has come.
+func (w *Worker) pastGiveUp(gaveUp func() (time.Time, bool)) bool {
+	at, ok := gaveUp()
+	return ok && !time.Now().Before(at)
 }
