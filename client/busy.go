@@ -27,7 +27,13 @@ var ErrBusy = errors.New("client: daemon busy, request not processed")
 // change again itself: insert with a unique key (InsertOpts.UniqueKey) to
 // send it again without a duplicate, or read the job first. A read never
 // wraps it; a request that reached no daemon (nothing listens, a
-// certificate refused) was not made and does not wrap it either.
+// certificate refused) was not made and does not wrap it either. A
+// client straight on the store (Dial, New) wraps it in the error of a
+// change that failed without the store's or the coordinator's verdict:
+// a write an etcd member did not answer (etcdkv.ErrNoAnswer), the
+// context's end, any failure but ErrInvalid, ErrNotFound, ErrWrongState,
+// ErrConflict, kv.ErrNoSpace, kv.ErrTxnTooLarge and kv.ErrClosed (ADR
+// 0047).
 var ErrOutcomeUnknown = errors.New("client: outcome unknown")
 
 // busy is how the client sends again a request that the daemon did not

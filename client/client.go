@@ -32,9 +32,19 @@
 // deadline, a proxy's 502 or 504) gives an error wrapping
 // ErrOutcomeUnknown, and the change is never sent again by the client:
 // insert with a unique key to retry without a duplicate, or look first.
+// So does a change sent straight to the store that failed without its
+// answer (an etcd member that did not answer a write, etcdkv.ErrNoAnswer;
+// the context's end; any failure but the sentinels above and
+// kv.ErrNoSpace): as through a daemon, whose answer would be a 5xx
+// (ADR 0047).
 // InsertMany returns the jobs of the requests that were answered, and its
 // error names the jobs that may or may not have been inserted and those
 // not sent.
+// A method that returns a job returns none with an error (with
+// ErrWrongState too: read the job with Get), and List an empty page.
+// A payload and metadata are stored as a daemon receives them: JSON
+// compacted as encoding/json writes it (<, > and & escaped), a null
+// payload as {}.
 // A store without room for new jobs (a daemon's disk under its reserve,
 // etcd over its quota) gives an error wrapping kv.ErrNoSpace, also through
 // a daemon (its 507). A disk's reserve writes nothing; etcd applied the
@@ -72,6 +82,7 @@ import (
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/etcdkv"
+	"github.com/leasehold/leasehold/coordinator/kv"
 )
 
 // Args are a job's typed arguments: Kind names the handler that runs it,
@@ -390,13 +401,17 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 	if err := coordinator.ValidateID(id); err != nil {
 		return nil, err
 	}
-	return c.b.get(ctx, id)
+	return noJobOnError(c.b.get(ctx, id))
 }
 
 // List returns one page of jobs; pass ListPage.Next as ListParams.After
 // for the next.
 func (c *Client) List(ctx context.Context, p ListParams) (ListPage, error) {
-	return c.b.list(ctx, p)
+	page, err := c.b.list(ctx, p)
+	if err != nil {
+		return ListPage{}, err
+	}
+	return page, nil
 }
 
 // Cancel cancels a job: at once if it is not running; a running job gets a
@@ -406,7 +421,7 @@ func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
 	if err := coordinator.ValidateID(id); err != nil {
 		return nil, err
 	}
-	return c.b.cancel(ctx, id)
+	return noJobOnError(c.b.cancel(ctx, id))
 }
 
 // CancelMany cancels every unfinished job that matches f.
@@ -420,7 +435,7 @@ func (c *Client) Retry(ctx context.Context, id string) (*Job, error) {
 	if err := coordinator.ValidateID(id); err != nil {
 		return nil, err
 	}
-	return c.b.retry(ctx, id)
+	return noJobOnError(c.b.retry(ctx, id))
 }
 
 // Delete deletes a finished job now; an unfinished one is ErrWrongState.
@@ -428,7 +443,7 @@ func (c *Client) Delete(ctx context.Context, id string) (*Job, error) {
 	if err := coordinator.ValidateID(id); err != nil {
 		return nil, err
 	}
-	return c.b.remove(ctx, id)
+	return noJobOnError(c.b.remove(ctx, id))
 }
 
 // Wait blocks until job id is final (completed, discarded or cancelled)
@@ -437,7 +452,7 @@ func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 	if err := coordinator.ValidateID(id); err != nil {
 		return nil, err
 	}
-	return c.b.wait(ctx, id)
+	return noJobOnError(c.b.wait(ctx, id))
 }
 
 // Counts returns the number of jobs in each state, every state included
@@ -476,6 +491,16 @@ func (c *Client) QueuePage(ctx context.Context, p QueueListParams) (QueuePage, e
 	return c.b.queuePage(ctx, p)
 }
 
+// noJobOnError returns no job with an error, on every route: the
+// coordinator returns the job as it is with ErrWrongState, which a
+// daemon's 409 does not carry (read it with Get).
+func noJobOnError(j *Job, err error) (*Job, error) {
+	if err != nil {
+		return nil, err
+	}
+	return j, nil
+}
+
 // coordBackend runs on a coordinator.
 type coordBackend struct {
 	c       *coordinator.Coordinator
@@ -483,18 +508,85 @@ type coordBackend struct {
 }
 
 func (b coordBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams) ([]InsertResult, error) {
+	ps = asSent(ps)
 	if err := b.checkKinds(ctx, ps); err != nil {
-		return nil, err
+		return nil, unknownOutcome(err, "/v1/jobs")
 	}
 	rs, err := b.c.EnqueueBatch(ctx, ps)
 	if err != nil {
+		err = unknownOutcome(err, "/v1/jobs")
+		if len(ps) > 1 && errors.Is(err, ErrOutcomeUnknown) {
+			err = fmt.Errorf("jobs 0 to %d may or may not have been inserted: %w", len(ps)-1, err)
+		}
 		return nil, err
 	}
 	out := make([]InsertResult, len(rs))
 	for i, r := range rs {
-		out[i] = InsertResult{Job: r.Job, Existed: r.Existed}
+		j := r.Job
+		if j != nil && (j.Checkpoint == nil || j.Result == nil) {
+			// A new job, as built: as stored (and read by Get, or
+			// through a daemon), its checkpoint and result are null.
+			c := *j
+			if c.Checkpoint == nil {
+				c.Checkpoint = jsonNull
+			}
+			if c.Result == nil {
+				c.Result = jsonNull
+			}
+			j = &c
+		}
+		out[i] = InsertResult{Job: j, Existed: r.Existed}
 	}
 	return out, nil
+}
+
+// jsonNull is the JSON null.
+var jsonNull = json.RawMessage("null")
+
+// asSent returns ps as a daemon receives them from a client (the JSON
+// encoding of its request, see toWire): a payload and metadata that are
+// JSON compacted, as encoding/json writes them (<, > and & escaped), and
+// a null payload left out (the default, {}). Text that is not JSON is
+// left for the coordinator to refuse. ps is not changed.
+func asSent(ps []coordinator.EnqueueParams) []coordinator.EnqueueParams {
+	out := slices.Clone(ps)
+	for i := range out {
+		p := &out[i]
+		p.Payload, p.Metadata = encoded(p.Payload), encoded(p.Metadata)
+		if string(p.Payload) == "null" {
+			p.Payload = nil
+		}
+	}
+	return out
+}
+
+// encoded returns raw as encoding/json writes it in a value, or raw when
+// it is empty or not JSON.
+func encoded(raw json.RawMessage) json.RawMessage {
+	if len(raw) == 0 {
+		return raw
+	}
+	enc, err := json.Marshal(raw)
+	if err != nil {
+		return raw
+	}
+	return enc
+}
+
+// unknownOutcome returns the error of a change sent to the store as a
+// daemon's client reports it (ErrOutcomeUnknown, ADR 0041): an error that
+// is not the store's or the coordinator's answer (a write whose answer
+// was lost, etcdkv.ErrNoAnswer; the context's end while it was in flight;
+// any other failure) leaves the change in doubt. path names the change as
+// the daemon's API does, for the advice.
+func unknownOutcome(err error, path string) error {
+	for _, answer := range []error{coordinator.ErrInvalid, coordinator.ErrNotFound, coordinator.ErrWrongState,
+		coordinator.ErrConflict, kv.ErrNoSpace, kv.ErrTxnTooLarge, kv.ErrClosed} {
+		if err == nil || errors.Is(err, answer) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w: %s", err, ErrOutcomeUnknown, unknownAdvice(path))
 }
 
 // checkKinds refuses, as the daemon's API does, a job of a kind that no
@@ -537,14 +629,20 @@ func (b coordBackend) list(ctx context.Context, p ListParams) (ListPage, error) 
 	return b.c.List(ctx, p)
 }
 func (b coordBackend) cancel(ctx context.Context, id string) (*Job, error) {
-	return b.c.Cancel(ctx, id)
+	j, err := b.c.Cancel(ctx, id)
+	return j, unknownOutcome(err, "/v1/jobs/"+id+"/cancel")
 }
 func (b coordBackend) cancelMany(ctx context.Context, f CancelFilter) (CancelManyResult, error) {
-	return b.c.CancelMany(ctx, f)
+	res, err := b.c.CancelMany(ctx, f)
+	return res, unknownOutcome(err, "/v1/jobs/cancel")
 }
-func (b coordBackend) retry(ctx context.Context, id string) (*Job, error) { return b.c.Retry(ctx, id) }
+func (b coordBackend) retry(ctx context.Context, id string) (*Job, error) {
+	j, err := b.c.Retry(ctx, id)
+	return j, unknownOutcome(err, "/v1/jobs/"+id+"/retry")
+}
 func (b coordBackend) remove(ctx context.Context, id string) (*Job, error) {
-	return b.c.Delete(ctx, id)
+	j, err := b.c.Delete(ctx, id)
+	return j, unknownOutcome(err, "/v1/jobs/"+id)
 }
 func (b coordBackend) wait(ctx context.Context, id string) (*Job, error) { return b.c.Wait(ctx, id) }
 func (b coordBackend) counts(ctx context.Context) (map[State]int, error) {
