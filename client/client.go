@@ -578,8 +578,13 @@ func encoded(raw json.RawMessage) json.RawMessage {
 // is not the store's or the coordinator's answer (a write whose answer
 // was lost, etcdkv.ErrNoAnswer; the context's end while it was in flight;
 // any other failure) leaves the change in doubt. path names the change as
-// the daemon's API does, for the advice.
+// the daemon's API does, for the advice. A change the store refused as
+// too large is ErrInvalid, as a daemon's 413.
 func unknownOutcome(err error, path string) error {
+	if errors.Is(err, kv.ErrTxnTooLarge) && !errors.Is(err, coordinator.ErrInvalid) {
+		// Nothing written, as a daemon's 413 (ErrInvalid) says.
+		return fmt.Errorf("%w: the store refused the change as too large (its --max-request-bytes is below EtcdConfig.Limits.MaxRequestBytes?): pass the servers' value there, with a MaxPayloadBytes that fits it, or send less: %w", coordinator.ErrInvalid, err)
+	}
 	for _, answer := range []error{coordinator.ErrInvalid, coordinator.ErrNotFound, coordinator.ErrWrongState,
 		coordinator.ErrConflict, kv.ErrNoSpace, kv.ErrTxnTooLarge, kv.ErrClosed} {
 		if err == nil || errors.Is(err, answer) {

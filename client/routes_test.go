@@ -19,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator/etcdtest"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"go.etcd.io/etcd/server/v3/embed"
 )
 
 // lossyStore is a store whose write transactions, while armed, are
@@ -70,15 +71,21 @@ type route struct {
 // and namespace where a daemon runs the kind echo (on the queue default),
 // and the store, whose writes can be made to lose their answers.
 func twoRoutes(t *testing.T) ([2]route, *lossyStore) {
+	return twoRoutesOn(t, nil, etcdkv.Options{}, 0)
+}
+
+// twoRoutesOn is twoRoutes on a server started with opts, its store
+// given limits and its coordinators maxPayload.
+func twoRoutesOn(t *testing.T, opts []etcdtest.Option, limits etcdkv.Options, maxPayload int) ([2]route, *lossyStore) {
 	t.Helper()
 	const ns = "routes"
-	srv := etcdtest.Start(t)
-	base := etcdkv.New(srv.Client(t), etcdkv.Options{})
+	srv := etcdtest.Start(t, opts...)
+	base := etcdkv.New(srv.Client(t), limits)
 	t.Cleanup(func() { _ = base.Close() })
 	runEcho(t, base, ns)
 	lossy := &lossyStore{Store: base}
 
-	coord, err := coordinator.New(lossy, coordinator.Config{Namespace: ns, Logger: quiet()})
+	coord, err := coordinator.New(lossy, coordinator.Config{Namespace: ns, Logger: quiet(), MaxPayloadBytes: maxPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +109,7 @@ func twoRoutes(t *testing.T) ([2]route, *lossyStore) {
 	}
 	t.Cleanup(func() { _ = hc.Close() })
 
-	direct, err := coordinator.New(lossy, coordinator.Config{Namespace: ns, Logger: quiet()})
+	direct, err := coordinator.New(lossy, coordinator.Config{Namespace: ns, Logger: quiet(), MaxPayloadBytes: maxPayload})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -577,5 +584,24 @@ func TestRoutesAgree(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// A change that the store refuses as too large (its --max-request-bytes is
+// below what the client was told) wrote nothing: ErrInvalid on each route,
+// as the daemon's 413, and not of unknown outcome.
+func TestRoutesAgreeOnTooLarge(t *testing.T) {
+	routes, _ := twoRoutesOn(t, []etcdtest.Option{etcdtest.WithConfig(func(c *embed.Config) { c.MaxRequestBytes = 512 << 10 })},
+		etcdkv.Options{MaxRequestBytes: 8 << 20}, 2<<20)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got [2]string
+	for i, r := range routes {
+		_, err := r.c.Insert(ctx, client.RawArgs{KindName: "echo", Payload: json.RawMessage(`"` + strings.Repeat("x", 600<<10) + `"`)}, nil)
+		t.Logf("%s: %v", r.name, err)
+		got[i] = describeErr(err)
+	}
+	if got[0] != got[1] || got[0] != "error ErrInvalid" {
+		t.Errorf("a job over the store's request limit: %s over %s, %s over %s; want ErrInvalid on each", got[0], routes[0].name, got[1], routes[1].name)
 	}
 }
