@@ -37,11 +37,27 @@ type Run struct {
 	uncertain [][]byte
 	// slot is the key of the queue slot the run holds (global limit), or "".
 	slot string
+	// rev is the modification revision of the job's record as this run
+	// last wrote it (its claim's, at first): a checkpoint is applied only
+	// over it, so that one whose reply was lost and that lands late (an
+	// etcd request that waited on a hung member, ADR 0029) cannot replace
+	// a later checkpoint of the run (ADR 0048).
+	rev int64
 }
 
 func (c *Coordinator) newRun(sess *Session, j *Job) *Run {
-	return &Run{c: c, sess: sess, job: j, pred: fence.Predicate{Key: c.keys.owner(j.ID), Token: j.Token}}
+	return &Run{c: c, sess: sess, job: j, pred: fence.Predicate{Key: c.keys.owner(j.ID), Token: j.Token}, rev: int64(j.Token)}
 }
+
+// errRebased, from writeLocked, says that a checkpoint was refused only
+// because the record had moved on from the revision the run last wrote:
+// an earlier checkpoint of the run, whose reply was lost, landed since.
+// The run took the record's revision; the write is tried again over it.
+var errRebased = errors.New("the run's record moved on under an earlier write of the run")
+
+// maxRebases bounds the retries of one checkpoint over an earlier one that
+// landed meanwhile: each needs a write of the run whose reply was lost.
+const maxRebases = 8
 
 // Job returns a copy of the job as this run holds it.
 func (r *Run) Job() Job {
@@ -183,7 +199,12 @@ func (r *Run) Lost() error {
 func (r *Run) write(ctx context.Context, op string, final bool, mutate func(*Job)) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.writeLocked(ctx, op, final, mutate)
+	for range maxRebases {
+		if err := r.writeLocked(ctx, op, final, mutate); !errors.Is(err, errRebased) {
+			return err
+		}
+	}
+	return fmt.Errorf("coordinator: %s job %s: %w", op, r.job.ID, ErrConflict)
 }
 
 func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate func(*Job)) error {
@@ -236,6 +257,15 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 		cond = []kv.Cmp{kv.CreateRevisionIs(r.pred.Key, kv.Equal, int64(r.pred.Token))}
 	}
 	t := kv.Txn{If: cond, Then: then, Else: []kv.Op{kv.Get(r.pred.Key)}}
+	if fencing && !final {
+		// Over the record as the run last wrote it: an earlier
+		// checkpoint whose reply was lost may land after this one,
+		// and must then be refused (ADR 0048). A final write needs no
+		// such compare: it deletes the ownership key, which refuses
+		// every write of the run that lands after it.
+		t.If = append(t.If, kv.ModRevisionIs(k.job(j.ID), kv.Equal, r.rev))
+		t.Else = append(t.Else, kv.Get(k.job(j.ID)))
+	}
 	// An outcome that would run the job again (a retry, a snooze, a
 	// release) must not drop a cancel request that was acknowledged
 	// meanwhile: it applies only while there is none (below: else the job
@@ -282,6 +312,16 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 		var cur int64
 		if o := res.Results[0].KV; o != nil {
 			cur = o.CreateRevision
+		}
+		if fencing && !final && cur == int64(r.pred.Token) {
+			// Still the run's: only the record moved, and while the run
+			// holds the job nothing writes its record but the run. An
+			// earlier checkpoint of the run, whose reply was lost,
+			// landed: go on over it.
+			if rec := res.Results[1].KV; rec != nil && rec.ModRevision != r.rev {
+				r.rev = rec.ModRevision
+				return errRebased
+			}
 		}
 		if again && res.Results[1].KV != nil && (!fencing || cur == int64(r.pred.Token)) {
 			// Still ours, and a cancel request waits: honour it. The job
@@ -331,6 +371,7 @@ func (r *Run) writeLocked(ctx context.Context, op string, final bool, mutate fun
 	}
 	r.job = &j
 	r.done = final
+	r.rev = res.Revision
 	return nil
 }
 

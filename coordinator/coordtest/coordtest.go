@@ -82,6 +82,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, clockStepTests...)
 	tests = append(tests, sessionReviewTests...)
 	tests = append(tests, limitReviewTests...)
+	tests = append(tests, lostReplyReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
