@@ -258,6 +258,8 @@ type Handler struct {
 	// watchSlots holds a token per long-poll that watches the store
 	// (Config.WaitWatches).
 	watchSlots chan struct{}
+	// counts runs the counts of GET /v1/stats one at a time (stats.go).
+	counts *sharedCounts
 }
 
 // New returns the API of cfg.
@@ -282,6 +284,7 @@ func New(cfg Config) *Handler {
 	}
 	a := &Handler{cfg: cfg, mux: http.NewServeMux(), log: cfg.Logger, m: cfg.Metrics}
 	a.watchSlots = make(chan struct{}, cfg.WaitWatches)
+	a.counts = &sharedCounts{count: cfg.Coord.Counts, timeout: cfg.StoreTimeout}
 	a.waits, a.stopWaits = context.WithCancel(context.Background())
 	a.probe = newStoreProbe(cfg.Coord.Store(), cfg.ReadyTimeout)
 	a.kindNames = SortedKeys(cfg.Kinds)
@@ -1272,7 +1275,20 @@ func (a *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	counts, err := a.cfg.Coord.Counts(r.Context())
+	var counts map[coordinator.State]int
+	var err error
+	if a.cfg.CLI {
+		// The in-process API of one CLI command: one caller.
+		counts, err = a.cfg.Coord.Counts(r.Context())
+	} else {
+		counts, err = a.counts.get(r.Context())
+	}
+	if errors.Is(err, errStoreTimeout) {
+		// The shared count's deadline, or this request's.
+		w.Header().Set("Retry-After", retryAfter)
+		WriteError(w, http.StatusServiceUnavailable, a.timeoutMessage(r))
+		return
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
