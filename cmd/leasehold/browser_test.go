@@ -232,7 +232,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	// With the token typed in, the same click cancels it.
 	run("enter the token",
-		chromedp.SendKeys(chromedp.CSS(`#token-form input[name="token"]`), token),
+		chromedp.SendKeys(chromedp.CSS(`#api-token`), token),
 		chromedp.Click(chromedp.CSS(`#token-form button`)),
 		chromedp.Poll[chromedp.Void](`document.getElementById("token-state").textContent.includes("set")`, chromedp.WithPollingTimeout(5*time.Second)),
 		chromedp.Click(button))

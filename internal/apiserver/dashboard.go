@@ -175,7 +175,7 @@ details summary{cursor:pointer;color:var(--mute)}
 <a href="jobs"{{if eq .Nav "jobs"}} class="on"{{end}}>Jobs</a>
 <a href="metrics">Metrics</a>
 <span class="meta"><span>namespace <b>{{.Namespace}}</b>{{with .Self}} · served by <code>{{.}}</code>{{end}}</span>
-{{if .AuthRequired}}<form id="token-form" autocomplete="off"><label>API token <input type="password" name="token" placeholder="needed for actions"></label> <button>Save</button> <span id="token-state"></span></form>{{end}}
+{{if .AuthRequired}}<form id="token-form" autocomplete="off"><label>API token <input type="password" id="api-token" placeholder="needed for actions"></label> <button>Save</button> <span id="token-state"></span></form>{{end}}
 <label><input type="checkbox" id="auto" checked> auto-refresh</label></span></header>
 <main>
 <div id="status" class="flash" hidden></div>
@@ -192,7 +192,7 @@ details summary{cursor:pointer;color:var(--mute)}
   function tokenState(){ var s = document.getElementById("token-state"); if (s) s.textContent = token() ? "(set for this tab)" : ""; }
   if (tf) {
     tokenState();
-    tf.addEventListener("submit", function(e){ e.preventDefault(); sessionStorage.setItem(key, tf.elements.token.value.trim()); tf.elements.token.value = ""; tokenState(); status("API token saved for this tab."); });
+    tf.addEventListener("submit", function(e){ e.preventDefault(); var f = document.getElementById("api-token"); sessionStorage.setItem(key, f.value.trim()); f.value = ""; tokenState(); status("API token saved for this tab."); });
   }
   document.addEventListener("click", function(e){
     var b = e.target.closest("button[data-url]");
