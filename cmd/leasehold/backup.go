@@ -113,10 +113,15 @@ an existing data directory that went back in time (a filesystem or VM
 snapshot put back, a copy of a stopped daemon's directory) and is changed
 in place.
 
-Either way the revision counter is raised by --bump-revision (default
-1,000,000,000): fencing tokens are revisions, and the lost store may have
-handed out tokens above the copy's after the copy was taken; every token the
-restored store hands out must be above them. The jobs are as they were in
+Either way the revision counter is raised: fencing tokens are revisions, and
+the lost store may have handed out tokens above the copy's after the copy was
+taken; every token the restored store hands out must be above them. A backup
+is raised by 1,000,000,000, or by 10,000,000 for each second since it was
+taken if that is more (the lost store may have run on until now); a
+directory bumped in place, whose age restore cannot know, by 1,000,000,000,
+under three hours of a store at full speed: pass --bump-revision of at least
+10,000,000 times the seconds it ran after the snapshot. --bump-revision, when
+given, is the bump. The jobs are as they were in
 the copy: those that were running are re-queued when the daemon starts, and
 those that finished after the copy run again. --data is read from the
 command line only (not from LEASEHOLD_DATA). Directories restore cannot use
@@ -132,7 +137,7 @@ are refused before anything changes (exit 2); a daemon holding DIR, exit 1.`,
 	// exported LEASEHOLD_DATA does not do it.
 	noEnv(cmd, "data")
 	f.StringVar(&o.from, "from", "", "backup directory written by 'leasehold backup'")
-	f.Int64Var(&o.bump, "bump-revision", localstore.DefaultRevisionBump, "raise the revision counter by this much: more than the revisions the lost store may have made after the copy")
+	f.Int64Var(&o.bump, "bump-revision", localstore.DefaultRevisionBump, "raise the revision counter by this much: more than the revisions the lost store may have made after the copy (a backup: by default more, the older it is)")
 	return cmd
 }
 
@@ -174,7 +179,11 @@ func runRestore(cmd *cobra.Command, o *restoreOpts) error {
 	if err := checkRestoreDirs(o); err != nil {
 		return err
 	}
-	rev, err := localstore.Restore(o.data, o.from, o.bump)
+	bump := o.bump
+	if !cmd.Flags().Changed("bump-revision") {
+		bump = 0 // localstore's: more for an older backup
+	}
+	rev, err := localstore.Restore(o.data, o.from, bump)
 	if lerr, ok := lockedf(err); ok {
 		return lerr
 	}
@@ -189,12 +198,15 @@ func runRestore(cmd *cobra.Command, o *restoreOpts) error {
 		return failf("%s: check the directories and their permissions, then run it again into a new --data", strings.TrimPrefix(apiserver.OneLine(err.Error()), "localstore: "))
 	}
 	what := fmt.Sprintf("restored %s into %s", o.from, o.data)
+	raised := o.bump
 	if o.from == "" {
 		what = "bumped " + o.data + " in place"
+	} else if info, err := localstore.ReadBackup(o.from); err == nil {
+		raised = rev - max(info.Revision, 1) // an empty store is at revision 1
 	}
 	_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: revision counter raised by %d to %d\n"+
 		"next: start the daemon with --data %s; jobs running in the copy are re-queued at start, and jobs that finished after it will run again\n",
-		what, o.bump, rev, o.data)
+		what, raised, rev, o.data)
 	if err != nil {
 		return failf("write output: %v", err)
 	}

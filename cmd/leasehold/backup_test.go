@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/fence"
@@ -300,5 +301,50 @@ func TestRestoreCLI(t *testing.T) {
 	}
 	if err := rs.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// restore without --bump-revision raises a day-old backup by more than a
+// store at full speed could have issued in that day (about 100,000
+// revisions a second measured; the default 1e9 is under three hours of
+// it), and says by how much; with the flag, by the flag.
+func TestRestoreCLIRaisesAnOldBackupMore(t *testing.T) {
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: testutil.QuietLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	backupDir := filepath.Join(t.TempDir(), "b")
+	info, err := ls.Backup(context.Background(), backupDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ls.Close(); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(backupDir, "leasehold-backup.json")
+	info.CreatedAt = info.CreatedAt.Add(-24 * time.Hour)
+	b, err := json.Marshal(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(marker, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	const dayAtCeiling = 100_000 * 24 * 60 * 60
+	base := max(info.Revision, 1) // an empty store is at revision 1
+	restored := filepath.Join(t.TempDir(), "r")
+	code, out, errs := runInProcess("restore", "--from", backupDir, "--data", restored)
+	var raised, rev int64
+	prefix := fmt.Sprintf("restored %s into %s: ", backupDir, restored)
+	if _, err := fmt.Sscanf(strings.TrimPrefix(out, prefix), "revision counter raised by %d to %d", &raised, &rev); code != 0 || err != nil ||
+		raised <= dayAtCeiling || rev != base+raised {
+		t.Errorf("restore of a day-old backup: exit %d, stdout %q, stderr %q; want it raised by more than %d, to the backup's revision %d plus that",
+			code, out, errs, int64(dayAtCeiling), base)
+	}
+	restored = filepath.Join(t.TempDir(), "r")
+	code, out, errs = runInProcess("restore", "--from", backupDir, "--data", restored, "--bump-revision", "1000000000")
+	if want := fmt.Sprintf("raised by 1000000000 to %d", base+1_000_000_000); code != 0 || !strings.Contains(out, want) {
+		t.Errorf("restore --bump-revision 1000000000: exit %d, stdout %q, stderr %q; want %q", code, out, errs, want)
 	}
 }
