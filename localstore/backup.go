@@ -17,6 +17,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"golang.org/x/sys/unix"
 )
 
 // ErrBackup is wrapped by the errors of [Store.Backup] and [Restore] that
@@ -248,37 +249,83 @@ func Restore(dir, from string, bump int64) (int64, error) {
 		return 0, fmt.Errorf("%w: %s overlaps the backup %s: restore into a directory outside it", ErrBackup, dir, from)
 	}
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		// A running daemon's directory is in use (exit 1 in the CLI), not
+		// merely the wrong one.
+		if err := probeLock(dir); err != nil {
+			return 0, err
+		}
 		return 0, fmt.Errorf("%w: %s is not empty: restore into a new directory", ErrBackup, dir)
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
 	}
 	_, statErr := os.Stat(dir)
-	if err := mkdirDurable(vfs.Default, dir, dataDirPerm); err != nil {
-		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
+	// Held from here to the end, so that a daemon started on dir meanwhile
+	// is refused rather than have its new store removed by a failed copy's
+	// cleanup.
+	lock, err := lockDir(dir)
+	if err != nil {
+		return 0, err
 	}
-	rev, err := restoreInto(dir, from, bump)
+	rev, err := restoreInto(lock, from, bump)
 	if err != nil {
 		// Removed, so that neither a copy without its bump (it would hand
 		// out the lost store's tokens again) nor a partial one is opened:
 		// the store first, the mark that Open refuses last.
 		if os.RemoveAll(filepath.Join(dir, pebbleDir)) == nil {
 			_ = os.Remove(filepath.Join(dir, lockFileName))
+			_ = lock.unlock()
 			if errors.Is(statErr, os.ErrNotExist) {
 				_ = os.RemoveAll(dir)
 			} else {
 				_ = os.Remove(filepath.Join(dir, unfinishedRestore))
 			}
+			return 0, err
 		}
+		_ = lock.unlock()
+		return 0, err
+	}
+	if err := lock.unlock(); err != nil {
 		return 0, err
 	}
 	return rev, nil
+}
+
+// probeLock returns a [*LockedError] when an open Store, of this process
+// or another, holds dir, and nil otherwise (or when it cannot tell). It
+// creates and writes nothing.
+func probeLock(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil
+	}
+	abs = filepath.Clean(abs)
+	resolved, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil
+	}
+	openDirs.Lock()
+	defer openDirs.Unlock()
+	if openDirs.m[resolved] {
+		return &LockedError{Dir: abs, PID: os.Getpid(), InProcess: true}
+	}
+	path := filepath.Join(abs, lockFileName)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close() // releases the flock if it was taken
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+		return &LockedError{Dir: abs, PID: readPID(path)}
+	}
+	return nil
 }
 
 // restoreInto copies the backup from into the empty directory dir and
 // bumps it. Until the bump is on disk, dir holds the file
 // unfinishedRestore, which Open refuses: a crash mid-way leaves an
 // unbumped or partial copy there.
-func restoreInto(dir, from string, bump int64) (int64, error) {
+func restoreInto(lock *dirLock, from string, bump int64) (int64, error) {
+	dir := lock.dir
 	if err := writeFileDurable(dir, unfinishedRestore, "a restore in progress, or cut short: not a data directory yet\n"); err != nil {
 		return 0, fmt.Errorf("localstore: restore into %s: %w", dir, err)
 	}
@@ -289,7 +336,7 @@ func restoreInto(dir, from string, bump int64) (int64, error) {
 		return 0, fmt.Errorf("localstore: restore into %s: copy the backup: %w", dir, err)
 	}
 	crashPoint(dir, "restore: copied")
-	rev, err := bumpStore(dir, bump)
+	rev, err := bumpLocked(lock, bump)
 	if err != nil {
 		return 0, err
 	}
@@ -323,6 +370,12 @@ func bumpStore(dir string, bump int64) (int64, error) {
 		return 0, err
 	}
 	defer func() { _ = lock.unlock() }()
+	return bumpLocked(lock, bump)
+}
+
+// bumpLocked raises the counters of the stopped store in the directory
+// held by lock by bump, in one synced batch.
+func bumpLocked(lock *dirLock, bump int64) (int64, error) {
 	db, err := pebble.Open(filepath.Join(lock.dir, pebbleDir), &pebble.Options{Logger: pebbleLogger{discardLogger}})
 	if err != nil {
 		return 0, fmt.Errorf("localstore: restore %s: open: %w", lock.dir, err)

@@ -390,3 +390,34 @@ func TestRestoreBumpCoversTheBackupsAge(t *testing.T) {
 		t.Errorf("Restore with bump 5000: %d, %v; want %d", rev, err, info.Revision+5000)
 	}
 }
+
+// A restore from a backup into the directory an open store holds (a
+// running daemon's) is refused as in use, naming the directory and its
+// holder, as the in-place restore is, not as a directory that is merely
+// not empty: the README promises exit 1, "a daemon holds it", for both.
+// Nothing in it changes.
+func TestRestoreIntoHeldDirectoryRefused(t *testing.T) {
+	src, backupDir := t.TempDir(), filepath.Join(t.TempDir(), "b")
+	s := openDir(t, src, Options{})
+	if _, err := s.Backup(ctxT(t), backupDir); err != nil {
+		t.Fatal(err)
+	}
+	live := t.TempDir()
+	l := openDir(t, live, Options{})
+	last := mustPut(t, l, "k", "v", 0)
+	before, err := os.ReadDir(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Restore(live, backupDir, 0)
+	var le *LockedError
+	if !errors.As(err, &le) || le.Dir != live {
+		t.Fatalf("Restore into a held directory: %v; want a LockedError naming %s", err, live)
+	}
+	if after, _ := os.ReadDir(live); len(after) != len(before) {
+		t.Errorf("the refused restore changed the directory: %d entries, %d before", len(after), len(before))
+	}
+	if next := mustPut(t, l, "k2", "v", 0); next != last+1 {
+		t.Errorf("the holder's store after the refusal: revision %d, want %d", next, last+1)
+	}
+}

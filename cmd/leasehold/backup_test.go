@@ -276,6 +276,9 @@ func TestRestoreCLI(t *testing.T) {
 	if !strings.Contains(r.stderr, "stop it") || !strings.Contains(r.stderr, "--data") {
 		t.Errorf("restore in place of an open store: %q does not say to stop the daemon or pass another --data", r.stderr)
 	}
+	// So does a restore of a backup into it (not "not empty", exit 2).
+	r = runCLI(t, nil, "", "restore", "--from", backupDir, "--data", dataDir)
+	checkOneLineError(t, "restore --from into an open store", r, exitFailure, "data directory "+dataDir+" is in use by another leasehold process")
 	// bench on it says the same (the library's line names no flag).
 	r = runCLI(t, nil, "", "bench", "--data", dataDir, "--jobs", "1")
 	if want := "leasehold: bench: data directory " + dataDir + " is in use by another leasehold process"; r.code != exitFailure ||
