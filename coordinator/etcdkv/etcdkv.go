@@ -231,6 +231,7 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if err != nil {
 		return kv.TxnResult{}, fmt.Errorf("etcdkv: txn: %w", err)
 	}
+	linearized := linearize(req)
 	send := func(ctx context.Context, opts []grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
 		if s.kvc != nil {
 			return s.kvc.Txn(ctx, req, opts...)
@@ -260,7 +261,34 @@ func (s *Store) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
 	if err != nil {
 		return kv.TxnResult{}, err
 	}
-	return fromTxnResponse(resp.Header.GetRevision(), resp.Succeeded, resp.Responses), nil
+	results := resp.Responses
+	if linearized && len(results) > 0 {
+		results = results[:len(results)-1] // linearize's read
+	}
+	return fromTxnResponse(resp.Header.GetRevision(), resp.Succeeded, results), nil
+}
+
+// linearize gives a transaction of compares alone, whose branches hold no
+// op, a read of its first compare's key in each branch, and reports
+// whether it did; the read's result is the last of the branch that ran.
+// etcd serves a transaction whose every op is a serializable Range as a
+// serializable read, and one with no op at all counts as such: a member
+// would answer it from its own state, however stale (cut off from its
+// leader, say), without the leader's read index. A linearizable Range
+// makes the whole transaction linearizable. The key is a compare's, which
+// an etcd user must already be allowed to read; a transaction without
+// compares compares nothing and is left as it is (ADR 0049).
+func linearize(req *etcdserverpb.TxnRequest) bool {
+	if len(req.Compare) == 0 || len(req.Success) > 0 || len(req.Failure) > 0 {
+		return false
+	}
+	read := func() []*etcdserverpb.RequestOp {
+		return []*etcdserverpb.RequestOp{{Request: &etcdserverpb.RequestOp_RequestRange{RequestRange: &etcdserverpb.RangeRequest{
+			Key: req.Compare[0].Key, CountOnly: true,
+		}}}}
+	}
+	req.Success, req.Failure = read(), read()
+	return true
 }
 
 // readOnly reports whether t writes nothing in any branch: such a
