@@ -323,8 +323,31 @@ func (s *Store) writeErr(ctx context.Context, what string, timeout time.Duration
 		return nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		return fmt.Errorf("%w to a %s within %v (a member may hang, or the cluster may have lost its quorum; the write may still be applied): %w", ErrNoAnswer, what, timeout.Round(time.Millisecond), context.DeadlineExceeded)
+	case replyLost(err):
+		return fmt.Errorf("%w to a %s (the write may still be applied): %w", ErrNoAnswer, what, err)
 	}
 	return mapErr(what, err)
+}
+
+// replyLost reports whether a write's err leaves it without a verdict,
+// although it may have reached the leader: its connection failed after it
+// was sent (a member that crashed, a connection reset: gRPC's Unavailable,
+// which clientv3 does not send again for a write), or etcd gave up waiting
+// for it to be applied (its own request timeout, a leader lost meanwhile,
+// the member stopping), which leaves the proposal in raft. etcd's refusals
+// before a proposal (no leader, too many requests, ...) are verdicts.
+func replyLost(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		for _, e := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
+			rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrStopped} {
+			if errors.Is(err, e) {
+				return true
+			}
+		}
+		return false
+	}
+	return status.Code(err) == codes.Unavailable
 }
 
 // Range reads keys with a linearizable read.

@@ -12,8 +12,9 @@ import (
 )
 
 // ErrNoAnswer is wrapped by a write that had no answer within
-// Options.WriteTimeout: it may still be applied. Such an error wraps
-// context.DeadlineExceeded too. It is also wrapped by the end of a watch
+// Options.WriteTimeout (such an error wraps context.DeadlineExceeded too),
+// or whose answer was lost (its connection failed after it was sent, or
+// etcd timed it out itself; ADR 0049): it may still be applied. It is also wrapped by the end of a watch
 // whose stream's member did not answer its check (ADR 0030).
 var ErrNoAnswer = errors.New("etcdkv: no answer")
 
