@@ -184,9 +184,9 @@ func (h *Handler) StopWaits() { h.h.StopWaits() }
 // metrics are answered through the drain.
 func (h *Handler) Drain() { h.h.Drain() }
 
-// Close stops the long-polls and waits, until ctx is done, for a
-// /readyz read that outlived its request (a store that stalls) to
-// return. Call it after the server's Shutdown.
+// Close stops the long-polls and waits, until ctx is done, for the
+// store reads of /readyz and /v1/stats that outlived their requests (a
+// store that stalls) to return. Call it after the server's Shutdown.
 func (h *Handler) Close(ctx context.Context) error {
 	h.h.StopWaits()
 	return h.h.StopProbe(ctx)

@@ -324,10 +324,13 @@ func (a *Handler) Drain() {
 	a.stopWaits()
 }
 
-// StopProbe cancels the store read of /readyz in flight (one may outlive
-// its request while the store stalls), starts no other, and waits for it
-// to return until ctx is done.
-func (a *Handler) StopProbe(ctx context.Context) error { return a.probe.stop(ctx) }
+// StopProbe cancels the store reads that may outlive their requests while
+// the store stalls (the read of /readyz, the count that requests of
+// /v1/stats share), starts no other, and waits for them to return until
+// ctx is done.
+func (a *Handler) StopProbe(ctx context.Context) error {
+	return errors.Join(a.probe.stop(ctx), a.counts.stop(ctx))
+}
 
 // ServeHTTP routes r, answers the mux's own 404 and 405 in JSON, and
 // counts and logs the request.
@@ -1287,6 +1290,11 @@ func (a *Handler) stats(w http.ResponseWriter, r *http.Request) {
 		// The shared count's deadline, or this request's.
 		w.Header().Set("Retry-After", retryAfter)
 		WriteError(w, http.StatusServiceUnavailable, a.timeoutMessage(r))
+		return
+	}
+	if errors.Is(err, errProbeStopped) {
+		// StopProbe ended the shared count: the daemon is going.
+		WriteError(w, http.StatusServiceUnavailable, "the daemon is stopping: ask another, or retry once it is back")
 		return
 	}
 	if err != nil {

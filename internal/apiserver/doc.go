@@ -12,5 +12,6 @@
 // format that clients decode.
 //
 // At its stop, a daemon wakes the long-polls (Handler.StopWaits) and
-// awaits the store read of a /readyz left in flight (Handler.StopProbe).
+// awaits the store reads of /readyz and /v1/stats left in flight
+// (Handler.StopProbe).
 package apiserver

@@ -11,6 +11,7 @@ package apiserver
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -26,6 +27,10 @@ type sharedCounts struct {
 	// cur is the count under way, nil if none; next is the one the
 	// requests that came after cur began wait for, nil if none waits.
 	cur, next *countFlight
+	// stopped: no count starts any more (stop); wg awaits the one under
+	// way, whose goroutine may outlive its requests.
+	stopped bool
+	wg      sync.WaitGroup
 }
 
 // countFlight is one count and the requests waiting for it.
@@ -42,6 +47,10 @@ type countFlight struct {
 // wrapping errStoreTimeout.
 func (s *sharedCounts) get(ctx context.Context) (map[coordinator.State]int, error) {
 	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("count jobs: %w", errProbeStopped)
+	}
 	f := s.next
 	if f == nil {
 		f = &countFlight{done: make(chan struct{})}
@@ -78,19 +87,49 @@ func (s *sharedCounts) start() {
 	s.cur, s.next = f, nil
 	ctx, cancel := context.WithTimeoutCause(context.Background(), s.timeout, errStoreTimeout)
 	f.cancel = cancel
+	s.wg.Add(1)
 	go func() {
+		defer s.wg.Done()
 		counts, err := s.count(ctx)
 		if err != nil && errors.Is(context.Cause(ctx), errStoreTimeout) {
 			err = errStoreTimeout
 		}
 		cancel()
 		s.mu.Lock()
+		if err != nil && s.stopped {
+			err = fmt.Errorf("count jobs: %w", errProbeStopped) // stop ended it
+		}
 		f.counts, f.err = counts, err
 		close(f.done)
 		s.cur = nil
-		if s.next != nil {
+		if s.next != nil && !s.stopped {
 			s.start()
 		}
 		s.mu.Unlock()
 	}()
+}
+
+// stop cancels the count under way, starts no other (the requests that
+// wait for the next, and those to come, answer that the daemon stops),
+// and waits until ctx is done for the count's goroutine to return.
+func (s *sharedCounts) stop(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopped = true
+	if s.cur != nil {
+		s.cur.cancel()
+	}
+	if f := s.next; f != nil {
+		s.next = nil
+		f.err = fmt.Errorf("count jobs: %w", errProbeStopped)
+		close(f.done)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the store's count of /v1/stats has not returned: %w", context.Cause(ctx))
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
@@ -81,6 +82,60 @@ func TestStatsRequestsShareACount(t *testing.T) {
 			if a.Counts[coordinator.StateCancelled] != 1 || a.Total != 1 {
 				t.Errorf("answer %d: %+v, want the cancelled job counted", i, a)
 			}
+		}
+	})
+}
+
+// stalledFinished holds every read of the finished index of namespace
+// "stats" until its context ends, as a store that stalls.
+type stalledFinished struct{ kv.Store }
+
+func (s stalledFinished) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResult, error) {
+	if strings.HasPrefix(r.Start, "/leasehold/stats/f/") {
+		<-ctx.Done()
+		return kv.RangeResult{}, ctx.Err()
+	}
+	return s.Store.Range(ctx, r)
+}
+
+// StopProbe ends the count that requests of GET /v1/stats share, which may
+// outlive them while the store stalls, and waits for its goroutine; the
+// request waiting for it, and those after, answer at once.
+func TestStopProbeEndsTheSharedCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log := testutil.QuietLogger(t)
+		store := stalledFinished{testutil.TempLocal(t, log)}
+		coord, err := coordinator.New(store, coordinator.Config{Namespace: "stats", Logger: log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := New(Config{Coord: coord, Logger: log})
+		var wg sync.WaitGroup
+		codes := make(chan int, 2)
+		for range 2 {
+			wg.Go(func() {
+				code, _ := testutil.APICall(t, h, "GET", "/v1/stats", "")
+				codes <- code
+			})
+			synctest.Wait() // the first holds the count, the second waits for the next
+		}
+		t0 := time.Now() // the bubble's clock: it moves only when every goroutine waits
+		if err := h.StopProbe(context.Background()); err != nil {
+			t.Fatalf("StopProbe: %v", err)
+		}
+		wg.Wait()
+		if d := time.Since(t0); d > 0 {
+			t.Errorf("the requests answered %s after StopProbe (the store's deadline), want at once: the count went on", d)
+		}
+		close(codes)
+		for code := range codes {
+			if code != http.StatusServiceUnavailable {
+				t.Errorf("a request of /v1/stats answered %d from a count StopProbe ended, want 503", code)
+			}
+		}
+		t0 = time.Now()
+		if code, body := testutil.APICall(t, h, "GET", "/v1/stats", ""); code != http.StatusServiceUnavailable || !strings.Contains(string(body), "stopping") || time.Since(t0) > 0 {
+			t.Errorf("GET /v1/stats after StopProbe: %d %s after %s, want a refusal at once", code, body, time.Since(t0))
 		}
 	})
 }
