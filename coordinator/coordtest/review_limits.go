@@ -51,39 +51,7 @@ func testLoweredLimitRace(t *testing.T, h *harness) {
 	const limit, above = 8, 7
 	for round := range 8 {
 		q := fmt.Sprintf("lowered%d", round)
-		ps := make([]coordinator.EnqueueParams, limit+above+2)
-		for i := range ps {
-			ps[i] = coordinator.EnqueueParams{Kind: "k", Queue: q}
-		}
-		if _, err := h.c.EnqueueBatch(h.ctx(), ps); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := h.c.SetQueueLimit(h.ctx(), q, limit+above); err != nil {
-			t.Fatal(err)
-		}
-		s := h.session(h.c)
-		runs, _, err := h.c.Claim(h.ctx(), s, q, limit+above, false)
-		if err != nil || len(runs) != limit+above {
-			t.Fatalf("claimed %d under a limit of %d (%v)", len(runs), limit+above, err)
-		}
-		if _, _, err := h.c.SetQueueLimit(h.ctx(), q, limit); err != nil {
-			t.Fatal(err)
-		}
-		// The runs on the slots below the new limit end; those at or
-		// above it go on.
-		holder := map[string]int{}
-		for n, id := range heldSlots(t, h, q) {
-			holder[id] = n
-		}
-		for _, r := range runs {
-			if n, ok := holder[r.Job().ID]; !ok {
-				t.Fatalf("run of job %s holds no slot", r.Job().ID)
-			} else if n < limit {
-				if err := r.Complete(h.ctx(), nil); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
+		holdAboveLoweredLimit(t, h, q, limit, above)
 		g := newStepStore(h.store)
 		c1 := h.coordinator(g, coordinator.Config{})
 		s1 := h.session(c1)
@@ -134,32 +102,7 @@ func testStaleSlotReadBeforeLowering(t *testing.T, h *harness) {
 	if runs, _, err := c.Claim(h.ctx(), s, q, 1, false); err != nil || len(runs) != 0 {
 		t.Fatalf("claim of an empty queue: %d runs, %v", len(runs), err)
 	}
-	ps := make([]coordinator.EnqueueParams, limit+above+2)
-	for i := range ps {
-		ps[i] = coordinator.EnqueueParams{Kind: "k", Queue: q}
-	}
-	if _, err := h.c.EnqueueBatch(h.ctx(), ps); err != nil {
-		t.Fatal(err)
-	}
-	other := h.session(h.c)
-	runs, _, err := h.c.Claim(h.ctx(), other, q, limit+above, false)
-	if err != nil || len(runs) != limit+above {
-		t.Fatalf("claimed %d under a limit of %d (%v)", len(runs), limit+above, err)
-	}
-	if _, _, err := h.c.SetQueueLimit(h.ctx(), q, limit); err != nil {
-		t.Fatal(err)
-	}
-	holder := map[string]int{}
-	for n, id := range heldSlots(t, h, q) {
-		holder[id] = n
-	}
-	for _, r := range runs {
-		if holder[r.Job().ID] < limit {
-			if err := r.Complete(h.ctx(), nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	holdAboveLoweredLimit(t, h, q, limit, above)
 	rs.armed.Store(true) // the next serializable read of the slots is the one before
 	more, _, err := c.Claim(h.ctx(), s, q, limit, false)
 	if err != nil {
@@ -171,5 +114,46 @@ func testStaleSlotReadBeforeLowering(t *testing.T, h *harness) {
 	if running := above + len(more); running > limit {
 		t.Fatalf("%d jobs run under a limit of %d (%d at or above it from before it was lowered, %d claimed after a stale read of the slots)",
 			running, limit, above, len(more))
+	}
+}
+
+// holdAboveLoweredLimit leaves above jobs of queue q running on the slots
+// limit to limit+above-1 under a limit lowered to limit, and two jobs
+// available: it enqueues them, claims limit+above under that limit with a
+// session of its own, lowers the limit, and completes the runs on the
+// slots below it.
+func holdAboveLoweredLimit(t *testing.T, h *harness, q string, limit, above int) {
+	t.Helper()
+	ps := make([]coordinator.EnqueueParams, limit+above+2)
+	for i := range ps {
+		ps[i] = coordinator.EnqueueParams{Kind: "k", Queue: q}
+	}
+	if _, err := h.c.EnqueueBatch(h.ctx(), ps); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), q, limit+above); err != nil {
+		t.Fatal(err)
+	}
+	runs, _, err := h.c.Claim(h.ctx(), h.session(h.c), q, limit+above, false)
+	if err != nil || len(runs) != limit+above {
+		t.Fatalf("claimed %d under a limit of %d (%v)", len(runs), limit+above, err)
+	}
+	if _, _, err := h.c.SetQueueLimit(h.ctx(), q, limit); err != nil {
+		t.Fatal(err)
+	}
+	// The runs on the slots below the new limit end; those at or above
+	// it go on.
+	holder := map[string]int{}
+	for n, id := range heldSlots(t, h, q) {
+		holder[id] = n
+	}
+	for _, r := range runs {
+		if n, ok := holder[r.Job().ID]; !ok {
+			t.Fatalf("run of job %s holds no slot", r.Job().ID)
+		} else if n < limit {
+			if err := r.Complete(h.ctx(), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
