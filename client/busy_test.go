@@ -152,3 +152,33 @@ func TestHTTPUnmarked503IsNotBusy(t *testing.T) {
 		t.Errorf("unmarked 503: %d requests, %d pauses; want 1, none", d.sent(), len(*pauses))
 	}
 }
+
+// A daemon that drains answers each long-poll at once with the job as it
+// is (StopWaits), for as long as its drain lasts: Wait pauses between such
+// early answers rather than send request after request.
+func TestHTTPWaitPausesAfterAnEarlyAnswer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const requests = 5
+	d := &busyDaemon{} // every request answered at once: available
+	c := clientOn(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.ServeHTTP(w, r)
+		if d.sent() >= 10*requests {
+			cancel() // the wait never pauses (the defect): end it
+		}
+	}))
+	var pauses int
+	client.SetBusyPause(t, func(ctx context.Context, _ time.Duration) error {
+		pauses++
+		if d.sent() >= requests {
+			cancel()
+		}
+		return ctx.Err()
+	})
+	if _, err := c.Wait(ctx, someID); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait on a daemon that never answers final: %v; want context.Canceled", err)
+	}
+	if n := d.sent(); n > requests || pauses < n-1 {
+		t.Errorf("%d requests, %d pauses; want at most %d requests, a pause between each two", n, pauses, requests)
+	}
+}

@@ -448,6 +448,7 @@ func (b *httpBackend) wait(ctx context.Context, id string) (*Job, error) {
 		if dl, ok := ctx.Deadline(); ok {
 			poll = min(poll, max(time.Until(dl), time.Millisecond))
 		}
+		start := time.Now()
 		j, err := b.job(ctx, http.MethodGet, "/v1/jobs/"+id, url.Values{"wait": {poll.String()}}, poll+b.timeout)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -462,8 +463,21 @@ func (b *httpBackend) wait(ctx context.Context, id string) (*Job, error) {
 		if j.State.Final() {
 			return j, nil
 		}
+		// A draining daemon answers each long-poll at once with the job
+		// as it is (StopWaits), for as long as its drain lasts: pause
+		// after an answer that came well before its wait, rather than
+		// send request after request.
+		if time.Since(start) < poll/2 {
+			if err := busyPause(ctx, waitEarlyPause); err != nil {
+				return nil, err
+			}
+		}
 	}
 }
+
+// waitEarlyPause is how long Wait pauses after a long-poll that the daemon
+// answered early, not final (it is draining).
+const waitEarlyPause = time.Second
 
 func (b *httpBackend) counts(ctx context.Context) (map[State]int, error) {
 	var res wireStats
