@@ -449,6 +449,7 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 			if dl, ok := ctx.Deadline(); ok {
 				wait = min(wait, max(time.Until(dl), time.Millisecond))
 			}
+			start := time.Now()
 			res, err := pollJob(ctx, c, id, wait, o.tick, func() { p.update(i, len(ids), id+" is not final yet") })
 			if ctx.Err() != nil {
 				p.clear()
@@ -470,6 +471,13 @@ func waitIDs(ctx, parent context.Context, c *client, o *waitOpts, ids []string, 
 					}
 				}
 				break
+			}
+			// A draining daemon answers each long-poll at once with
+			// the job as it is (StopWaits), for as long as its drain
+			// lasts: pause after an answer that came well before its
+			// wait, rather than read again at once.
+			if time.Since(start) < wait/2 {
+				pause(ctx, waitRetry)
 			}
 		}
 	}
@@ -531,8 +539,8 @@ func unavailable(err error) bool {
 	return errors.As(err, &ce) && ce.status == http.StatusServiceUnavailable
 }
 
-// pause waits d or until ctx is done.
-func pause(ctx context.Context, d time.Duration) {
+// pause waits d or until ctx is done. A variable for tests.
+var pause = func(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

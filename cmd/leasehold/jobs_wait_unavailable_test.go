@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -174,5 +175,28 @@ func TestJobsWaitReasonAtConnectionBound(t *testing.T) {
 		if err != nil || again != tc.want {
 			t.Errorf("retry(%q) = %q, %v; want %q", tc.err, again, err, tc.want)
 		}
+	}
+}
+
+// TestJobsWaitPausesAfterAnEarlyAnswer: a draining daemon answers each
+// long-poll at once with the job as it is (StopWaits), for as long as its
+// drain lasts; jobs wait pauses after each such answer rather than read
+// again at once, request after request.
+func TestJobsWaitPausesAfterAnEarlyAnswer(t *testing.T) {
+	const id = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+	const early = 5
+	srv := waitDaemon(t, id, func(w http.ResponseWriter, n int32) (final, done bool) {
+		return n > early, false
+	})
+	var pauses atomic.Int32
+	defer func(f func(context.Context, time.Duration)) { pause = f }(pause)
+	pause = func(context.Context, time.Duration) { pauses.Add(1) }
+
+	code, out, errs := runInProcess("jobs", "wait", id, "--server", srv.URL)
+	if code != 0 || out != id+" completed\n" {
+		t.Fatalf("jobs wait ID: exit %d, stdout %q, stderr %q; want exit 0 and %q", code, out, errs, id+" completed\n")
+	}
+	if n := pauses.Load(); n < early {
+		t.Errorf("%d pauses after %d answers not final that came at once; want one after each", n, early)
 	}
 }
