@@ -447,7 +447,8 @@ func (c *Client) Delete(ctx context.Context, id string) (*Job, error) {
 }
 
 // Wait blocks until job id is final (completed, discarded or cancelled)
-// and returns it, or returns ctx's error.
+// and returns it, or returns ctx's error. It returns the first final
+// state it sees: a retry after that is not waited for.
 func (c *Client) Wait(ctx context.Context, id string) (*Job, error) {
 	if err := coordinator.ValidateID(id); err != nil {
 		return nil, err
