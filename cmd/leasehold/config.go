@@ -297,6 +297,11 @@ func setFlag(fs *pflag.FlagSet, f *pflag.Flag, values []string) string {
 	if len(values) != 1 && !multi {
 		return fmt.Sprintf("is a list of %d values: want one %s", len(values), typeHint(f))
 	}
+	if len(values) == 0 && f.DefValue != "[]" {
+		// Not unset: an empty list of a setting whose default is not
+		// empty (queues: [] would serve the default queue).
+		return fmt.Sprintf("is an empty list: give at least one value, or remove the line for the default %s", f.DefValue)
+	}
 	for _, v := range values {
 		if err := fs.Set(f.Name, v); err != nil {
 			msg := apiserver.OneLine(err.Error())
