@@ -511,11 +511,11 @@ type coordBackend struct {
 func (b coordBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams) ([]InsertResult, error) {
 	ps = asSent(ps)
 	if err := b.checkKinds(ctx, ps); err != nil {
-		return nil, unknownOutcome(err, "/v1/jobs")
+		return nil, unknownOutcome(err, true)
 	}
 	rs, err := b.c.EnqueueBatch(ctx, ps)
 	if err != nil {
-		err = unknownOutcome(err, "/v1/jobs")
+		err = unknownOutcome(err, true)
 		if len(ps) > 1 && errors.Is(err, ErrOutcomeUnknown) {
 			err = fmt.Errorf("jobs 0 to %d may or may not have been inserted: %w", len(ps)-1, err)
 		}
@@ -578,10 +578,10 @@ func encoded(raw json.RawMessage) json.RawMessage {
 // daemon's client reports it (ErrOutcomeUnknown, ADR 0041): an error that
 // is not the store's or the coordinator's answer (a write whose answer
 // was lost, etcdkv.ErrNoAnswer; the context's end while it was in flight;
-// any other failure) leaves the change in doubt. path names the change as
-// the daemon's API does, for the advice. A change the store refused as
+// any other failure) leaves the change in doubt. insert says whether the
+// change inserts jobs, for the advice. A change the store refused as
 // too large is ErrInvalid, as a daemon's 413.
-func unknownOutcome(err error, path string) error {
+func unknownOutcome(err error, insert bool) error {
 	if errors.Is(err, kv.ErrTxnTooLarge) && !errors.Is(err, coordinator.ErrInvalid) {
 		// Nothing written, as a daemon's 413 (ErrInvalid) says.
 		return fmt.Errorf("%w: the store refused the change as too large (its --max-request-bytes is below EtcdConfig.Limits.MaxRequestBytes?): pass the servers' value there, with a MaxPayloadBytes that fits it, or send less: %w", coordinator.ErrInvalid, err)
@@ -592,7 +592,7 @@ func unknownOutcome(err error, path string) error {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: %w: %s", err, ErrOutcomeUnknown, unknownAdvice(path))
+	return fmt.Errorf("%w: %w: %s", err, ErrOutcomeUnknown, unknownAdvice(insert))
 }
 
 // checkKinds refuses, as the daemon's API does, a job of a kind that no
@@ -636,19 +636,19 @@ func (b coordBackend) list(ctx context.Context, p ListParams) (ListPage, error) 
 }
 func (b coordBackend) cancel(ctx context.Context, id string) (*Job, error) {
 	j, err := b.c.Cancel(ctx, id)
-	return j, unknownOutcome(err, "/v1/jobs/"+id+"/cancel")
+	return j, unknownOutcome(err, false)
 }
 func (b coordBackend) cancelMany(ctx context.Context, f CancelFilter) (CancelManyResult, error) {
 	res, err := b.c.CancelMany(ctx, f)
-	return res, unknownOutcome(err, "/v1/jobs/cancel")
+	return res, unknownOutcome(err, false)
 }
 func (b coordBackend) retry(ctx context.Context, id string) (*Job, error) {
 	j, err := b.c.Retry(ctx, id)
-	return j, unknownOutcome(err, "/v1/jobs/"+id+"/retry")
+	return j, unknownOutcome(err, false)
 }
 func (b coordBackend) remove(ctx context.Context, id string) (*Job, error) {
 	j, err := b.c.Delete(ctx, id)
-	return j, unknownOutcome(err, "/v1/jobs/"+id)
+	return j, unknownOutcome(err, false)
 }
 func (b coordBackend) wait(ctx context.Context, id string) (*Job, error) { return b.c.Wait(ctx, id) }
 func (b coordBackend) counts(ctx context.Context) (map[State]int, error) {

@@ -147,7 +147,7 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 	case errors.As(err, &be):
 		return fmt.Errorf("%w: %s %s: %v", coordinator.ErrInvalid, method, path, be.Err)
 	case err != nil && write && !notSent(err):
-		return fmt.Errorf("leasehold daemon at %s: %w: %w: %s", b.server, err, ErrOutcomeUnknown, unknownAdvice(path))
+		return fmt.Errorf("leasehold daemon at %s: %w: %w: %s", b.server, err, ErrOutcomeUnknown, unknownAdvice(isInsert(path)))
 	case err != nil:
 		return fmt.Errorf("leasehold daemon at %s: %w", b.server, err)
 	}
@@ -158,7 +158,7 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 			// wraps context.DeadlineExceeded), a request the daemon
 			// cancelled, a 500, or a proxy's 502 or 504: the change
 			// may have been made.
-			return fmt.Errorf("%w: %w: %s", err, ErrOutcomeUnknown, unknownAdvice(path))
+			return fmt.Errorf("%w: %w: %s", err, ErrOutcomeUnknown, unknownAdvice(isInsert(path)))
 		}
 		return err
 	}
@@ -169,7 +169,7 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 		if write {
 			// Answered as done, by something that is not the API (a
 			// proxy's page?): what was done is unknown.
-			return fmt.Errorf("leasehold daemon at %s: answer is not leasehold's JSON: %w: %w: %s", b.server, err, ErrOutcomeUnknown, unknownAdvice(path))
+			return fmt.Errorf("leasehold daemon at %s: answer is not leasehold's JSON: %w: %w: %s", b.server, err, ErrOutcomeUnknown, unknownAdvice(isInsert(path)))
 		}
 		return fmt.Errorf("leasehold daemon at %s: answer is not leasehold's JSON: %w", b.server, err)
 	}
@@ -188,14 +188,17 @@ func notSent(err error) bool {
 		strings.Contains(err.Error(), "server gave HTTP response to HTTPS client")
 }
 
-// unknownAdvice says what to do about a change to path whose outcome is
-// unknown.
-func unknownAdvice(path string) string {
-	if path == "/v1/jobs" || path == "/v1/jobs/batch" {
+// unknownAdvice says what to do about a change whose outcome is unknown:
+// an insert of jobs, or another.
+func unknownAdvice(insert bool) string {
+	if insert {
 		return "the job may or may not have been inserted: insert it again with the same unique key (InsertOpts.UniqueKey; without one it may be inserted twice), or look for it first"
 	}
 	return "read the job or jobs to see whether the change was made, then send it again if need be"
 }
+
+// isInsert reports whether path is the API's insert of jobs.
+func isInsert(path string) bool { return path == "/v1/jobs" || path == "/v1/jobs/batch" }
 
 // statusError is the error of an answer resp (body data) that is not a
 // success, after attempts sends of its request; first is as callBatch's.
@@ -355,7 +358,7 @@ func (b *httpBackend) insert(ctx context.Context, ps []coordinator.EnqueueParams
 		err := b.callBatch(ctx, http.MethodPost, "/v1/jobs/batch", nil, req, &res, b.timeout, len(out))
 		if err == nil && (len(res.Jobs) != n || len(res.Existed) != n) {
 			// Answered as done, but not with these jobs.
-			err = fmt.Errorf("leasehold daemon at %s answered %d jobs for a batch of %d: %w: %s", b.server, len(res.Jobs), n, ErrOutcomeUnknown, unknownAdvice("/v1/jobs/batch"))
+			err = fmt.Errorf("leasehold daemon at %s answered %d jobs for a batch of %d: %w: %s", b.server, len(res.Jobs), n, ErrOutcomeUnknown, unknownAdvice(true))
 		}
 		if err != nil {
 			// Which jobs are in (those returned), which may be, and
