@@ -48,3 +48,29 @@ func TestOutcomeTooLargeToRunAgainDiscards(t *testing.T) {
 		t.Fatalf("job whose failure cannot be stored: %s, %d errors; want discarded, saying why", j.State, len(j.Errors))
 	}
 }
+
+// A cancel whose record, with the handler's error, the store cannot take
+// still ends the job cancelled, saying why the error is not there: the
+// job is not left running under a live session that nothing reaps (and,
+// embedded, run again at the next open although its handler cancelled it).
+func TestCancelTooLargeStillCancels(t *testing.T) {
+	e := newEnv(t, func(s kv.Store) kv.Store { return &kvtest.Limit{Store: s, MaxBytes: 256 << 10} })
+	outcomes := make(chan worker.Outcome, 1)
+	e.worker(worker.Config{OnOutcome: func(o worker.Outcome) { outcomes <- o }}, map[string]worker.Handler{
+		"big": func(ctx context.Context, j *worker.Job) error {
+			return worker.JobCancel(errors.New(strings.Repeat("e", 300<<10)))
+		},
+	})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "big"})
+	out := <-outcomes
+	j, err := e.c.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Err != nil || out.Op != "cancel" || j.State != coordinator.StateCancelled {
+		t.Fatalf("cancel too large for the store: outcome %s (%v), job %s; want it recorded cancelled", out.Op, out.Err, j.State)
+	}
+	if len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "could not be recorded") {
+		t.Fatalf("cancelled job's errors %+v; want one saying why the handler's error is not there", j.Errors)
+	}
+}

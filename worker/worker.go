@@ -1461,12 +1461,19 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 				return r.Fail(ctx, herr, w.failOpts(&j.Job, coordinator.FailOpts{}))
 			}
 			continue
-		case errors.Is(err, coordinator.ErrInvalid) && !discarding && out.Op != "cancel":
+		case errors.Is(err, coordinator.ErrInvalid) && !discarding:
 			// The job cannot run again as it is (its record, with this
 			// outcome, would be too large to make available): it ends
 			// discarded, saying why, rather than staying running until
-			// this daemon's session ends.
+			// this daemon's session ends. A cancel (whose record, with
+			// the handler's error, is too large) ends cancelled all the
+			// same, saying why that error is not there.
 			discarding = true
+			if out.Op == "cancel" {
+				cause := fmt.Errorf("the handler's error could not be recorded with the cancel: %v", err)
+				op = func(ctx context.Context) error { return r.Cancel(ctx, cause) }
+				continue
+			}
 			cause := fmt.Errorf("%s could not be recorded, so the job was discarded: %v", out.Op, err)
 			herr, out.Op = cause, "fail"
 			op = func(ctx context.Context) error { return r.Fail(ctx, cause, coordinator.FailOpts{Discard: true}) }
