@@ -19,6 +19,7 @@ var clockStepTests = []suiteTest{
 	{"ClockStepsMoveTimedJobsByTheStep", testClockStepsMoveTimedJobs},
 	{"PeriodicSkewedLeadersEnqueueEachTickOnce", testPeriodicSkewedLeaders},
 	{"RetryAtPastIsNow", testRetryAtPastIsNow},
+	{"RetryPastTheLatestTimeIsClamped", testRetryPastLatestClamped},
 }
 
 // testClockStepBackClaimable: after the clock steps back an hour, the
@@ -190,6 +191,39 @@ func testRetryAtPastIsNow(t *testing.T, h *harness) {
 			t.Fatalf("claimed %s, want %s", r.Job().ID, j.ID)
 		}
 		if err := r.Complete(h.ctx(), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testRetryPastLatestClamped: a retry time after MaxScheduledAt (the
+// latest time the store keys as Unix nanoseconds), a handler's or a retry
+// policy's (the longest duration), is until that time, as a snooze's is:
+// kept as it was, it was keyed past the end of Unix nanoseconds, as due at
+// once (a job to be retried in three centuries ran again at once).
+func testRetryPastLatestClamped(t *testing.T, h *harness) {
+	longest := coordinator.Config{RetryPolicy: func(int, *coordinator.Job) time.Duration { return time.Duration(1<<63 - 1) }}
+	for name, c := range map[string]*coordinator.Coordinator{"RetryAt": h.c, "RetryPolicy": h.coordinator(h.store, longest)} {
+		j := h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+		runs, _, err := c.Claim(h.ctx(), h.session(c), coordinator.DefaultQueue, 1, false)
+		if err != nil || len(runs) != 1 || runs[0].Job().ID != j.ID {
+			t.Fatalf("%s: claim: %d runs, %v", name, len(runs), err)
+		}
+		var o coordinator.FailOpts
+		if name == "RetryAt" {
+			o.RetryAt = time.Date(2300, time.January, 1, 0, 0, 0, 0, time.UTC)
+		}
+		if err := runs[0].Fail(h.ctx(), errors.New("boom"), o); err != nil {
+			t.Fatalf("%s: fail: %v", name, err)
+		}
+		if got := h.get(j.ID); got.State != coordinator.StateRetryable || !got.ScheduledAt.Equal(coordinator.MaxScheduledAt) {
+			t.Fatalf("%s: failed with a retry after %s: %s at %s; want retryable at that time", name, coordinator.MaxScheduledAt, got.State, got.ScheduledAt)
+		}
+		if n, err := h.c.PromoteDue(h.ctx()); err != nil || n != 0 {
+			t.Fatalf("%s: PromoteDue = %d, %v; want nothing due", name, n, err)
+		}
+		h.wantState(j.ID, coordinator.StateRetryable)
+		if _, err := h.c.Cancel(h.ctx(), j.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
