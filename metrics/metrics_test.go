@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -224,4 +226,60 @@ func TestHandlerDurationBucketsReachHours(t *testing.T) {
 		return
 	}
 	t.Fatal("no leasehold_handler_duration_seconds")
+}
+
+// A job enqueued with the default max attempts and discarded by its kind's
+// (KindOptions.MaxAttempts) used its attempts: reason attempts, not the
+// reason of an outcome that could not be stored.
+func TestKindMaxAttemptsDiscardCountedAsAttempts(t *testing.T) {
+	m, reg := newTest()
+	c := testCoordinator(t, nil)
+	wcfg := worker.Config{Logger: slog.New(slog.DiscardHandler)}
+	m.HookWorker(&wcfg)
+	discarded := make(chan struct{}, 1)
+	prev := wcfg.OnOutcome
+	wcfg.OnOutcome = func(o worker.Outcome) {
+		prev(o)
+		if o.State == coordinator.StateDiscarded {
+			discarded <- struct{}{}
+		}
+	}
+	w, err := worker.New(c, wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleWith("k", func(context.Context, *worker.Job) error { return errors.New("no") },
+		worker.KindOptions{MaxAttempts: 1})
+	m.RegisterWorker(w)
+	ctx := t.Context()
+	if _, err := c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-discarded
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "leasehold_job_discards_total" {
+			continue
+		}
+		for _, x := range mf.GetMetric() {
+			for _, l := range x.GetLabel() {
+				if l.GetName() == "reason" {
+					got[l.GetValue()] += x.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got["attempts"] != 1 || got["outcome"] != 0 {
+		t.Errorf("discards by reason = %v, want attempts 1 and outcome 0", got)
+	}
 }

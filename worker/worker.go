@@ -252,7 +252,9 @@ type Worker struct {
 
 // Outcome says how one run ended (see Config.OnOutcome).
 type Outcome struct {
-	// Job is the job as claimed; Token the run's fencing token.
+	// Job is the job as claimed, but for a fail's MaxAttempts, which is
+	// the one the write applied (its kind's, KindOptions.MaxAttempts, for
+	// a job enqueued with the default); Token the run's fencing token.
 	Job   coordinator.Job
 	Token fence.Token
 	// Op is the write attempted: complete, fail, snooze, cancel, release;
@@ -1436,6 +1438,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 				out.Op = "cancel"
 			}
 			if out.Op == "fail" {
+				out.Job.MaxAttempts = r.Job().MaxAttempts
 				// A discarded job runs no more: an operator has to look.
 				level := slog.LevelInfo
 				if out.State == coordinator.StateDiscarded {
