@@ -172,8 +172,8 @@ func (c *Coordinator) scanAt(ctx context.Context, prefix string, visit func(kv.K
 // WatchCancelRequests calls fn with the id of every job that has a pending
 // cancel request, and the request's revision: those present when it
 // starts, and each new one. A request is for the run whose token is the
-// highest below rev (a request is written only while the job runs, and
-// removed when that run ends). It blocks until ctx ends and returns ctx's
+// highest below rev (a request is written only during the run it was
+// made for, and removed when that run ends). It blocks until ctx ends and returns ctx's
 // error.
 func (c *Coordinator) WatchCancelRequests(ctx context.Context, fn func(id string, rev int64)) error {
 	return c.follow(ctx, c.keys.cancels(), nil, nil,

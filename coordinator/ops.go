@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -276,7 +275,6 @@ func (c *Coordinator) cancelPage(ctx context.Context, idx []kv.KeyValue, p *canc
 		return fmt.Errorf("coordinator: cancel jobs: read: %w", err)
 	}
 	now := c.clock.Now().UTC()
-	req, _ := json.Marshal(map[string]any{"requested_at": now})
 	var units []unit
 	var jobs []*Job
 	for _, rec := range recs {
@@ -295,10 +293,7 @@ func (c *Coordinator) cancelPage(ctx context.Context, idx []kv.KeyValue, p *canc
 			p.older++
 		}
 		if j.State == StateRunning {
-			units = append(units, unit{txn: kv.Txn{
-				If:   []kv.Cmp{kv.Exists(c.keys.running(j.ID))},
-				Then: []kv.Op{kv.Put(c.keys.cancel(j.ID), req, 0)},
-			}})
+			units = append(units, unit{txn: c.cancelRequest(j, now)})
 		} else {
 			old := c.keys.index(j)
 			j.State, j.FinalizedAt = StateCancelled, &now

@@ -453,11 +453,7 @@ func (c *Coordinator) Cancel(ctx context.Context, id string) (*Job, error) {
 		case j.State.Final():
 			return j, fmt.Errorf("%w: job %s is already %s: only unfinished jobs can be cancelled", ErrWrongState, id, j.State)
 		case j.State == StateRunning:
-			req, _ := json.Marshal(map[string]any{"requested_at": c.clock.Now().UTC()})
-			// Conditional on the job still running, not on its record:
-			// the owner's checkpoints must not make a cancel lose races.
-			stillRunning := []kv.Cmp{kv.Exists(c.keys.running(id))}
-			res, err := c.store.Txn(ctx, kv.Txn{If: stillRunning, Then: []kv.Op{kv.Put(c.keys.cancel(id), req, 0)}})
+			res, err := c.store.Txn(ctx, c.cancelRequest(j, c.clock.Now().UTC()))
 			if err != nil {
 				return nil, fmt.Errorf("coordinator: request cancel of job %s: %w", id, err)
 			}
@@ -482,6 +478,21 @@ func (c *Coordinator) Cancel(ctx context.Context, id string) (*Job, error) {
 		}
 	}
 	return nil, fmt.Errorf("coordinator: cancel job %s: %w", id, ErrConflict)
+}
+
+// cancelRequest is the write of a cancel request for the run of j, a
+// running job as read, made at time at. It is conditional on that run
+// still going on (its running-index entry is the one its claim created,
+// at its token), not on the record: the run's checkpoints must not make
+// a cancel lose races. A request that lands once that run has ended (its
+// reply was lost, and it waited on a hung etcd member) is refused, not
+// taken for a later run's: the job may have been retried since (ADR 0058).
+func (c *Coordinator) cancelRequest(j *Job, at time.Time) kv.Txn {
+	req, _ := json.Marshal(map[string]any{"requested_at": at})
+	return kv.Txn{
+		If:   []kv.Cmp{kv.CreateRevisionIs(c.keys.running(j.ID), kv.Equal, int64(j.Token))},
+		Then: []kv.Op{kv.Put(c.keys.cancel(j.ID), req, 0)},
+	}
 }
 
 // Wait blocks until job id is in a final state and returns it, or until ctx

@@ -83,6 +83,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, sessionReviewTests...)
 	tests = append(tests, limitReviewTests...)
 	tests = append(tests, lostReplyReviewTests...)
+	tests = append(tests, runOpsReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
