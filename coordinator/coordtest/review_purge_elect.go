@@ -2,6 +2,8 @@ package coordtest
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -13,8 +15,9 @@ import (
 
 // Tests from a review of maintenance and elections (2026-12-06). Run adds
 // them to the suite.
-var retentionReviewTests = []suiteTest{
+var purgeElectReviewTests = []suiteTest{
 	{"PurgeKeepsJobsRetriedMeanwhile", testPurgeKeepsRetried},
+	{"LostCampaignReplyLeadsThenResigns", testLostCampaignReply},
 }
 
 // beforeWrite is a store that runs a hook, once, before the first
@@ -87,5 +90,71 @@ func testPurgeKeepsRetried(t *testing.T, h *harness) {
 	}
 	if n := h.counts(); n[coordinator.StateRunning] != 1 || n[coordinator.StateCompleted] != 0 {
 		t.Fatalf("counts after the purge %v; want the running job alone", n)
+	}
+}
+
+// aftersClock is a Clock that says the length of each timer asked of it.
+type aftersClock struct {
+	*Clock
+	afters chan time.Duration
+}
+
+func (c aftersClock) After(d time.Duration) <-chan time.Time {
+	ch := c.Clock.After(d)
+	c.afters <- d
+	return ch
+}
+
+// testLostCampaignReply: a campaign whose write was applied but whose reply
+// was lost leaves the election key under the candidate's own lease. Its
+// next campaign must take that key for its own (by its create revision)
+// and lead: waiting for the key to go, as for another's, waited for its
+// own lease to end, which it renews, and no daemon maintained. Its
+// resignation then deletes the key, which other candidates wait for.
+func testLostCampaignReply(t *testing.T, h *harness) {
+	clk := aftersClock{NewClock(h.clock.Now()), make(chan time.Duration, 4)}
+	store := &flakyStore{Store: h.store}
+	store.fail.Store(1) // the first campaign
+	c, err := coordinator.New(store, coordinator.Config{Namespace: h.ns, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := h.session(h.c)
+	led := make(chan struct{}, 1)
+	ctx, cancel := context.WithCancel(h.ctx())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- c.RunElected(ctx, "lost", func() *coordinator.Session { return s }, func(ctx context.Context) error {
+			led <- struct{}{}
+			<-ctx.Done()
+			return nil
+		})
+	}()
+	// The pause after the failed campaign; then it campaigns again.
+	if d := <-clk.afters; d != time.Second {
+		t.Fatalf("pause after the campaign's lost reply: %s, want 1s", d)
+	}
+	if store.lost.Load() != 1 {
+		t.Fatal("the campaign's reply was not lost")
+	}
+	// A write meanwhile: the store's revision is no longer the key's.
+	h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	clk.Advance(time.Second)
+	select {
+	case <-led:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no leadership after a campaign whose reply was lost: the candidate waits for its own key to go")
+	}
+	if got, err := h.c.Leader(h.ctx(), "lost"); err != nil || got != s.WorkerID() {
+		t.Fatalf("Leader = %q, %v; want %s", got, err, s.WorkerID())
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunElected = %v, want context.Canceled", err)
+	}
+	// Resigned: the key is gone while the session lives on.
+	if got, err := h.c.Leader(h.ctx(), "lost"); err != nil || got != "" {
+		t.Fatalf("Leader after the resignation = %q, %v; want none", got, err)
 	}
 }
