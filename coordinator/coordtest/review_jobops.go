@@ -2,6 +2,7 @@ package coordtest
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 // adds them to the suite.
 var jobOpsReviewTests = []suiteTest{
 	{"CancelManyMissesNoJobMovingBetweenIndexes", testCancelManyMovingJobs},
+	{"UniquePeriodIsTheScheduledTimes", testUniquePeriodOfScheduledTime},
 }
 
 // beforeScan is a store that runs a hook, once, before the first range
@@ -79,4 +81,46 @@ func testCancelManyMovingJobs(t *testing.T, h *harness) {
 	if res.Cancelled != 2 || res.CancelRequested != 0 {
 		t.Errorf("CancelMany = %+v, want 2 cancelled", res)
 	}
+}
+
+// testUniquePeriodOfScheduledTime: a unique period is that of the job's
+// scheduled time, as the README says, not of the enqueue: a job enqueued
+// ahead for tomorrow holds tomorrow's key, so that tomorrow's enqueue
+// (scheduled then, or made then without a time) finds it and today's does
+// not; a time already past is now, when the job runs. Keying every job on
+// the enqueue's period passed every other test.
+func testUniquePeriodOfScheduledTime(t *testing.T, h *harness) {
+	const day = 24 * time.Hour
+	enq := func(at time.Time) coordinator.EnqueueResult {
+		t.Helper()
+		r, err := h.c.Enqueue(h.ctx(), coordinator.EnqueueParams{Kind: "nightly", ScheduledAt: at,
+			Unique: &coordinator.UniqueOpts{ByPeriod: day}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	want := func(what string, r coordinator.EnqueueResult, existed *coordinator.Job) {
+		t.Helper()
+		switch {
+		case existed == nil && r.Existed:
+			t.Fatalf("%s: answered with job %s (key %s) as existing; want a new job", what, r.Job.ID, r.Job.UniqueKey)
+		case existed != nil && (!r.Existed || r.Job.ID != existed.ID):
+			t.Fatalf("%s: job %s, existed %v (key %s); want job %s (key %s) as existing", what, r.Job.ID, r.Existed, r.Job.UniqueKey, existed.ID, existed.UniqueKey)
+		}
+	}
+	tomorrow := h.clock.Now().UTC().Truncate(day).Add(day)
+	ahead := enq(tomorrow.Add(2 * time.Hour))
+	want("tomorrow 02:00", ahead, nil)
+	if !strings.Contains(ahead.Job.UniqueKey, "period="+tomorrow.Format(time.RFC3339Nano)+"/") {
+		t.Fatalf("key of a job scheduled tomorrow: %q; want tomorrow's period %s", ahead.Job.UniqueKey, tomorrow.Format(time.RFC3339Nano))
+	}
+	want("tomorrow 20:00", enq(tomorrow.Add(20*time.Hour)), ahead.Job)
+	today := enq(time.Time{})
+	want("now, today", today, nil)
+	want("a time already past", enq(h.clock.Now().Add(-day)), today.Job)
+	want("the day after", enq(tomorrow.Add(day+time.Hour)), nil)
+	// Tomorrow, the job enqueued ahead (still unfinished) holds the day.
+	h.clock.Advance(tomorrow.Add(time.Hour).Sub(h.clock.Now()))
+	want("now, tomorrow", enq(time.Time{}), ahead.Job)
 }
