@@ -160,3 +160,50 @@ func TestPartlyLandedClaimLeavesNoJobWaiting(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotFreedElsewhereWakesAWaitingWorker: a worker whose claim found
+// every slot of its queue's global limit held (by another daemon's run)
+// leaves the queue until a wake-up. That run's outcome frees the slot:
+// the worker must claim the job waiting at once, not at its next poll (an
+// hour here).
+func TestSlotFreedElsewhereWakesAWaitingWorker(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, _, err := e.c.SetQueueLimit(ctx, coordinator.DefaultQueue, 1); err != nil {
+		t.Fatal(err)
+	}
+	other, err := e.c.NewSession(ctx, coordinator.SessionConfig{TTL: 30 * time.Second, Worker: coordinator.WorkerInfo{ID: coordinator.NewWorkerID()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = other.Close(context.Background()) })
+	first := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	runs, _, err := e.c.Claim(ctx, other, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 || runs[0].Job().ID != first {
+		t.Fatalf("the other daemon's claim: %d runs, %v", len(runs), err)
+	}
+	var armed atomic.Bool
+	held := make(chan struct{}, 1)
+	e.worker(worker.Config{
+		Queues:       []string{"warm", coordinator.DefaultQueue},
+		PollInterval: time.Hour,
+		OnClaim: func(q string, n int, st coordinator.ClaimStats) {
+			if armed.Load() && q == coordinator.DefaultQueue && n == 0 && st.Held {
+				signal(held)
+			}
+		},
+	}, map[string]worker.Handler{"k": func(context.Context, *worker.Job) error { return nil }})
+	// The start's wake-ups are behind the worker once a job has run.
+	if j := e.wait(e.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: "warm"})); j.State != coordinator.StateCompleted {
+		t.Fatalf("warm-up job %s", j.State)
+	}
+	armed.Store(true)
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	awaitSignal(t, held, "a claim found the queue's only slot held")
+	if err := runs[0].Complete(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if j := e.wait(id); j.State != coordinator.StateCompleted {
+		t.Fatalf("job %s is %s, want completed once the slot was freed", id, j.State)
+	}
+}
