@@ -110,35 +110,57 @@ func (c *Coordinator) promoteFrom(ctx context.Context, start string) (int, strin
 // PurgeFinished deletes finished jobs older than the retention period.
 func (c *Coordinator) PurgeFinished(ctx context.Context) (int, error) {
 	total := 0
+	for from := c.keys.finished(); from != ""; {
+		n, next, err := c.purgeFrom(ctx, from)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		from = next
+	}
+	return total, nil
+}
+
+// purgeFrom deletes one batch of the finished jobs past retention whose
+// index entries are at or after from, and returns where the next batch
+// starts ("" when none is left). A batch reads on from where the one
+// before ended, not from the index's start, where it would step over
+// every entry the purge deleted so far. Each delete is conditional on the
+// index entry it read: a job retried since is left whole.
+func (c *Coordinator) purgeFrom(ctx context.Context, from string) (int, string, error) {
 	cutoff := c.clock.Now().Add(-c.cfg.Retention)
-	for {
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.finished(), End: c.keys.finished() + tsKey(cutoff), Limit: maintainBatch})
-		if err != nil {
-			return total, fmt.Errorf("coordinator: list expired jobs: %w", err)
-		}
-		if len(rr.KVs) == 0 {
-			return total, nil
-		}
-		units := make([]unit, len(rr.KVs))
-		for i, x := range rr.KVs {
-			units[i] = unit{txn: kv.Txn{
-				If:   []kv.Cmp{kv.Exists(x.Key)},
-				Then: append([]kv.Op{kv.Delete(x.Key), kv.Delete(c.keys.job(idFromIndex(x.Key)))}, c.releaseHeldUnique(x)...),
-			}}
-		}
-		res, _, err := c.runUnits(ctx, units)
-		if err != nil {
-			return total, fmt.Errorf("coordinator: purge %d finished jobs: %w", len(units), err)
-		}
-		for _, r := range res {
-			if r != nil && r.Succeeded {
-				total++
-			}
-		}
-		if !rr.More {
-			return total, nil
+	end := c.keys.finished() + tsKey(cutoff)
+	if from >= end { // the clock stepped back past it
+		return 0, "", nil
+	}
+	rr, err := c.store.Range(ctx, kv.RangeRequest{Start: from, End: end, Limit: maintainBatch})
+	if err != nil {
+		return 0, "", fmt.Errorf("coordinator: list expired jobs: %w", err)
+	}
+	if len(rr.KVs) == 0 {
+		return 0, "", nil
+	}
+	units := make([]unit, len(rr.KVs))
+	for i, x := range rr.KVs {
+		units[i] = unit{txn: kv.Txn{
+			If:   []kv.Cmp{kv.Exists(x.Key)},
+			Then: append([]kv.Op{kv.Delete(x.Key), kv.Delete(c.keys.job(idFromIndex(x.Key)))}, c.releaseHeldUnique(x)...),
+		}}
+	}
+	res, _, err := c.runUnits(ctx, units)
+	total := 0
+	for _, r := range res {
+		if r != nil && r.Succeeded {
+			total++
 		}
 	}
+	if err != nil {
+		return total, "", fmt.Errorf("coordinator: purge %d finished jobs: %w", len(units), err)
+	}
+	if !rr.More {
+		return total, "", nil
+	}
+	return total, rr.KVs[len(rr.KVs)-1].Key + "\x00", nil
 }
 
 // MaintainConfig tunes RunMaintenance.
@@ -170,6 +192,14 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 	// their times meanwhile (a job due during it is not left waiting).
 	var rewatch <-chan time.Time
 	lastPurge := time.Time{}
+	// A purge of the finished jobs past retention deletes one batch per
+	// pass, from purgeNext on ("": none under way), so that a backlog (a
+	// lowered retention, a daemon down for days) holds back no promotion
+	// by more than one batch (ADR 0062). purged counts its deletes.
+	var (
+		purgeNext string
+		purged    int
+	)
 	// A pass starts at floor: the timer entries below it were read by an
 	// earlier pass, and every timer written since is known from the
 	// watch, which lowers the floor to it. Without a floor ("": no watch,
@@ -210,23 +240,32 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 		if floor = next; watch == nil {
 			floor = ""
 		}
-		if now := c.clock.Now(); now.Sub(lastPurge) >= cfg.PurgeEvery {
-			lastPurge = now
-			if n, err := c.PurgeFinished(ctx); err != nil && ctx.Err() == nil {
+		if now := c.clock.Now(); purgeNext == "" && now.Sub(lastPurge) >= cfg.PurgeEvery {
+			lastPurge, purgeNext, purged = now, c.keys.finished(), 0
+		}
+		if purgeNext != "" {
+			n, next, err := c.purgeFrom(ctx, purgeNext)
+			purgeNext, purged = next, purged+n
+			if err != nil && ctx.Err() == nil {
 				c.log.Warn("purging finished jobs failed", slog.Any("err", err))
-			} else if n > 0 {
-				c.log.Info("purged finished jobs past retention", slog.Int("jobs", n), slog.Duration("retention", c.cfg.Retention))
+			} else if next == "" && purged > 0 {
+				c.log.Info("purged finished jobs past retention", slog.Int("jobs", purged), slog.Duration("retention", c.cfg.Retention))
 			}
 		}
-		wait := cfg.MaxWait
-		// Entries due by the pass's start that are still there were left
-		// by it (unreadable, too large to move): waking for them would run
-		// pass after pass at once. A job due later, or written due
-		// meanwhile (the watch), wakes the loop.
-		if next, err := c.nextDueAfter(ctx, passStart); err == nil && !next.IsZero() {
-			wait = min(wait, max(next.Sub(c.clock.Now()), time.Millisecond))
+		var timer <-chan time.Time
+		if purgeNext != "" {
+			timer = goOn // the purge's next batch, after the next pass
+		} else {
+			wait := cfg.MaxWait
+			// Entries due by the pass's start that are still there were
+			// left by it (unreadable, too large to move): waking for them
+			// would run pass after pass at once. A job due later, or
+			// written due meanwhile (the watch), wakes the loop.
+			if next, err := c.nextDueAfter(ctx, passStart); err == nil && !next.IsZero() {
+				wait = min(wait, max(next.Sub(c.clock.Now()), time.Millisecond))
+			}
+			timer = c.clock.After(wait)
 		}
-		timer := c.clock.After(wait)
 	sleep:
 		for {
 			select {
@@ -267,6 +306,13 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 		}
 	}
 }
+
+// goOn is a timer that has fired: the loop's next pass comes at once.
+var goOn = func() <-chan time.Time {
+	ch := make(chan time.Time)
+	close(ch)
+	return ch
+}()
 
 // lowestPut returns the lowest key resp puts, if it puts any.
 func lowestPut(resp kv.WatchResponse) (key string, ok bool) {

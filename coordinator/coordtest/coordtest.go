@@ -74,6 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, jobOpsReviewTests...)
 	tests = append(tests, maintReviewTests...)
 	tests = append(tests, purgeElectReviewTests...)
+	tests = append(tests, purgePaceReviewTests...)
 	tests = append(tests, runReviewTests...)
 	tests = append(tests, watchLoopReviewTests...)
 	tests = append(tests, reapLogReviewTests...)
