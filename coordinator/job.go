@@ -123,6 +123,23 @@ func checkScheduledAt(t time.Time) error {
 	return nil
 }
 
+// checkJSONText refuses b, the JSON of what (a payload, a checkpoint...),
+// unless it is JSON text that every reader takes: json.Valid takes invalid
+// UTF-8 and surrogates escaped alone inside strings, which, stored raw,
+// would make the job's JSON unreadable to strict clients.
+func checkJSONText(what string, b []byte) error {
+	if !json.Valid(b) {
+		return fmt.Errorf("%w: %s is not valid JSON", ErrInvalid, what)
+	}
+	if !utf8.Valid(b) {
+		return fmt.Errorf("%w: %s is not valid UTF-8: JSON text is UTF-8; encode binary data (base64 or hex, say)", ErrInvalid, what)
+	}
+	if at := jsontext.LoneSurrogate(b); at >= 0 {
+		return fmt.Errorf("%w: %s", ErrInvalid, jsontext.LoneSurrogateError(what, at))
+	}
+	return nil
+}
+
 // Defaults and limits of an enqueue.
 const (
 	DefaultQueue       = "default"
@@ -256,16 +273,8 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 	if len(p.Payload) > maxPayload {
 		return fmt.Errorf("%w: payload is %d bytes, over the %d-byte limit: use a smaller payload (store large data elsewhere and pass a reference)", ErrInvalid, len(p.Payload), maxPayload)
 	}
-	if !json.Valid(p.Payload) {
-		return fmt.Errorf("%w: payload is not valid JSON", ErrInvalid)
-	}
-	// json.Valid takes invalid UTF-8 inside strings; stored raw, it would
-	// make the job's JSON unreadable to strict clients.
-	if !utf8.Valid(p.Payload) {
-		return fmt.Errorf("%w: payload is not valid UTF-8: JSON text is UTF-8; encode binary data (base64 or hex, say)", ErrInvalid)
-	}
-	if at := jsontext.LoneSurrogate(p.Payload); at >= 0 {
-		return fmt.Errorf("%w: %s", ErrInvalid, jsontext.LoneSurrogateError("payload", at))
+	if err := checkJSONText("payload", p.Payload); err != nil {
+		return err
 	}
 	if len(p.UniqueKey) > maxUniqueKeyLen {
 		return fmt.Errorf("%w: unique key is %d bytes, over the %d-byte limit: use a shorter key (a digest of a long one, say)", ErrInvalid, len(p.UniqueKey), maxUniqueKeyLen)
@@ -275,14 +284,10 @@ func (p *EnqueueParams) normalize(maxPayload int) error {
 		// could never free it.
 		return fmt.Errorf("%w: unique key is not valid UTF-8: encode a binary key (hex or base64, say)", ErrInvalid)
 	}
-	if len(p.Metadata) > 0 && !json.Valid(p.Metadata) {
-		return fmt.Errorf("%w: metadata is not valid JSON", ErrInvalid)
-	}
-	if !utf8.Valid(p.Metadata) {
-		return fmt.Errorf("%w: metadata is not valid UTF-8: JSON text is UTF-8; encode binary data (base64 or hex, say)", ErrInvalid)
-	}
-	if at := jsontext.LoneSurrogate(p.Metadata); at >= 0 {
-		return fmt.Errorf("%w: %s", ErrInvalid, jsontext.LoneSurrogateError("metadata", at))
+	if len(p.Metadata) > 0 {
+		if err := checkJSONText("metadata", p.Metadata); err != nil {
+			return err
+		}
 	}
 	if len(p.Metadata) > MaxMetadataBytes {
 		return fmt.Errorf("%w: metadata is %d bytes, over the %d-byte limit: send less (it is for small labels; data the handler needs goes in the payload)", ErrInvalid, len(p.Metadata), MaxMetadataBytes)

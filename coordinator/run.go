@@ -75,16 +75,18 @@ func (r *Run) Session() *Session { return r.sess }
 // Checkpoint records handler state (any JSON) under the run's fence. A
 // retried attempt sees the last accepted checkpoint.
 func (r *Run) Checkpoint(ctx context.Context, data json.RawMessage) error {
-	if !json.Valid(data) {
-		return fmt.Errorf("%w: checkpoint is not valid JSON", ErrInvalid)
+	if err := checkJSONText("checkpoint", data); err != nil {
+		return err
 	}
 	return r.write(ctx, "checkpoint", false, func(j *Job) { j.Checkpoint = data })
 }
 
 // Complete records success and the handler's result (any JSON, or nil).
 func (r *Run) Complete(ctx context.Context, result json.RawMessage) error {
-	if len(result) > 0 && !json.Valid(result) {
-		return fmt.Errorf("%w: result is not valid JSON", ErrInvalid)
+	if len(result) > 0 {
+		if err := checkJSONText("result", result); err != nil {
+			return err
+		}
 	}
 	return r.write(ctx, "complete", true, func(j *Job) {
 		j.State = StateCompleted

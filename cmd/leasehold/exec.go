@@ -16,11 +16,13 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/internal/apiserver"
+	"github.com/leasehold/leasehold/internal/jsontext"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -115,7 +117,7 @@ func parseExec(s string) (execSpec, error) {
 // (when an earlier run recorded one) LEASEHOLD_CHECKPOINT_FILE in its
 // environment, and its checkpoint socket on fd execCheckpointFD (ADR
 // 0034). Exit status 0 completes the job with stdout as its result
-// (as JSON if it is JSON, else as a JSON string); any other status fails
+// (as JSON if it is UTF-8 JSON text, else as a JSON string); any other status fails
 // the attempt with the end of stderr as the error. The command runs in its
 // own process group, once the exec guard knows it (execGate); when the
 // job's context ends (cancel, timeout, shutdown, lost lease) the group
@@ -246,7 +248,10 @@ func execHandler(spec execSpec, log *slog.Logger) worker.Handler {
 		case stdout.truncated:
 			log.Warn("command output over the limit: result truncated", slog.String("job", j.ID), slog.Int("limit", maxExecStdout))
 			return j.SetResult(string(out) + " [truncated]")
-		case json.Valid(out):
+		case json.Valid(out) && utf8.Valid(out) && jsontext.LoneSurrogate(out) < 0:
+			// JSON text that every reader takes: json.Valid also takes
+			// invalid UTF-8 (a tool's Latin-1) and surrogates escaped
+			// alone, which the store refuses in a result.
 			return j.SetResult(json.RawMessage(out))
 		default:
 			return j.SetResult(string(out))

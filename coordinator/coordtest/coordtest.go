@@ -84,6 +84,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, clockStepTests...)
 	tests = append(tests, sessionReviewTests...)
 	tests = append(tests, limitReviewTests...)
+	tests = append(tests, jsonTextReviewTests...)
 	tests = append(tests, lostReplyReviewTests...)
 	tests = append(tests, runOpsReviewTests...)
 	for i, tc := range tests {
