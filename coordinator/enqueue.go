@@ -261,6 +261,11 @@ func (c *Coordinator) buildJob(ctx context.Context, p *EnqueueParams, now time.T
 	if err := p.normalize(c.cfg.MaxPayloadBytes); err != nil {
 		return nil, err
 	}
+	return c.jobOf(p, now)
+}
+
+// jobOf returns the job that normalized p describes, enqueued at now.
+func (c *Coordinator) jobOf(p *EnqueueParams, now time.Time) (*Job, error) {
 	j := &Job{
 		ID:          c.newID(now),
 		Kind:        p.Kind,

@@ -270,6 +270,17 @@ func (c *Coordinator) validatePeriodic(pjs []PeriodicJob) ([]periodicEntry, erro
 			return nil, fmt.Errorf("periodic job %s: %w", pj.Name, err)
 		}
 		pj.Job = p
+		// A tick's job must fit in one request of the store, as stored
+		// (JSON escaping can grow a payload several times), or every
+		// tick would be refused by the store.
+		p.UniqueKey = tickKey(pj.Name, c.clock.Now())
+		j, err := c.jobOf(&p, c.clock.Now().UTC())
+		if err != nil {
+			return nil, fmt.Errorf("periodic job %s: %w", pj.Name, err)
+		}
+		if _, _, n := c.tickWrite(j); !c.fitsBytes(n) {
+			return nil, fmt.Errorf("%w: periodic job %s: a tick's job is %d bytes as stored (its record and its queue's copy), over the %d bytes the store takes in one request: use a smaller payload", ErrInvalid, pj.Name, n, c.limits.MaxBytes-requestOverhead)
+		}
 		out = append(out, periodicEntry{PeriodicJob: pj, sched: sched})
 	}
 	return out, nil
@@ -416,7 +427,7 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 		st.Spec, st.Kind, st.Queue, st.CatchUpMS = e.Spec, e.Job.Kind, e.Job.Queue, e.CatchUp.Milliseconds()
 		base := periodicBase(st)
 		cutoff := now.Add(-e.CatchUp)
-		perTxn := c.ticksPerTxn(e)
+		perTxn := c.ticksPerTxn()
 		var due []time.Time
 		t, last, skipped := skipBefore(e.sched, e.sched.Next(base), cutoff)
 		for !t.IsZero() && !t.After(now) && len(due) < perTxn {
@@ -432,6 +443,26 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 		if last.IsZero() && rev != 0 && sameDefinition(before, st) {
 			return t, nil // nothing due, nothing to record
 		}
+		built := make([]*Job, len(due))
+		for i, tick := range due {
+			p := e.Job
+			p.UniqueKey = tickKey(e.Name, tick)
+			j, err := c.buildJob(ctx, &p, now)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("periodic job %s: %w", e.Name, err)
+			}
+			built[i] = j
+		}
+		// As many ticks as fit in one request of the store, as their jobs
+		// are stored: the others are the next transaction's.
+		if k := c.ticksThatFit(built); k < len(built) {
+			if k == 0 {
+				_, _, n := c.tickWrite(built[0])
+				return time.Time{}, fmt.Errorf("%w: periodic job %s: a tick's job is %d bytes as stored, over the %d bytes the store takes in one request", ErrInvalid, e.Name, n, c.limits.MaxBytes-requestOverhead)
+			}
+			t, last = due[k], due[k-1]
+			due, built, st.NextAt = due[:k], built[:k], t
+		}
 		if !last.IsZero() {
 			lt := last
 			st.LastTick = &lt
@@ -440,16 +471,6 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 			st.Skipped += skipped
 			c.log.Warn("periodic job: ticks older than the catch-up window skipped", slog.String("periodic", e.Name),
 				slog.Int("skipped", skipped), slog.Duration("catch_up", e.CatchUp))
-		}
-		built := make([]*Job, len(due))
-		for i, tick := range due {
-			p := e.Job
-			p.UniqueKey = "periodic:" + e.Name + ":" + tick.UTC().Format(time.RFC3339)
-			j, err := c.buildJob(ctx, &p, now)
-			if err != nil {
-				return time.Time{}, fmt.Errorf("periodic job %s: %w", e.Name, err)
-			}
-			built[i] = j
 		}
 		// A tick whose unique key a job already holds (a user's job
 		// enqueued with that key) is not enqueued: it is skipped, and
@@ -468,13 +489,9 @@ func (c *Coordinator) enqueueDueTicks(ctx context.Context, e *periodicEntry, now
 			if holders[i] != "" {
 				continue
 			}
-			uk := c.keys.unique(j.UniqueKey)
-			_, puts := c.keys.put(j)
-			cmps = append(cmps, kv.Missing(uk))
-			nested = append(nested, kv.Nested(kv.Txn{
-				If:   []kv.Cmp{kv.Missing(uk)},
-				Then: append(puts, kv.Put(uk, []byte(j.ID), 0)),
-			}))
+			cmp, op, _ := c.tickWrite(j)
+			cmps = append(cmps, cmp)
+			nested = append(nested, op)
 			jobs = append(jobs, j)
 			ticks = append(ticks, due[i])
 		}
@@ -605,19 +622,47 @@ func lastBefore(sched cron.Schedule, from, cutoff time.Time) time.Time {
 	}
 }
 
-// ticksPerTxn is how many of e's ticks fit in one transaction of the
-// store: each writes the job's record twice (record and available index)
-// and its unique key.
-func (c *Coordinator) ticksPerTxn(e *periodicEntry) int {
+// ticksPerTxn is how many ticks one transaction of the store takes by its
+// ops; ticksThatFit bounds them by their bytes.
+func (c *Coordinator) ticksPerTxn() int {
 	n := maxTicksPerTxn
 	if c.limits.MaxOps > 0 {
 		n = min(n, c.limits.MaxOps-4)
 	}
-	if c.limits.MaxBytes > 0 {
-		per := 2*(len(e.Job.Payload)+len(e.Job.Metadata)) + 2048
-		n = min(n, (c.limits.MaxBytes-requestOverhead)/per)
-	}
 	return max(n, 1)
+}
+
+// tickKey is the unique key of a schedule's tick.
+func tickKey(name string, tick time.Time) string {
+	return "periodic:" + name + ":" + tick.UTC().Format(time.RFC3339)
+}
+
+// tickWrite returns the write of a tick's job j in its schedule's
+// transaction: the compare that its unique key is free, the nested
+// transaction that inserts it, and their bytes as the store counts them.
+func (c *Coordinator) tickWrite(j *Job) (kv.Cmp, kv.Op, int) {
+	uk := c.keys.unique(j.UniqueKey)
+	_, puts := c.keys.put(j)
+	u := unit{txn: kv.Txn{
+		If:   []kv.Cmp{kv.Missing(uk)},
+		Then: append(puts, kv.Put(uk, []byte(j.ID), 0)),
+	}}
+	return kv.Missing(uk), kv.Nested(u.txn), u.bytes() + len(uk) + 16
+}
+
+// ticksThatFit returns how many of jobs, from the first, fit in one
+// transaction of the store by their bytes as stored (JSON escaping can
+// make a record several times its payload: an estimate from the payload's
+// length made transactions the store refused, again at every try).
+func (c *Coordinator) ticksThatFit(jobs []*Job) int {
+	n := 0
+	for i, j := range jobs {
+		_, _, b := c.tickWrite(j)
+		if n += b; !c.fitsBytes(n) {
+			return i
+		}
+	}
+	return len(jobs)
 }
 
 // periodicBase is the time after which st's next tick falls: its last

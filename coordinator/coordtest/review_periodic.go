@@ -2,6 +2,7 @@ package coordtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -28,6 +29,7 @@ var periodicReviewTests = []suiteTest{
 	{"PeriodicEveryNeedsWholeSeconds", testPeriodicEveryWholeSeconds},
 	{"PeriodicTickHeldByAJobIsSkipped", testPeriodicTickHeld},
 	{"PeriodicTickKeyTakenDuringItsWriteIsSkipped", testPeriodicTickTakenMeanwhile},
+	{"PeriodicTicksFitTheStoresRequestLimit", testPeriodicTicksFitRequestLimit},
 }
 
 // clockedAt returns a coordinator on h's store and namespace with a clock
@@ -521,5 +523,45 @@ func testPeriodicTickTakenMeanwhile(t *testing.T, h *harness) {
 	}
 	if msgs := logs.messages("taken"); len(msgs) != 1 || !strings.Contains(msgs[0], "skipped") || !strings.Contains(msgs[0], user.ID) {
 		t.Fatalf("logged %q; want one line saying the tick was skipped, naming job %s", msgs, user.ID)
+	}
+}
+
+// testPeriodicTicksFitRequestLimit: ticks due together (after a downtime)
+// whose jobs, as stored, do not fit in one request of the store together
+// (JSON escaping grows a payload: "<" is stored as "\u003c") are enqueued
+// in as many transactions as they need, each tick once; a schedule whose
+// one tick's job does not fit at all is refused as bad input before
+// anything is written, as such an enqueue is.
+func testPeriodicTicksFitRequestLimit(t *testing.T, h *harness) {
+	const limit = 256 << 10
+	c := h.coordinator(&kvtest.Limit{Store: h.store, MaxBytes: limit}, coordinator.Config{})
+	// 9 KiB of payload, 54 KiB as stored, twice per job: four jobs fit in
+	// one request, not ten.
+	payload := json.RawMessage(`"` + strings.Repeat("<", 9<<10) + `"`)
+	pj := coordinator.PeriodicJob{Name: "escaped", Spec: "@every 1m", Job: coordinator.EnqueueParams{Kind: "escaped", Payload: payload}}
+	if _, err := c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(10 * time.Minute)
+	st, err := c.EnqueueDueTicks(h.ctx(), pj)
+	if err != nil {
+		t.Fatalf("ten ticks due at once, whose jobs fit one by one: %v", err)
+	}
+	if st.Enqueued != 10 || !st.NextAt.After(h.clock.Now()) {
+		t.Fatalf("state after ten ticks due at once: %+v; want 10 enqueued", st)
+	}
+	checkTicks(t, h.jobsOf("escaped"), pj.Name, 10, time.Minute)
+
+	// 30 KiB, within the payload limit (56 KiB on this store), 180 KiB
+	// as stored: the job and its queue's copy do not fit.
+	big := coordinator.PeriodicJob{Name: "toobig", Spec: "@every 1m", Job: coordinator.EnqueueParams{Kind: "toobig", Payload: json.RawMessage(`"` + strings.Repeat("<", 30<<10) + `"`)}}
+	if err := c.ValidatePeriodic([]coordinator.PeriodicJob{big}); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("ValidatePeriodic of a schedule whose job does not fit the store's request: %v, want ErrInvalid", err)
+	}
+	if _, err := c.EnqueueDueTicks(h.ctx(), big); !errors.Is(err, coordinator.ErrInvalid) {
+		t.Fatalf("EnqueueDueTicks of a schedule whose job does not fit the store's request: %v, want ErrInvalid", err)
+	}
+	if l, err := c.ListPeriodic(h.ctx()); err != nil || len(l) != 1 {
+		t.Fatalf("ListPeriodic = %+v, %v; want the refused schedule not stored", l, err)
 	}
 }
