@@ -152,6 +152,9 @@ func (z zonedSchedule) Next(t time.Time) time.Time {
 		if n.IsZero() {
 			return n
 		}
+		if m := z.firstInOffsets(t, n); !m.IsZero() {
+			n = m
+		}
 		if tr, ok := z.gapTick(t, n); ok {
 			return tr
 		}
@@ -166,6 +169,32 @@ func (z zonedSchedule) Next(t time.Time) time.Time {
 		return n
 	}
 	return z.s.Next(t)
+}
+
+// firstInOffsets returns the first time after t and before n whose
+// wall-clock time, read with the zone's offset in force then, the spec
+// matches, or zero if none. robfig/cron steps hours in the zone, and near
+// a change of half an hour it steps over such times: after the clocks went
+// back at Lord Howe, a daily 03:00 job ran a day later, and a daily 00:00
+// job skipped the next day. Each span of one offset is exact read as a
+// fixed zone.
+func (z zonedSchedule) firstInOffsets(t, n time.Time) time.Time {
+	from, in := t, t // search after from, in the offset in force at in
+	for range maxZoneSteps {
+		l := in.In(z.s.Location)
+		_, off := l.Zone()
+		_, end := l.ZoneBounds()
+		fixed := *z.s
+		fixed.Location = time.FixedZone("", off)
+		if m := fixed.Next(from); !m.IsZero() && m.Before(n) && (end.IsZero() || m.Before(end)) {
+			return m
+		}
+		if end.IsZero() || !end.Before(n) {
+			return time.Time{}
+		}
+		from, in = end.Add(-time.Nanosecond), end
+	}
+	return time.Time{}
 }
 
 // matches reports whether the spec matches t's wall-clock time in its

@@ -30,6 +30,7 @@ var periodicReviewTests = []suiteTest{
 	{"PeriodicTickHeldByAJobIsSkipped", testPeriodicTickHeld},
 	{"PeriodicTickKeyTakenDuringItsWriteIsSkipped", testPeriodicTickTakenMeanwhile},
 	{"PeriodicTicksFitTheStoresRequestLimit", testPeriodicTicksFitRequestLimit},
+	{"PeriodicDSTHalfHourFallBackKeepsEveryDay", testPeriodicDSTHalfHourFallBackDays},
 }
 
 // clockedAt returns a coordinator on h's store and namespace with a clock
@@ -240,6 +241,39 @@ func testPeriodicDSTHalfHour(t *testing.T, h *harness) {
 		stepTicks(t, c, clk, pj, 15*time.Minute, 3*24*time.Hour)
 		if got := tickTimes(t, h.jobsOf(tc.name), pj.Name); !equalTimes(got, tc.want) {
 			t.Fatalf("%s: ticks %v, want %v (one a day)", tc.name, got, tc.want)
+		}
+	}
+}
+
+// testPeriodicDSTHalfHourFallBackKeepsEveryDay: when the clocks go back
+// half an hour on Lord Howe Island (02:00 → 01:30 on 2026-04-05), daily
+// jobs at times that occur once still run every day: robfig/cron, which
+// steps hours in the zone, ran the 03:00 job of that day a day late and
+// skipped the next day's 00:00.
+func testPeriodicDSTHalfHourFallBackDays(t *testing.T, h *harness) {
+	for _, tc := range []struct {
+		name, spec string
+		want       []time.Time
+	}{
+		{"halfthree", "0 3 * * *", []time.Time{
+			time.Date(2026, 4, 3, 16, 0, 0, 0, time.UTC),  // 03:00 +11:00
+			time.Date(2026, 4, 4, 16, 30, 0, 0, time.UTC), // 03:00 +10:30, the day of the change
+			time.Date(2026, 4, 5, 16, 30, 0, 0, time.UTC),
+		}},
+		{"halfmidnight", "0 0 * * *", []time.Time{
+			time.Date(2026, 4, 3, 13, 0, 0, 0, time.UTC),  // 00:00 +11:00
+			time.Date(2026, 4, 4, 13, 0, 0, 0, time.UTC),  // 00:00 +11:00, the day of the change
+			time.Date(2026, 4, 5, 13, 30, 0, 0, time.UTC), // 00:00 +10:30
+		}},
+	} {
+		clk, c := h.clockedAt(time.Date(2026, 4, 3, 12, 0, 0, 0, time.UTC))
+		pj := coordinator.PeriodicJob{Name: tc.name, Spec: "CRON_TZ=Australia/Lord_Howe " + tc.spec, Job: coordinator.EnqueueParams{Kind: tc.name}}
+		if _, err := c.EnqueueDueTicks(h.ctx(), pj); err != nil {
+			t.Fatal(err)
+		}
+		stepTicks(t, c, clk, pj, 15*time.Minute, 3*24*time.Hour)
+		if got := tickTimes(t, h.jobsOf(tc.name), pj.Name); !equalTimes(got, tc.want) {
+			t.Errorf("%s (%s): ticks %v, want %v (one a day)", tc.name, tc.spec, got, tc.want)
 		}
 	}
 }
