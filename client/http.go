@@ -207,6 +207,11 @@ func (b *httpBackend) statusError(resp *http.Response, data []byte, attempts, fi
 	if secure, tls := apicall.HTTPSURL(b.base, resp.StatusCode, data); !ok && tls {
 		return fmt.Errorf("leasehold daemon at %s serves HTTPS: use %s (with Options.HTTPClient trusting its certificate if it is private)", b.server, secure)
 	}
+	if loc, err := resp.Location(); err == nil && !ok && resp.StatusCode < 400 {
+		// A change redirected by a front, not followed (as a GET, Go's
+		// HTTP client would read instead of change; apicall.Do).
+		return fmt.Errorf("leasehold daemon at %s answered %s: it redirects to %s, and a change is not sent on as a GET: nothing was sent on; give the daemon's URL that it leads to as the server", b.server, resp.Status, loc)
+	}
 	if !ok {
 		// Not the API's answer (a proxy, another server, a TLS
 		// mismatch): no sentinel, so that a caller does not drop a

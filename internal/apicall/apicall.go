@@ -90,7 +90,7 @@ func Do(ctx context.Context, hc *http.Client, r Request) (*http.Response, []byte
 	if r.Token != "" {
 		req.Header.Set("Authorization", "Bearer "+r.Token)
 	}
-	resp, err := hc.Do(req)
+	resp, err := keepMethod(hc, r.Method).Do(req)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -103,6 +103,33 @@ func Do(ctx context.Context, hc *http.Client, r Request) (*http.Response, []byte
 		return nil, nil, fmt.Errorf("%w: %s %s answered more than %d MiB: ask for less (a smaller --limit, say)", ErrAnswerTooLarge, r.Method, r.Path, maxAnswer>>20)
 	}
 	return resp, data, nil
+}
+
+// keepMethod returns hc, or for a method other than GET and HEAD a copy
+// of it that does not follow a redirect that would change the method:
+// net/http follows a 301, 302 or 303 as a GET without the body, so that
+// a change redirected by a front (http:// to https://, say) read what it
+// was to change and was answered as made. The redirect is returned as the
+// answer instead; a 307 or 308, which keeps the method and the body, is
+// followed as hc would.
+func keepMethod(hc *http.Client, method string) *http.Client {
+	if method == http.MethodGet || method == http.MethodHead {
+		return hc
+	}
+	c := *hc
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if req.Method != method {
+			return http.ErrUseLastResponse
+		}
+		if hc.CheckRedirect != nil {
+			return hc.CheckRedirect(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // ErrorMessage returns the API's error message in an answer's body

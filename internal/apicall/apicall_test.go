@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -156,5 +157,39 @@ func TestRefusesParams(t *testing.T) {
 	msg := `unknown query parameter "after": this endpoint takes none`
 	if !RefusesParams(msg, "limit", "after") || RefusesParams(msg, "limit") || RefusesParams("bad limit", "limit") {
 		t.Errorf("RefusesParams misreads %q", msg)
+	}
+}
+
+// A change answered 301, 302 or 303 is not followed (net/http would send
+// it on as a GET, without its body): the redirect is the answer. A 307 is
+// followed with the method kept, and a GET follows any redirect.
+func TestDoDoesNotFollowAChangeAsAGet(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/old" {
+			code, _ := strconv.Atoi(r.URL.Query().Get("code"))
+			http.Redirect(w, r, "/new", code)
+			return
+		}
+		got = append(got, r.Method)
+	}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	for _, tc := range []struct {
+		method string
+		code   int
+		want   int // status answered
+	}{
+		{http.MethodDelete, 301, 301}, {http.MethodPost, 302, 302}, {http.MethodPost, 303, 303},
+		{http.MethodDelete, 307, 200}, {http.MethodGet, 301, 200},
+	} {
+		got = nil
+		resp, _, err := Do(context.Background(), srv.Client(), Request{Method: tc.method, Base: base, Path: "/old", Query: url.Values{"code": {strconv.Itoa(tc.code)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != tc.want || (tc.want == 200) != (len(got) == 1 && got[0] == tc.method) {
+			t.Errorf("%s redirected %d: answered %d, the target got %v; want %d", tc.method, tc.code, resp.StatusCode, got, tc.want)
+		}
 	}
 }
