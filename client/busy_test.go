@@ -182,3 +182,27 @@ func TestHTTPWaitPausesAfterAnEarlyAnswer(t *testing.T) {
 		t.Errorf("%d requests, %d pauses; want at most %d requests, a pause between each two", n, pauses, requests)
 	}
 }
+
+// A daemon that asks for long pauses: each is cut to 5 s (and up to a
+// quarter more), and the pauses of one request stay within 10 s, as the
+// README promises; then the error is ErrBusy.
+func TestHTTPBusyPausesStayWithinTheirBounds(t *testing.T) {
+	for _, retry := range []string{"5", "3600"} {
+		pauses := recordPauses(t)
+		d := &busyDaemon{refuse: 1 << 30, mark: true, retry: retry}
+		c := clientOn(t, d)
+		if _, err := c.Insert(context.Background(), client.RawArgs{KindName: "echo"}, nil); !errors.Is(err, client.ErrBusy) {
+			t.Fatalf("Retry-After %s, always refused: %v; want ErrBusy", retry, err)
+		}
+		var total time.Duration
+		for _, p := range *pauses {
+			if p < 5*time.Second || p > 5*time.Second*5/4 {
+				t.Errorf("Retry-After %s: pause %v; want from 5s to 6.25s", retry, p)
+			}
+			total += p
+		}
+		if total > 10*time.Second || len(*pauses) != 1 || d.sent() != 2 {
+			t.Errorf("Retry-After %s: %d requests, pauses %v (%v in all); want 2 requests, one pause, at most 10s in all", retry, d.sent(), *pauses, total)
+		}
+	}
+}
