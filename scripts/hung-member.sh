@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Measures what one hung etcd member costs in shared mode: three
-# `leasehold etcd` members on loopback, one of them stopped (SIGSTOP) from
+# `leasehold etcd` members on loopback (with --enable-grpc-gateway: the
+# script reads them over HTTP), one of them stopped (SIGSTOP) from
 # 8 s to 33 s of a 60 s run.
 #
 # drain (the default): two daemons (20 slots each, 10 s leases), 6,000 jobs
@@ -40,7 +41,7 @@ trap cleanup EXIT
 cluster="m1=http://127.0.0.1:26002,m2=http://127.0.0.1:26004,m3=http://127.0.0.1:26006"
 for i in 1 2 3; do
 	"$bin" etcd --name "m$i" --data "$dir/etcd-$i" --listen-client "http://127.0.0.1:$((26000 + 2 * i - 1))" \
-		--listen-peer "http://127.0.0.1:$((26000 + 2 * i))" --initial-cluster "$cluster" >"$dir/etcd-$i.log" 2>&1 &
+		--listen-peer "http://127.0.0.1:$((26000 + 2 * i))" --initial-cluster "$cluster" --enable-grpc-gateway >"$dir/etcd-$i.log" 2>&1 &
 	pids+=($!)
 done
 endpoints=http://127.0.0.1:26001,http://127.0.0.1:26003,http://127.0.0.1:26005

@@ -72,6 +72,7 @@ production, run etcd itself.`,
 	f.StringVar(&o.cfg.PeerTLS.KeyFile, "peer-key-file", "", "key of --peer-cert-file (PEM)")
 	f.StringVar(&o.cfg.PeerTLS.TrustedCAFile, "peer-trusted-ca-file", "", "CA (PEM) that signs the peer certificates --peer-client-cert-auth requires")
 	f.BoolVar(&o.cfg.PeerTLS.ClientCertAuth, "peer-client-cert-auth", false, "require a peer certificate signed by --peer-trusted-ca-file")
+	f.BoolVar(&o.cfg.GRPCGateway, "enable-grpc-gateway", false, "also serve etcd's HTTP/JSON gateway (/v3/...) to clients: any web page the host's browser opens can then write and watch every key; for scripts on a host without a browser")
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,5 +108,30 @@ func TestEtcdMembersThatServeDoNotSayTheyWait(t *testing.T) {
 				t.Errorf("a member that serves logged %s", l.Raw)
 			}
 		}
+	}
+}
+
+// `leasehold etcd` serves etcd's HTTP/JSON gateway only when asked: a web
+// page can send it a form's POST, which the gateway takes as a write.
+func TestEtcdMemberServesNoGatewayUnlessAsked(t *testing.T) {
+	for _, asked := range []bool{false, true} {
+		client := closedPort(t)
+		p := startEtcdMember(t, func() []string {
+			client = closedPort(t)
+			args := []string{"--listen-client", "http://" + client, "--listen-peer", "http://" + closedPort(t)}
+			if asked {
+				args = append(args, "--enable-grpc-gateway")
+			}
+			return args
+		})
+		resp, err := http.Post("http://"+client+"/v3/maintenance/status", "text/plain", strings.NewReader("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusOK}[asked]; resp.StatusCode != want {
+			t.Errorf("--enable-grpc-gateway %t: POST /v3/maintenance/status answered %d, want %d", asked, resp.StatusCode, want)
+		}
+		p.stopCleanly(t)
 	}
 }

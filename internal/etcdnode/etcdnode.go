@@ -78,6 +78,12 @@ type Config struct {
 	// ClientTLS serves clients over TLS (ClientURL https://); PeerTLS,
 	// the other members (PeerURL https://). Zero: plain TCP.
 	ClientTLS, PeerTLS TLSFiles
+	// GRPCGateway serves etcd's HTTP/JSON gateway (/v3/kv/range, ...)
+	// beside gRPC on the client URL. Off by default: a web page can send
+	// it a form's POST, which it takes as a write (a delete of every key),
+	// and read its watches over a WebSocket. Clients (the daemons, the
+	// CLI, etcdctl) speak gRPC.
+	GRPCGateway bool
 }
 
 // TLSFiles are the PEM files of one side of a member, as etcd's
@@ -442,6 +448,11 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		ec.MaxRequestBytes = cfg.MaxRequestBytes
 	}
 	ec.ClientTLSInfo, ec.PeerTLSInfo = cfg.ClientTLS.info(), cfg.PeerTLS.info()
+	ec.EnableGRPCGateway = cfg.GRPCGateway
+	// No answer allows another origin to read it (etcd's default, "*",
+	// let any web page read the gateway's answers). etcd reads an empty
+	// set as every origin: this one holds an origin no browser sends.
+	ec.CORS = map[string]struct{}{"leasehold-no-cross-origin": {}}
 	e, err := startEtcd(ctx, ec, hold, stopping)
 	if err != nil {
 		if ae := addrInUse(err, cfg); ae != nil {
