@@ -9,7 +9,7 @@
 // open it beside the program. In shared mode any daemon of the namespace
 // serves the same jobs; the program may serve them too.
 //
-//	h, err := httpapi.New(coord, httpapi.Config{Worker: w, Token: token, Backup: store})
+//	h, err := httpapi.New(coord, httpapi.Config{Worker: w, Token: token, LoopbackOnly: true, Backup: store})
 //	srv := &http.Server{Addr: "127.0.0.1:7420", Handler: h, ReadHeaderTimeout: 10 * time.Second}
 //	srv.RegisterOnShutdown(h.StopWaits) // long-polls answer at once
 //	go srv.ListenAndServe()

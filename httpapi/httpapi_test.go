@@ -367,3 +367,53 @@ func TestServedUnderAPrefix(t *testing.T) {
 		t.Errorf("Prefix without its leading /: %v, want ErrConfig", err)
 	}
 }
+
+// A program's API on loopback is guarded as a daemon's: with
+// LoopbackOnly, a request for a Host that is not loopback (a web page
+// reaching it through DNS rebinding) is refused, reads too, since reads
+// need no token and show every payload; a browser's cross-site write is
+// refused whatever the token.
+func TestLoopbackOnlyAndCrossOrigin(t *testing.T) {
+	p := newProgram(t, nil)
+	h, err := httpapi.New(p.coord, httpapi.Config{Worker: p.w, Token: "s3cret", LoopbackOnly: true, Logger: testutil.QuietLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(method, host, path, body string, hdr ...string) int {
+		t.Helper()
+		req := httptest.NewRequest(method, "http://"+host+path, strings.NewReader(body))
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	auth := []string{"Authorization", "Bearer s3cret"}
+	const job = `{"kind":"email","payload":{"to":"a@example.com"}}`
+	if code := call("GET", "rebound.example:7420", "/v1/jobs", ""); code != http.StatusForbidden {
+		t.Errorf("read for a Host beyond loopback: %d, want 403", code)
+	}
+	if code := call("GET", "rebound.example:7420", "/", ""); code != http.StatusForbidden {
+		t.Errorf("dashboard for a Host beyond loopback: %d, want 403", code)
+	}
+	if code := call("POST", "rebound.example:7420", "/v1/jobs", job, auth...); code != http.StatusForbidden {
+		t.Errorf("enqueue for a Host beyond loopback: %d, want 403", code)
+	}
+	if code := call("POST", "127.0.0.1:7420", "/v1/jobs", job, append(auth, "Content-Type", "text/plain", "Sec-Fetch-Site", "cross-site")...); code != http.StatusForbidden {
+		t.Errorf("cross-site enqueue with the token: %d, want 403", code)
+	}
+	if code := call("POST", "127.0.0.1:7420", "/v1/jobs", job, "Origin", "http://127.0.0.1:7420"); code != http.StatusUnauthorized {
+		t.Errorf("same-origin enqueue without the token: %d, want 401", code)
+	}
+	page, err := p.coord.List(context.Background(), coordinator.ListParams{})
+	if err != nil || len(page.Jobs) != 0 {
+		t.Fatalf("jobs after refused enqueues: %d, %v; want none", len(page.Jobs), err)
+	}
+	if code := call("GET", "localhost:7420", "/v1/jobs", ""); code != http.StatusOK {
+		t.Errorf("read for localhost: %d, want 200", code)
+	}
+	if code := call("POST", "[::1]:7420", "/v1/jobs", job, append(auth, "Origin", "http://[::1]:7420")...); code != http.StatusCreated {
+		t.Errorf("same-origin enqueue with the token: %d, want 201", code)
+	}
+}
