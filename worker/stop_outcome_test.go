@@ -199,3 +199,18 @@ func TestStopReleasesAbandonedHandlersJob(t *testing.T) {
 		t.Fatalf("job %+v (%v): want available, attempt 0", j, err)
 	}
 }
+
+// TestQueueListedTwiceRefused: a queue listed twice in Config.Queues is
+// refused by New, naming it. It was taken: the round robin claimed from it
+// twice as often as from the others, and the registration listed it twice,
+// so that queues list counted the daemon twice among those serving it.
+func TestQueueListedTwiceRefused(t *testing.T) {
+	e := newEnv(t, nil)
+	_, err := worker.New(e.c, worker.Config{Queues: []string{"mail", "default", "mail"}})
+	if !errors.Is(err, coordinator.ErrInvalid) || !strings.Contains(err.Error(), "queue mail is listed twice") {
+		t.Fatalf("worker.New(Queues [mail default mail]) = %v, want ErrInvalid saying queue mail is listed twice", err)
+	}
+	if _, err := worker.New(e.c, worker.Config{Queues: []string{"mail", "default"}}); err != nil {
+		t.Fatalf("worker.New(Queues [mail default]) = %v", err)
+	}
+}

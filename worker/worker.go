@@ -63,7 +63,8 @@ type Config struct {
 	// PollInterval is a backstop for the watch that wakes the claim loop.
 	// Default: 5s.
 	PollInterval time.Duration
-	// Queues are served round-robin. Default: ["default"].
+	// Queues are served round-robin, each listed once (New refuses a
+	// queue listed twice). Default: ["default"].
 	Queues []string
 	// Reap runs the reaper loop in this worker: it re-queues running jobs
 	// whose daemon's lease expired or was revoked. In shared mode the jobs
@@ -154,9 +155,13 @@ func (cfg Config) withDefaults(c *coordinator.Coordinator) (Config, error) {
 	if err := coordinator.ValidateLeaseMargin(cfg.LeaseTTL, cfg.LeaseMargin); err != nil {
 		return cfg, err
 	}
-	for _, q := range cfg.Queues {
+	for i, q := range cfg.Queues {
 		if err := coordinator.ValidateQueue(q); err != nil {
 			return cfg, err
+		}
+		if slices.Contains(cfg.Queues[:i], q) {
+			// Served twice as often as the others, and registered twice.
+			return cfg, fmt.Errorf("%w: queue %s is listed twice among the queues to serve: list each queue once", coordinator.ErrInvalid, q)
 		}
 	}
 	return cfg, cfg.validateFeatures(c)
