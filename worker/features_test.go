@@ -300,3 +300,50 @@ func TestMiddlewareTellsSnoozeAndCancel(t *testing.T) {
 		t.Fatalf("middleware saw %q", got)
 	}
 }
+
+// TestPayloadThatDoesNotDecodeCancels: a job whose payload does not decode
+// into its HandleArgs type ends cancelled at its first attempt, the decode
+// error recorded, without its handler being called, even with max
+// attempts left (its kind's and its own), as HandleArgs and Typed say:
+// retrying cannot fix it. With the decode error returned as a failure,
+// no test failed, and such a job was retried to its last attempt (25 by
+// default, over days).
+func TestPayloadThatDoesNotDecodeCancels(t *testing.T) {
+	e := newEnv(t, nil)
+	outcomes := make(chan worker.Outcome, 1)
+	w, err := worker.New(e.c, worker.Config{OnOutcome: func(o worker.Outcome) { outcomes <- o }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan reportArgs, 1)
+	worker.HandleArgs(w, func(_ context.Context, _ *worker.Job, a reportArgs) error {
+		called <- a
+		return nil
+	}, worker.KindOptions{MaxAttempts: 5})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "report", Payload: json.RawMessage(`{"day":5}`)})
+	var o worker.Outcome
+	select {
+	case o = <-outcomes:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no outcome within 20s")
+	}
+	if o.Op != "cancel" || o.Err != nil || o.State != coordinator.StateCancelled || !worker.IsCancel(o.HandlerErr) {
+		t.Fatalf("outcome %s (state %s, err %v, handler's %v), want cancel recorded", o.Op, o.State, o.Err, o.HandlerErr)
+	}
+	j, err := e.c.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != coordinator.StateCancelled || j.Attempt != 1 || len(j.Errors) != 1 || !strings.Contains(j.Errors[0].Error, "decode payload of report job") {
+		t.Fatalf("job %s attempt %d errors %+v, want cancelled at attempt 1 with the decode error", j.State, j.Attempt, j.Errors)
+	}
+	select {
+	case a := <-called:
+		t.Fatalf("handler called with %+v", a)
+	default:
+	}
+}
