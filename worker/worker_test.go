@@ -556,3 +556,61 @@ func TestCancelRequestKeepsHandlerError(t *testing.T) {
 		}
 	}
 }
+
+// deafToCancels is a store whose watches of cancel requests deliver
+// nothing: a worker learns of a request only from its outcome's write.
+type deafToCancels struct{ kv.Store }
+
+func (s deafToCancels) Watch(ctx context.Context, prefix string, fromRev int64) <-chan kv.WatchResponse {
+	if !strings.HasSuffix(prefix, "/c/") {
+		return s.Store.Watch(ctx, prefix, fromRev)
+	}
+	ch := make(chan kv.WatchResponse)
+	go func() {
+		<-ctx.Done()
+		close(ch)
+	}()
+	return ch
+}
+
+// TestOutcomeFindingACancelRequestSaysCancel: a failed or snoozed run
+// whose outcome write finds a cancel request its worker had not seen
+// records the job cancelled, keeping a failure's error, and OnOutcome
+// says cancel with that state, as Outcome documents (metrics count it a
+// cancellation, not a retry). With the op left as the handler asked, no
+// test failed, and OnOutcome said fail, or snooze, of a cancelled job.
+func TestOutcomeFindingACancelRequestSaysCancel(t *testing.T) {
+	e := newEnv(t, func(s kv.Store) kv.Store { return deafToCancels{s} })
+	outcomes := make(chan worker.Outcome, 2)
+	handler := func(ret error) worker.Handler {
+		return func(ctx context.Context, j *worker.Job) error {
+			if _, err := e.c.Cancel(ctx, j.ID); err != nil {
+				return fmt.Errorf("cancel: %w", err)
+			}
+			return ret
+		}
+	}
+	e.worker(worker.Config{OnOutcome: func(o worker.Outcome) { outcomes <- o }}, map[string]worker.Handler{
+		"fails":   handler(errors.New("boom")),
+		"snoozes": handler(worker.JobSnooze(time.Hour)),
+	})
+	for _, kind := range []string{"fails", "snoozes"} {
+		id := e.enqueue(coordinator.EnqueueParams{Kind: kind})
+		var o worker.Outcome
+		select {
+		case o = <-outcomes:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: no outcome within 20s", kind)
+		}
+		if o.Op != "cancel" || o.Err != nil || o.State != coordinator.StateCancelled {
+			t.Errorf("%s: outcome %s (state %s, err %v, handler's %v), want cancel with state cancelled", kind, o.Op, o.State, o.Err, o.HandlerErr)
+		}
+		j := e.wait(id)
+		if j.State != coordinator.StateCancelled {
+			t.Errorf("%s: job %s, want cancelled", kind, j.State)
+		}
+		if kept := len(j.Errors) == 1 && j.Errors[0].Error == "boom"; kept != (kind == "fails") {
+			t.Errorf("%s: job's errors %+v", kind, j.Errors)
+		}
+	}
+}
