@@ -405,7 +405,10 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 }
 
 // List returns one page of jobs; pass ListPage.Next as ListParams.After
-// for the next.
+// for the next. A page may come back short with Next set (it ends after
+// about 16 MiB of records), and a filtered one even empty (it ends after
+// looking at 10,000 jobs): page on until Next is empty, not until a page
+// has fewer jobs than asked for.
 func (c *Client) List(ctx context.Context, p ListParams) (ListPage, error) {
 	page, err := c.b.list(ctx, p)
 	if err != nil {
