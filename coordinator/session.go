@@ -552,9 +552,10 @@ func (s *Session) watchSuspend() {
 // next renewal would, up to a third of the TTL later, while the reapers,
 // which watch the registrations too, have handed its jobs to others at
 // once: for that long, handlers of two runs of a job ran side by side
-// (the older one's writes refused). A deletion the watch misses (it
+// (the older one's writes refused). A deletion while no watch is up (one
 // ended, and the key went meanwhile) is found by a read before the next
-// watch, or by the next renewal. It returns when the session ends.
+// watch, or, when that read fails, by the next watch, which starts where
+// the ended one was. It returns when the session ends.
 func (s *Session) watchRegistration() {
 	key := s.c.keys.worker(s.cfg.Worker.ID)
 	gone := func(evs []kv.Event) bool {
@@ -575,6 +576,9 @@ func (s *Session) watchRegistration() {
 				s.RenewNow()
 				return
 			}
+			if n := len(resp.Events); n > 0 {
+				rev = resp.Events[n-1].KV.ModRevision + 1
+			}
 		}
 		if retry.wait(s.ctx, "session registration "+key, werr) != nil {
 			return
@@ -584,7 +588,10 @@ func (s *Session) watchRegistration() {
 		case s.ctx.Err() != nil:
 			return
 		case err != nil:
-			rev = 0 // watch from now; the renewals go on meanwhile
+			// Watch again from where the watch ended, not from now:
+			// a deletion meanwhile would be missed until the next
+			// renewal. Its history compacted, that watch ends at
+			// once and the key is read again.
 		case len(rr.KVs) == 0:
 			s.RenewNow()
 			return

@@ -77,6 +77,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, purgePaceReviewTests...)
 	tests = append(tests, runReviewTests...)
 	tests = append(tests, watchLoopReviewTests...)
+	tests = append(tests, watchResumeReviewTests...)
 	tests = append(tests, reapLogReviewTests...)
 	tests = append(tests, reapReplacedReviewTests...)
 	tests = append(tests, chaosTests...)
