@@ -886,27 +886,35 @@ func lastBefore(evs []StoreEvent, key string, rev int64) *StoreEvent {
 }
 
 // checkCancels: an acknowledged cancel request of a running job is never
-// dropped by an outcome or a reap that runs the job again (ADR 0017).
-// With a store history checkLog sees each write. Without one (embedded
-// mode), by time: the request found the job running under some claim, and
-// from then on the job may only end (complete, discard, cancel), so no
-// claim may follow; a run that starts well after the answer came back
-// (cancelSlack, unless its daemon was paused or cut off) was claimed
-// after the request landed.
+// dropped by an outcome or a reap that runs the job again (ADR 0017), and
+// a job that a cancel found final (it cancelled the queued job, or the job
+// had ended) is not run again. With a store history checkLog sees each
+// write. Without one (embedded mode), by time: the request found the job
+// running under some claim, or final, and from then on the job may only
+// end (complete, discard, cancel), so no claim may follow; a run that
+// starts well after the answer came back (cancelSlack, unless its daemon
+// was paused or cut off) was claimed after the request landed.
 func (c *checker) checkCancels(id string, runs []*Run) {
 	info := c.in.Jobs[id]
 	if c.in.LogOK || info == nil {
 		return
 	}
 	for _, cr := range info.Cancels {
-		if cr.Result != "cancel-requested" || cr.Acked.IsZero() {
+		final := coordinator.State(cr.Result).Final()
+		if (cr.Result != "cancel-requested" && !final) || cr.Acked.IsZero() {
 			continue
 		}
 		for _, r := range runs {
-			if r.Start.Sub(cr.Acked) > cancelSlack && !c.pausedRecording(r.Slot, cr.Acked, r.Start) {
-				c.violate("cancel-dropped", id, "cancel request acknowledged at %s (the job was running), yet token %d started on %s at %s",
-					cr.Acked.Format(tsFormat), r.Token, laneName(r.Slot), r.Start.Format(tsFormat))
+			if r.Start.Sub(cr.Acked) <= cancelSlack || c.pausedRecording(r.Slot, cr.Acked, r.Start) {
+				continue
 			}
+			if final {
+				c.violate("run-after-final", id, "a cancel answered at %s found the job %s, yet token %d started on %s at %s",
+					cr.Acked.Format(tsFormat), cr.Result, r.Token, laneName(r.Slot), r.Start.Format(tsFormat))
+				continue
+			}
+			c.violate("cancel-dropped", id, "cancel request acknowledged at %s (the job was running), yet token %d started on %s at %s",
+				cr.Acked.Format(tsFormat), r.Token, laneName(r.Slot), r.Start.Format(tsFormat))
 		}
 	}
 }

@@ -1022,3 +1022,31 @@ func TestJobWrittenBeforeTheFinalReadLostThoughItRanAfter(t *testing.T) {
 		t.Fatalf("lost %v, enqueued after the final read %d; want none lost, 1", res.Lost, res.AfterFinalRead)
 	}
 }
+
+// Embedded mode (no store history): a cancel answered with a final state
+// (the job was queued and the cancel finished it, or it had finished
+// before) leaves nothing to run. A run that starts well after that answer
+// claimed a finished job, though it wrote the only accepted final write
+// and the final record is its own. One that started before the answer
+// (it completed before the cancel read the job) is fine.
+func TestRunAfterACancelAnsweredFinalReported(t *testing.T) {
+	for _, answer := range []string{"cancelled", "completed"} {
+		w := newWorld()
+		w.in.Mode = "embedded"
+		w.enqueue(jobA, 0)
+		w.in.Jobs[jobA].Cancels = []CancelReq{{At: at(1.5), Result: answer, Acked: at(1.6)}}
+		w.cleanRun(jobA, "w1", 10, 5)
+		w.final(jobA, coordinator.StateCompleted, "w1", 10)
+		res := Check(w.in)
+		if n := kinds(res)["run-after-final"]; n != 1 || len(res.Violations) != 1 {
+			t.Fatalf("answer %s: violations %+v; want one run-after-final", answer, res.Violations)
+		}
+	}
+	w := newWorld()
+	w.in.Mode = "embedded"
+	w.enqueue(jobA, 0)
+	w.cleanRun(jobA, "w1", 10, 1)
+	w.in.Jobs[jobA].Cancels = []CancelReq{{At: at(2.5), Result: "completed", Acked: at(2.6)}}
+	w.final(jobA, coordinator.StateCompleted, "w1", 10)
+	wantClean(t, Check(w.in))
+}
