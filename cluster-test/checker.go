@@ -187,8 +187,9 @@ type Result struct {
 	// Ticks are the jobs of the periodic schedule tickName.
 	Ticks TickStats `json:"periodic"`
 	// AfterFinalRead counts the jobs not acknowledged, not in the final
-	// state, whose every run started after the final read began: jobs
-	// enqueued after it (the periodic schedule's), not lost ones.
+	// state, whose every run started after the final read began and that
+	// the store's history saw written only after it: jobs enqueued after
+	// it (the periodic schedule's), not lost ones.
 	AfterFinalRead int `json:"enqueued_after_final_read"`
 	// UniqueJobs counts the jobs with a unique key (the workload's and the
 	// ticks') whose lives the store's history was checked for overlap.
@@ -338,6 +339,15 @@ func (c *checker) jobIDs() []string {
 	for id := range c.byJob {
 		set[id] = true
 	}
+	// Jobs that only the store's history or the exec runs' file show (an
+	// enqueue whose reply was lost): checked as the others, and lost if
+	// they were in the store when the final read began.
+	for id := range c.logJob {
+		set[id] = true
+	}
+	for id := range c.execJob {
+		set[id] = true
+	}
 	ids := make([]string, 0, len(set))
 	for id := range set {
 		ids = append(ids, id)
@@ -423,13 +433,16 @@ func (c *checker) checkLost() {
 		case f == nil && info != nil:
 			r.Lost = append(r.Lost, id)
 			c.violate("lost", id, "acknowledged job (enqueued %s) is not in the store", info.EnqueuedAt.Format(tsFormat))
-		case f == nil && c.startedAfterFinalRead(id):
-			// A tick's job: the daemons go on enqueuing them until they
-			// stop, after the final read.
-			r.AfterFinalRead++
 		case f == nil:
+			why := c.inStoreAtFinalRead(id)
+			if why == "" {
+				// A tick's job: the daemons go on enqueuing them until
+				// they stop, after the final read.
+				r.AfterFinalRead++
+				break
+			}
 			r.Lost = append(r.Lost, id)
-			c.violate("lost", id, "job ran (histories show it) but is neither in the store nor among the acknowledged enqueues")
+			c.violate("lost", id, "%s, but it is neither in the store nor among the acknowledged enqueues", why)
 		case !f.State.Final() && c.in.QuiesceEnd == quiesceCapped:
 			r.States[string(f.State)]++
 			r.Undrained = append(r.Undrained, id)
@@ -1319,28 +1332,29 @@ func (c *checker) checkUnique() {
 	}
 }
 
-// startedAfterFinalRead reports whether job id, which the histories show,
-// has runs and all of them started after the final read began. Only the
-// periodic schedule enqueues jobs then: the workload has stopped, and the
-// quiesce period ended with every job in the store final (or the job
-// would be in the final state, open). A job that the store's history saw
-// written before the final read began was in the store when it was read
-// (its reads are linearizable): missing from it, the job is lost, whenever
-// it ran.
-func (c *checker) startedAfterFinalRead(id string) bool {
-	runs := c.byJob[id]
-	if c.in.FinalAt.IsZero() || len(runs) == 0 {
-		return false
-	}
+// inStoreAtFinalRead says what shows that job id, neither acknowledged nor
+// in the final read, was in the store when the final read began, or "" if
+// nothing does. Only the periodic schedule enqueues jobs after it began:
+// the workload has stopped, and the quiesce period ended with every job in
+// the store final (or the job would be in the final state, open). The
+// store's reads are linearizable, so a job that the store's history saw
+// written before the final read began was in the store when it was read,
+// whenever it ran; so was a job whose exec command ran (only the workload
+// enqueues the exec kind), and one that the histories show starting
+// before the final read began (or at all, if when it began is not known).
+func (c *checker) inStoreAtFinalRead(id string) string {
 	for _, e := range c.logJob[id] {
 		if e.Key == "j" && !e.Seen.IsZero() && e.Seen.Before(c.in.FinalAt) {
-			return false
+			return fmt.Sprintf("the store's history saw it written at revision %d (%s), before the final read began", e.Rev, e.Seen.Format(tsFormat))
 		}
 	}
-	for _, r := range runs {
-		if !r.Start.After(c.in.FinalAt) {
-			return false
+	if ls := c.execJob[id]; len(ls) > 0 {
+		return fmt.Sprintf("its command ran (line %d of the exec runs' file, token %d)", ls[0].N, ls[0].Token)
+	}
+	for _, r := range c.byJob[id] {
+		if c.in.FinalAt.IsZero() || !r.Start.After(c.in.FinalAt) {
+			return "job ran (histories show it)"
 		}
 	}
-	return true
+	return ""
 }

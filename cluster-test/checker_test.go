@@ -1050,3 +1050,46 @@ func TestRunAfterACancelAnsweredFinalReported(t *testing.T) {
 	w.final(jobA, coordinator.StateCompleted, "w1", 10)
 	wantClean(t, Check(w.in))
 }
+
+// A job that only the store's history shows (its enqueue's reply was
+// lost, so it is not acknowledged, and it never ran), written before the
+// final read began, was in the store then: missing from the final read,
+// it is lost. Written after it (a tick), it is not; the store history's
+// checks still look at it.
+func TestJobOnlyInTheStoreHistoryChecked(t *testing.T) {
+	w := newWorld()
+	w.in.LogOK = true
+	w.in.FinalAt = at(50)
+	rec := &coordinator.Job{ID: jobA, Kind: "history", Queue: "default", State: coordinator.StateAvailable, MaxAttempts: 25}
+	w.in.Log = []StoreEvent{{Rev: 3, Key: "j", Job: jobA, Rec: rec, Seen: at(49)}}
+	res := Check(w.in)
+	if !slices.Contains(res.Lost, jobA) || kinds(res)["lost"] != 1 || res.Jobs != 1 {
+		t.Fatalf("lost %v, violations %+v, jobs %d; want %s lost", res.Lost, res.Violations, res.Jobs, jobA)
+	}
+	if d := res.Violations[0].Detail; !strings.Contains(d, "revision 3") {
+		t.Fatalf("detail %q does not name the revision the store's history saw it at", d)
+	}
+	w.in.Log[0].Seen = at(50.5)
+	claimed := *rec
+	claimed.State = coordinator.StateRunning
+	w.in.Log = append(w.in.Log, StoreEvent{Rev: 4, Key: "j", Job: jobA, Rec: &claimed, Seen: at(50.6)},
+		StoreEvent{Rev: 5, Key: "j", Job: jobA, Rec: &claimed, Seen: at(50.7)})
+	res = Check(w.in)
+	if len(res.Lost) != 0 || res.AfterFinalRead != 1 || kinds(res)["double-claim"] != 1 || len(res.Violations) != 1 {
+		t.Fatalf("lost %v, enqueued after the final read %d, violations %+v; want none lost, 1, one double-claim", res.Lost, res.AfterFinalRead, res.Violations)
+	}
+}
+
+// A job of the exec kind that only the shared file shows (not
+// acknowledged, not in the final read: embedded mode has no store
+// history) ran, so it was in the store: it is lost, and its lines are
+// checked as every exec job's are.
+func TestExecJobOnlyInTheSharedFileChecked(t *testing.T) {
+	w := execWorld(t, jobB+" 10 start\n"+jobB+" 20 start\n"+jobB+" 10 run\n")
+	w.in.Mode = "embedded"
+	w.in.Jobs = map[string]*JobInfo{}
+	res := Check(w.in)
+	if !slices.Contains(res.Lost, jobB) || kinds(res)["lost"] != 1 || kinds(res)["exec-runs-overlap"] != 1 || res.Exec.Jobs != 1 {
+		t.Fatalf("lost %v, violations %+v, exec %+v; want %s lost and its overlap reported", res.Lost, res.Violations, res.Exec, jobB)
+	}
+}

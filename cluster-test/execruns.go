@@ -153,13 +153,16 @@ type ExecStats struct {
 	Overlaps int `json:"overlaps"`
 }
 
-// isExec reports whether job id is of execKind.
+// isExec reports whether job id is of execKind: a job that neither the
+// final read nor the acknowledged enqueues show is if its command ran.
 func (c *checker) isExec(id string) bool {
 	if f := c.in.Final[id]; f != nil {
 		return f.Kind == execKind
 	}
-	info := c.in.Jobs[id]
-	return info != nil && info.Spec.Kind == execKind
+	if info := c.in.Jobs[id]; info != nil {
+		return info.Spec.Kind == execKind
+	}
+	return len(c.execJob[id]) > 0
 }
 
 // execSegment is a stretch of consecutive lines of one run of a job (in
