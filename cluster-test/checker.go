@@ -617,7 +617,8 @@ func mayProduce(op string, st coordinator.State) bool {
 }
 
 // checkTokens: a job's tokens strictly increase from start to start, and
-// (with the store log) each is the revision of a claim of that job.
+// (with the store log) each, and each exec command's, is the revision of
+// a claim of that job.
 func (c *checker) checkTokens(id string, runs []*Run) {
 	byStart := append([]*Run(nil), runs...)
 	sort.SliceStable(byStart, func(i, j int) bool { return byStart[i].Start.Before(byStart[j].Start) })
@@ -653,6 +654,12 @@ func (c *checker) checkTokens(id string, runs []*Run) {
 		for _, r := range runs {
 			if !claims[r.Token] {
 				c.violate("token-unknown", id, "run on %s has token %d, which is not the revision of a claim of this job", r.Worker, r.Token)
+			}
+		}
+		for _, l := range c.execJob[id] { // the exec kind's runs
+			if !claims[l.Token] {
+				c.violate("token-unknown", id, "the command whose first line is line %d of the exec runs' file has token %d, which is not the revision of a claim of this job", l.N, l.Token)
+				claims[l.Token] = true // once
 			}
 		}
 	}

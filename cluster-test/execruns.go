@@ -228,13 +228,24 @@ func (c *checker) checkExecRuns() {
 // checkExecInterleave checks one job's lines, in file order, for runs
 // that interleave: runs are ordered by their first line, and a line of a
 // run after the first line of a later one is an overlap (reported once
-// per pair, at the first such line).
+// per pair, at the first such line). Two start lines of one token are
+// two commands of one run, whose lines cannot be told apart: token-reuse.
 func (c *checker) checkExecInterleave(id string, lines []ExecLine) {
 	es := &c.res.Exec
 	first := map[int64]int{} // token -> its first line
 	var order []int64        // tokens by first line
 	reported := map[[2]int64]bool{}
+	started := map[int64]int{} // token -> its start line
 	for _, l := range lines {
+		if l.Phase == execStart {
+			// One run is one command: its token never starts two.
+			if n, ok := started[l.Token]; ok {
+				c.violate("token-reuse", id, "token %d's command started twice, at lines %d and %d of the exec runs' file: one claim ran two commands (the job's lines: %s)",
+					l.Token, n, l.N, describeSegments(execSegments(lines)))
+			} else {
+				started[l.Token] = l.N
+			}
+		}
 		if _, ok := first[l.Token]; !ok {
 			first[l.Token] = l.N
 			order = append(order, l.Token)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
+	"github.com/leasehold/leasehold/fence"
 )
 
 // execWorld is a world with one job of execKind, jobA, and the shared
@@ -216,5 +217,38 @@ func TestExecSegmentsListedUpToALimit(t *testing.T) {
 	}
 	if d := describeSegments(segs); strings.Count(d, "token ") != maxSegments || !strings.HasSuffix(d, "and 4 more stretches") {
 		t.Fatalf("described as %q, want %d stretches and 4 more", d, maxSegments)
+	}
+}
+
+// Two commands under one token (one claim ran its command twice) do not
+// interleave by token, yet one run is one command: token-reuse, as for a
+// history job's run that started twice. With the store's history, a
+// command's token must be the revision of a claim of its job.
+func TestExecTokenStartedTwiceOrUnknownReported(t *testing.T) {
+	w := execWorld(t, jobA+" 10 start\n"+jobA+" 10 run\n"+jobA+" 10 start\n"+jobA+" 10 run\n"+jobA+" 10 end\n")
+	w.execFinal(jobA, coordinator.StateCompleted, "w1", 10)
+	res := Check(w.in)
+	if vs := execViolations(res, "token-reuse"); len(vs) != 1 || len(res.Violations) != 1 || !strings.Contains(vs[0].Detail, "lines 1 and 3") {
+		t.Fatalf("violations %+v, want one token-reuse naming lines 1 and 3", res.Violations)
+	}
+
+	w = execWorld(t, jobA+" 10 start\n"+jobA+" 10 end\n"+jobA+" 12 start\n"+jobA+" 12 end\n")
+	w.execFinal(jobA, coordinator.StateCompleted, "w1", 12)
+	w.in.LogOK = true
+	rec := func(st coordinator.State, token int64) *coordinator.Job {
+		return &coordinator.Job{ID: jobA, Kind: execKind, Queue: "default", State: st, Owner: "w1", Token: fence.Token(token), MaxAttempts: 25}
+	}
+	w.in.Log = []StoreEvent{
+		{Rev: 5, Key: "j", Job: jobA, Rec: rec(coordinator.StateAvailable, 0)},
+		{Rev: 10, Key: "j", Job: jobA, Rec: rec(coordinator.StateRunning, 0)},
+		{Rev: 10, Key: "o", Job: jobA, CreateRev: 10},
+		{Rev: 11, Key: "o", Job: jobA, Delete: true},
+		{Rev: 11, Key: "f", Job: jobA, Index: "f/1/" + jobA},
+		{Rev: 11, Key: "j", Job: jobA, Rec: rec(coordinator.StateCompleted, 10)},
+	}
+	w.in.Final[jobA].Token = 10
+	res = Check(w.in)
+	if vs := execViolations(res, "token-unknown"); len(vs) != 1 || !strings.Contains(vs[0].Detail, "token 12") {
+		t.Fatalf("violations %+v, want one token-unknown of token 12", res.Violations)
 	}
 }
