@@ -222,10 +222,12 @@ func (m *Metrics) onStart(j coordinator.Job, now time.Time) {
 	wait := max(now.Sub(j.ScheduledAt), 0).Seconds()
 	m.queueLatency.WithLabelValues(j.Queue).Observe(wait)
 	// A job re-queued by a reap starts again under the attempt number of
-	// the lost run, whose error says so; it became available at the reap.
+	// the lost run, whose error says so; it became available at the reap,
+	// the error's time. A snooze or a release since (no attempt used, no
+	// error) made it due again later: that run is not the re-queue's.
 	if n := len(j.Errors); n > 0 && j.Rescues > 0 {
 		e := j.Errors[n-1]
-		if e.Attempt == j.Attempt && strings.HasPrefix(e.Error, runLostPrefix) {
+		if e.Attempt == j.Attempt && e.At.Equal(j.ScheduledAt) && strings.HasPrefix(e.Error, runLostPrefix) {
 			m.reclaimDelay.Observe(wait)
 		}
 	}

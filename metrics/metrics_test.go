@@ -283,3 +283,72 @@ func TestKindMaxAttemptsDiscardCountedAsAttempts(t *testing.T) {
 		t.Errorf("discards by reason = %v, want attempts 1 and outcome 0", got)
 	}
 }
+
+// A job re-queued by a reap counts one reclaim delay, at the start of the
+// run after the reap: the runs after a snooze of it (or a stop's give-back)
+// are not the re-queue of a lost run, though its last error is still the
+// reap's and its attempt the same.
+func TestReclaimDelayCountedOncePerReap(t *testing.T) {
+	m, reg := newTest()
+	c := testCoordinator(t, nil)
+	ctx := t.Context()
+	if _, err := c.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	// A run lost with its daemon: its session ends, its lease revoked.
+	gone, err := c.NewSession(ctx, coordinator.SessionConfig{Worker: coordinator.WorkerInfo{ID: "gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs, _, err := c.Claim(ctx, gone, coordinator.DefaultQueue, 1, false); err != nil || len(runs) != 1 {
+		t.Fatalf("claim: %d runs, %v", len(runs), err)
+	}
+	if err := gone.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	wcfg := worker.Config{Logger: slog.New(slog.DiscardHandler)}
+	m.HookWorker(&wcfg)
+	completed := make(chan struct{})
+	prev := wcfg.OnOutcome
+	wcfg.OnOutcome = func(o worker.Outcome) {
+		prev(o)
+		if o.Op == "complete" {
+			close(completed)
+		}
+	}
+	w, err := worker.New(c, wcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs int
+	w.Handle("k", func(context.Context, *worker.Job) error {
+		if runs++; runs == 1 {
+			return worker.JobSnooze(0)
+		}
+		return nil
+	})
+	m.RegisterWorker(w)
+	// Start re-queues the job left running (a reap), then runs it twice.
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-completed
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "leasehold_reclaim_delay_seconds" {
+			continue
+		}
+		if n := mf.GetMetric()[0].GetHistogram().GetSampleCount(); n != 1 || runs != 2 {
+			t.Fatalf("%d reclaim delays counted over %d runs after one reap; want 1 over 2", n, runs)
+		}
+		return
+	}
+	t.Fatal("no leasehold_reclaim_delay_seconds")
+}
