@@ -132,7 +132,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m.completions = counter("leasehold_job_completions_total", "Runs recorded as completed.", "kind")
 	m.failures = counter("leasehold_job_failures_total", "Failed attempts recorded (retried or discarded).", "kind")
 	m.retries = counter("leasehold_job_retries_total", "Failed attempts after which the job will run again (retryable).", "kind")
-	m.discards = counter("leasehold_job_discards_total", "Jobs discarded: reason attempts (max attempts used), rescues (lost its run too often) or outcome (its outcome could not be recorded).", "kind", "reason")
+	m.discards = counter("leasehold_job_discards_total", "Jobs discarded: reason attempts (max attempts used), rescues (lost its run too often) or outcome (its outcome, or its re-queue after a lost run, could not be recorded: too large to run again).", "kind", "reason")
 	m.cancellations = counter("leasehold_job_cancellations_total", "Runs recorded as cancelled (a cancel request honoured, or the handler cancelled itself).", "kind")
 	m.snoozes = counter("leasehold_job_snoozes_total", "Runs snoozed by their handler.", "kind")
 	m.refused = counter("leasehold_fenced_writes_refused_total", "Outcome writes refused or not attempted because the run had lost its lease (fence.ErrLeaseLost): op is the write, or abandon.", "op")
@@ -270,7 +270,13 @@ func (m *Metrics) onOutcome(o worker.Outcome) {
 func (m *Metrics) onReap(j *coordinator.Job) {
 	m.reaped.WithLabelValues(string(j.State)).Inc()
 	if j.State == coordinator.StateDiscarded {
-		m.discards.WithLabelValues(m.kinds.label(j.Kind), "rescues").Inc()
+		// Discarded for its lost runs, its last error is the reap's;
+		// one too large to run again says so after it.
+		reason := "outcome"
+		if n := len(j.Errors); n > 0 && strings.HasPrefix(j.Errors[n-1].Error, runLostPrefix) {
+			reason = "rescues"
+		}
+		m.discards.WithLabelValues(m.kinds.label(j.Kind), reason).Inc()
 	}
 }
 

@@ -2,14 +2,18 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -351,4 +355,81 @@ func TestReclaimDelayCountedOncePerReap(t *testing.T) {
 		return
 	}
 	t.Fatal("no leasehold_reclaim_delay_seconds")
+}
+
+// A job the reaper discards because it is too large to run again (its
+// record grew, by a checkpoint, past what the store takes with its queue's
+// copy) did not lose its run too often: it is counted as a discard of
+// reason outcome, as a failed attempt too large to run again is, not
+// rescues, which says its daemons keep dying under it.
+func TestReapDiscardTooLargeCountedAsOutcome(t *testing.T) {
+	m, reg := newTest()
+	ctx := t.Context()
+	log := slog.New(slog.DiscardHandler)
+	ls, err := localstore.Open(t.TempDir(), localstore.Options{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ls.Close() })
+	// The record grows under a coordinator with a larger limit, as if the
+	// store's limit were lowered since (c refuses such writes itself).
+	grower, err := coordinator.New(&kvtest.Limit{Store: ls, MaxBytes: 1 << 20}, coordinator.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ccfg := coordinator.Config{Logger: log}
+	m.HookCoordinator(&ccfg)
+	c, err := coordinator.New(&kvtest.Limit{Store: ls, MaxBytes: 512 << 10}, ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := json.RawMessage(`"` + strings.Repeat("x", 100<<10) + `"`)
+	if _, err := grower.Enqueue(ctx, coordinator.EnqueueParams{Kind: "k", Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+	gone, err := grower.NewSession(ctx, coordinator.SessionConfig{Worker: coordinator.WorkerInfo{ID: "gone"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs, _, err := grower.Claim(ctx, gone, coordinator.DefaultQueue, 1, false)
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("claim: %d runs, %v", len(runs), err)
+	}
+	if err := runs[0].Checkpoint(ctx, json.RawMessage(`"`+strings.Repeat("c", 160<<10)+`"`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := gone.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Reap(ctx, nil, nil); err != nil || n != 1 {
+		t.Fatalf("Reap = %d, %v; want the job discarded", n, err)
+	}
+	if j, err := c.Get(ctx, runs[0].Job().ID); err != nil || j.State != coordinator.StateDiscarded {
+		t.Fatalf("job after the reap: %+v, %v; want it discarded", j, err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, x := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range x.GetLabel() {
+				if l.GetName() == "reason" || l.GetName() == "state" {
+					name += "/" + l.GetValue()
+				}
+			}
+			got[name] += x.GetCounter().GetValue()
+		}
+	}
+	for name, want := range map[string]float64{
+		"leasehold_reaped_jobs_total/discarded": 1,
+		"leasehold_job_discards_total/rescues":  0,
+		"leasehold_job_discards_total/outcome":  1,
+	} {
+		if got[name] != want {
+			t.Errorf("%s = %v, want %v", name, got[name], want)
+		}
+	}
 }
