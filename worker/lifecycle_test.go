@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
 	"github.com/leasehold/leasehold/coordinator/kv/kvtest"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/worker"
 )
 
@@ -418,5 +420,49 @@ func TestOutcomeOutlivesTheDeadlineItStartedUnder(t *testing.T) {
 	}
 	if j := e.wait(id); j.State != coordinator.StateCompleted || runs.Load() != 1 {
 		t.Fatalf("job %s after %d runs; want completed after 1", j.State, runs.Load())
+	}
+}
+
+// failOutcomes fails the next outcome commits while n > 0, as a store
+// that refuses requests for a while (a leader election, a member shedding
+// load) would, at once.
+type failOutcomes struct {
+	kv.Store
+	n atomic.Int32
+}
+
+func (f *failOutcomes) Txn(ctx context.Context, t kv.Txn) (kv.TxnResult, error) {
+	if isOutcomeCommit(t) && f.n.Add(-1) >= 0 {
+		return kv.TxnResult{}, errors.New("store briefly unreachable")
+	}
+	return f.Store.Txn(ctx, t)
+}
+
+// TestOutcomeRetriesLogOncePerRun: an outcome write the store fails at once
+// is retried (every second at most, for as long as the session lives) and
+// logged once for the run, not at each retry: with a store refusing
+// requests and thousands of jobs finishing, a line per job per second
+// buried the log. The outcome is recorded once the store takes it.
+func TestOutcomeRetriesLogOncePerRun(t *testing.T) {
+	fo := &failOutcomes{}
+	fo.n.Store(4)
+	e := newEnv(t, func(s kv.Store) kv.Store { fo.Store = s; return fo })
+	var logged testutil.SyncBuffer
+	outcomes := make(chan worker.Outcome, 1)
+	e.worker(worker.Config{Logger: slog.New(slog.NewTextHandler(&logged, nil)), OnOutcome: func(o worker.Outcome) { outcomes <- o }},
+		map[string]worker.Handler{"k": func(context.Context, *worker.Job) error { return nil }})
+	id := e.enqueue(coordinator.EnqueueParams{Kind: "k"})
+	if o := <-outcomes; o.Op != "complete" || o.Err != nil {
+		t.Fatalf("outcome %s, %v; want complete, recorded", o.Op, o.Err)
+	}
+	if n := fo.n.Load(); n >= 0 {
+		t.Fatalf("%d outcome failures left to inject: the test did not exercise them", n+1)
+	}
+	if j := e.wait(id); j.State != coordinator.StateCompleted {
+		t.Fatalf("job %s, want completed", j.State)
+	}
+	out := logged.String()
+	if n := strings.Count(out, `msg="recording outcome failed; retrying"`); n != 1 {
+		t.Errorf("%d lines for one run's four failed outcome writes, want 1:\n%s", n, out)
 	}
 }

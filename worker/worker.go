@@ -1430,6 +1430,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 	delay := 50 * time.Millisecond
 	discarding := false
 	waitedForRoom := false
+	retried := false
 	for {
 		err := op(wctx)
 		out.Err = err
@@ -1520,7 +1521,13 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 		}
 		switch {
 		case !w.storeFull(err):
-			w.runLog(r).Warn("recording outcome failed; retrying", slog.Any("err", err))
+			// Once per run: retried every second until the session's
+			// deadline, a line per retry of each run was a line per job
+			// per second while the store refused writes.
+			if !retried {
+				w.runLog(r).Warn("recording outcome failed; retrying", slog.Any("err", err))
+			}
+			retried = true
 		case !waitedForRoom:
 			// Once per run: the store's want of room is logged once
 			// for the worker (storeFull), and may last for hours.
