@@ -10,6 +10,7 @@ import (
 	"math/big"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator/kv"
@@ -106,6 +107,9 @@ type Coordinator struct {
 	qconf  queueCache
 	// finished: RecentCounts' count of the finished states.
 	finished finishedCounts
+
+	// callbackPanics: CallbackPanics.
+	callbackPanics atomic.Int64
 
 	// testMaxVersion, if not 0, stands for ClusterVersion (tests of
 	// upgrades: a newer build).

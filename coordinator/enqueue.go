@@ -220,7 +220,9 @@ func (c *Coordinator) dueBytes(j *Job) int {
 
 // EnqueueHook runs before a job is validated and inserted (see
 // Config.EnqueueHooks). It may change p (set metadata, a queue, a unique
-// key); an error refuses the whole enqueue, and nothing is written.
+// key); an error refuses the whole enqueue, and nothing is written. A
+// panic refuses it as an error does, an error wrapping
+// ErrCallbackPanicked, and is logged with its stack (Coordinator.CallUser).
 type EnqueueHook func(ctx context.Context, p *EnqueueParams) error
 
 // checkSpace asks a store that can run short of room ([kv.SpaceChecker])
@@ -253,8 +255,12 @@ func (c *Coordinator) uniqueKeysHeld(ctx context.Context, jobs []*Job) (bool, er
 // buildJob runs the enqueue hooks on p, validates it, and returns the job
 // it describes. It writes nothing.
 func (c *Coordinator) buildJob(ctx context.Context, p *EnqueueParams, now time.Time) (*Job, error) {
-	for _, h := range c.cfg.EnqueueHooks {
-		if err := h(ctx, p); err != nil {
+	for i, h := range c.cfg.EnqueueHooks {
+		var err error
+		if perr := c.CallUser("coordinator.Config.EnqueueHooks", nil, func() { err = h(ctx, p) }); perr != nil {
+			return nil, fmt.Errorf("enqueue hook %d of %d: %w (the enqueue was refused: nothing written)", i+1, len(c.cfg.EnqueueHooks), perr)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -29,4 +29,9 @@ var (
 	// ErrConflict is returned when an operation kept losing races with
 	// concurrent writers; it is safe to retry.
 	ErrConflict = errors.New("coordinator: too many concurrent changes, try again")
+	// ErrCallbackPanicked wraps the error of code of the program's other
+	// than a handler (an enqueue hook, a retry policy, a hook) that
+	// panicked: see Coordinator.CallUser. An enqueue refused with it wrote
+	// nothing.
+	ErrCallbackPanicked = errors.New("coordinator: callback panicked")
 )

@@ -232,7 +232,7 @@ func (c *Coordinator) reapMove(ctx context.Context, units []unit, reaped []*Job,
 				slog.String("queue", j.Queue), slog.String("owner", lost[i].owner), slog.Int64("token", int64(lost[i].token)),
 				slog.String("state", string(j.State)), slog.Int("rescues", j.Rescues))
 			if c.cfg.OnReap != nil {
-				c.cfg.OnReap(j)
+				_ = c.CallUser("coordinator.Config.OnReap", nil, func() { c.cfg.OnReap(j) })
 			}
 		}
 	}

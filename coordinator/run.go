@@ -130,7 +130,7 @@ func (r *Run) Fail(ctx context.Context, cause error, o FailOpts) error {
 		j.State = StateRetryable
 		j.ScheduledAt = o.RetryAt.UTC()
 		if o.RetryAt.IsZero() {
-			j.ScheduledAt = now.Add(r.c.cfg.RetryPolicy(j.Attempt, j))
+			j.ScheduledAt = now.Add(r.c.retryDelay(r.c.cfg.RetryPolicy, j.Attempt, j))
 		}
 		// A time past is now, as an enqueue's is: the store keys times as
 		// Unix nanoseconds, and one before 1678 would be keyed as due in

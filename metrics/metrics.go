@@ -281,7 +281,7 @@ func (m *Metrics) onReap(j *coordinator.Job) {
 }
 
 // RegisterWorker registers the gauges read from w at scrape time (jobs
-// running, self-fencing events, how long its session's lease is still
+// running, self-fencing events, callbacks' panics recovered, how long its session's lease is still
 // known to be valid), and starts the series of w's queues and of the
 // kinds it has handlers for at zero; those kinds keep their label past
 // MaxKindLabels. Call it once w's handlers are registered.
@@ -291,6 +291,8 @@ func (m *Metrics) RegisterWorker(w *worker.Worker) {
 			func() float64 { return float64(w.Running()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasehold_self_fencing_total", Help: "Sessions this daemon ended because it could not renew its lease (self-fencing: it interrupted its jobs and starts a new session), counted as they end; sessions closed on purpose are not counted."},
 			func() float64 { return float64(w.SessionsLost()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "leasehold_callback_panics_total", Help: "Panics of the program's callbacks other than handlers (retry policies, hooks, enqueue hooks) recovered by this process's coordinator: each is logged with its stack."},
+			func() float64 { return float64(w.Coordinator().CallbackPanics()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasehold_lease_valid_seconds", Help: "How long this daemon's session lease is still known to be valid (0 when it is not)."},
 			func() float64 {
 				s := w.Session()

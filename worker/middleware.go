@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
@@ -146,7 +147,14 @@ func (w *Worker) failOpts(j *coordinator.Job, o coordinator.FailOpts) coordinato
 		o.MaxAttempts = ko.MaxAttempts
 	}
 	if o.RetryAt.IsZero() && ko.RetryPolicy != nil {
-		o.RetryAt = w.c.Clock().Now().Add(ko.RetryPolicy(j.Attempt, j))
+		// A policy that panics leaves the retry to the coordinator's.
+		var d time.Duration
+		log := func() *slog.Logger {
+			return w.log.With(slog.String("job", j.ID), slog.String("kind", j.Kind), slog.Int("attempt", j.Attempt))
+		}
+		if w.c.CallUser("worker.KindOptions.RetryPolicy", log, func() { d = ko.RetryPolicy(j.Attempt, j) }) == nil {
+			o.RetryAt = w.c.Clock().Now().Add(d)
+		}
 	}
 	return o
 }

@@ -869,7 +869,7 @@ func (w *Worker) nextClaim(st *claimState) (q string, want, need int) {
 func (w *Worker) claim(ctx context.Context, sess *coordinator.Session, q string, want int, spread bool) claimed {
 	runs, st, err := w.c.Claim(ctx, sess, q, want, spread)
 	if w.cfg.OnClaim != nil {
-		w.cfg.OnClaim(q, len(runs), st)
+		_ = w.c.CallUser("worker.Config.OnClaim", func() *slog.Logger { return w.log.With(slog.String("queue", q)) }, func() { w.cfg.OnClaim(q, len(runs), st) })
 	}
 	if len(runs) > 0 && !sess.Valid() {
 		// Landed after its session's validity deadline (the claim loop
@@ -1185,7 +1185,7 @@ func (w *Worker) execute(sess *coordinator.Session, r *coordinator.Run) (finish 
 	}
 	a := &active{run: r, cancel: cancel, started: time.Now()}
 	if w.cfg.OnStart != nil {
-		w.cfg.OnStart(jc, r.Token())
+		_ = w.c.CallUser("worker.Config.OnStart", func() *slog.Logger { return w.runLog(r) }, func() { w.cfg.OnStart(jc, r.Token()) })
 	}
 	w.cancelMu.Lock()
 	w.active.Store(jc.ID, a)
@@ -1313,7 +1313,7 @@ func (w *Worker) record(sess *coordinator.Session, r *coordinator.Run, j *Job, c
 	out := Outcome{Job: j.Job, Token: r.Token(), HandlerErr: herr, Started: a.started, Ended: time.Now()}
 	defer func() {
 		if w.cfg.OnOutcome != nil {
-			w.cfg.OnOutcome(out)
+			_ = w.c.CallUser("worker.Config.OnOutcome", func() *slog.Logger { return w.runLog(r) }, func() { w.cfg.OnOutcome(out) })
 		}
 	}()
 	if lost := r.Lost(); lost != nil || errors.Is(cause, coordinator.ErrSessionExpired) || !sess.Valid() {

@@ -312,6 +312,7 @@ func TestMetricsAfterKnownWorkload(t *testing.T) {
 		`leasehold_http_requests_total{code="201",route="POST /v1/jobs"}`: 9,
 		`leasehold_http_requests_total{code="200",route="POST /v1/jobs"}`: 1,
 		`leasehold_self_fencing_total`:                                    0,
+		`leasehold_callback_panics_total`:                                 0,
 		`leasehold_reclaim_delay_seconds_count`:                           0,
 		`leasehold_worker_running_jobs`:                                   0,
 		`leasehold_jobs_scrape_error`:                                     0,
