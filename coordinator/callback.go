@@ -29,7 +29,7 @@ func (c *Coordinator) CallUser(what string, log func() *slog.Logger, fn func()) 
 		if log != nil {
 			l = log()
 		}
-		l.Error("callback panicked: recovered, its work is lost; fix it", slog.String("callback", what), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+		l.Error("callback panicked: recovered, the process goes on without what it did not do; fix the callback", slog.String("callback", what), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 	}()
 	fn()
 	return nil

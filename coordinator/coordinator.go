@@ -59,17 +59,21 @@ type Config struct {
 	MaxRescues int
 	// OnReap, if set, is called for each job a reap moved out of running
 	// (re-queued, cancelled or discarded), with the job as written: for
-	// metrics. It must not block.
+	// metrics. It must not block. A panic in it is recovered, logged with
+	// its stack and counted (CallUser); the reap goes on.
 	OnReap func(j *Job)
 	// Namespace isolates queues that share a store. Default: "default".
 	Namespace string
 	// Retention is how long finished jobs are kept. Default: 24h.
 	Retention time.Duration
-	// RetryPolicy computes the next retry time. Default: DefaultRetryPolicy.
+	// RetryPolicy computes the next retry time. Default: DefaultRetryPolicy,
+	// which also gives the wait of an attempt whose policy panicked (the
+	// attempt fails all the same; the panic is logged, see CallUser).
 	RetryPolicy RetryPolicy
 	// EnqueueHooks run, in order, on every job enqueued through this
 	// coordinator (including periodic ones) before it is validated: for
-	// metadata such as trace ids or tenants. See EnqueueHook.
+	// metadata such as trace ids or tenants. See EnqueueHook: one that
+	// panics refuses the enqueue, writing nothing.
 	EnqueueHooks []EnqueueHook
 }
 

@@ -6,7 +6,9 @@ import (
 )
 
 // RetryPolicy returns how long to wait before the next attempt, after
-// attempt (1-based) failed.
+// attempt (1-based) failed. One that panics does not end the process:
+// the attempt fails all the same, and another policy gives the wait
+// (Config.RetryPolicy, worker.KindOptions.RetryPolicy).
 type RetryPolicy func(attempt int, j *Job) time.Duration
 
 // MaxRetryDelay caps DefaultRetryPolicy.

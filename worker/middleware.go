@@ -32,7 +32,10 @@ type KindOptions struct {
 	// timeout of its own (before Config.DefaultTimeout).
 	Timeout time.Duration
 	// RetryPolicy computes the wait before the next attempt (instead of
-	// the coordinator's policy). A handler's JobRetryAt still wins.
+	// the coordinator's policy). A handler's JobRetryAt still wins. If it
+	// panics, the attempt fails all the same and the coordinator's policy
+	// gives the wait; the panic is logged with its stack and the kind,
+	// and counted (coordinator.Coordinator.CallUser).
 	RetryPolicy coordinator.RetryPolicy
 	// Middleware wraps the kind's handler, inside Config.Middleware.
 	Middleware []Middleware

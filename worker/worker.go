@@ -51,7 +51,10 @@ type Config struct {
 	Maintain bool
 	// OnOutcome, if set, is called once per run after its outcome was
 	// written, refused or abandoned: for metrics, tracing and the cluster
-	// test's histories. It must not block for long.
+	// test's histories. It must not block for long. A panic in it is
+	// recovered, logged with its stack and counted
+	// (coordinator.Coordinator.CallUser): the outcome stands. So are
+	// OnStart's and OnClaim's: the handler starts, the claimed jobs run.
 	OnOutcome func(Outcome)
 	// OnStart, if set, is called when a handler is about to start.
 	OnStart func(j coordinator.Job, token fence.Token)
