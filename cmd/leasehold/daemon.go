@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -105,6 +106,7 @@ they are interrupted and re-queued. A second signal stops it at once (exit code 
 	f.StringVar(&o.historyDir, "history-dir", "", "fault testing: run the 'history' kind and append every execution event to DIR/WORKER.jsonl")
 	_ = f.MarkHidden("history-dir")
 	f.DurationVar(&o.reapInterval, "reap-interval", worker.DefaultReapInterval, "shared mode: period of the scan for jobs whose daemon lost its lease (a watch reacts at once; this is the backstop)")
+	sharedOnly(cmd, "reap-interval")
 	f.StringVar(&o.listen, "listen", defaultListen, "address of the HTTP API and dashboard")
 	f.IntVar(&o.concurrency, "concurrency", defaultConcurrency, "jobs run at once")
 	f.StringSliceVar(&o.queues, "queues", []string{coordinator.DefaultQueue}, "queues to serve, comma-separated")
@@ -272,6 +274,8 @@ func runDaemon(cmd *cobra.Command, g *globalOpts, o *daemonOpts) error {
 		if set := ignoredInSharedMode(cmd); len(set) > 0 {
 			log.Warn("settings of the embedded store are ignored in shared mode: --data is its directory and --min-free-disk its disk reserve; etcd's quota bounds a shared store (--quota-backend-bytes of its members)", slog.Any("settings", set))
 		}
+	} else if set := ignoredInEmbeddedMode(cmd); len(set) > 0 {
+		log.Warn("settings of shared mode are ignored in embedded mode: no --etcd is set, so the daemon runs on the directory of --data", slog.Any("settings", set), slog.String("data", o.data))
 	}
 	ccfg := o.coordConfig()
 	ccfg.Logger = log
@@ -667,6 +671,20 @@ func ignoredInSharedMode(cmd *cobra.Command) []string {
 			set = append(set, flagLabel(cmd, name))
 		}
 	}
+	return set
+}
+
+// ignoredInEmbeddedMode names the settings of shared mode that were set
+// (see sharedOnly), as the user set them, for a daemon in embedded mode,
+// which does not read them: each is refused only when it is on the command
+// line (checkSharedOnly).
+func ignoredInEmbeddedMode(cmd *cobra.Command) []string {
+	var set []string
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if len(f.Annotations[sharedOnlyAnnotation]) > 0 && flagSource(cmd, f.Name) > 0 {
+			set = append(set, flagLabel(cmd, f.Name))
+		}
+	})
 	return set
 }
 

@@ -65,7 +65,10 @@ of 'jobs cancel' come from the command line only.) Exit codes: 0 success,
 			if err := checkStore(cmd); err != nil {
 				return err
 			}
-			return checkTarget(cmd)
+			if err := checkTarget(cmd); err != nil {
+				return err
+			}
+			return checkSharedOnly(cmd)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return usagef("missing command: run 'leasehold --help' to list them")
@@ -283,12 +286,14 @@ func jobEnv(name string) bool {
 // envAnnotation marks a flag set from its environment variable;
 // configAnnotation one set from the config file (config.go);
 // noEnvAnnotation one that its variable does not set (noEnv);
-// nonEmptyAnnotation one that may not be given empty (nonEmpty).
+// nonEmptyAnnotation one that may not be given empty (nonEmpty);
+// sharedOnlyAnnotation one that only shared mode reads (sharedOnly).
 const (
-	envAnnotation      = "leasehold-from-env"
-	configAnnotation   = "leasehold-from-config"
-	noEnvAnnotation    = "leasehold-no-env"
-	nonEmptyAnnotation = "leasehold-non-empty"
+	envAnnotation        = "leasehold-from-env"
+	configAnnotation     = "leasehold-from-config"
+	noEnvAnnotation      = "leasehold-no-env"
+	nonEmptyAnnotation   = "leasehold-non-empty"
+	sharedOnlyAnnotation = "leasehold-shared-only"
 )
 
 // nonEmpty makes flag name of cmd one that may not be given an empty
@@ -438,6 +443,37 @@ func checkTarget(cmd *cobra.Command) error {
 		return withCommand(cmdName(cmd), usagef("--namespace applies with --etcd: through a daemon (--server) the daemon's namespace is used; drop --namespace, or pass --etcd"))
 	}
 	return nil
+}
+
+// sharedOnly makes flag name of cmd one that only shared mode (--etcd)
+// reads: etcd's connection settings, the daemon's --reap-interval, the
+// --max-payload a client command applies to the jobs it writes to etcd.
+func sharedOnly(cmd *cobra.Command, name string) {
+	_ = cmd.Flags().SetAnnotation(name, sharedOnlyAnnotation, []string{"true"})
+}
+
+// checkSharedOnly refuses a sharedOnly flag on the command line of a
+// command that has no --etcd (from any source, once checkTarget settled
+// it against --server): the daemon would run in embedded mode on --data,
+// a client command talk to --server, and the flag would be ignored (an
+// --etcd forgotten, a LEASEHOLD_ETCD misspelt). From the environment or
+// the config file, which may serve other commands, it is not refused (the
+// daemon says it ignores it, ignoredInEmbeddedMode).
+func checkSharedOnly(cmd *cobra.Command) error {
+	etcd := cmd.Flags().Lookup("etcd")
+	if etcd == nil {
+		return nil
+	}
+	if sv, ok := etcd.Value.(pflag.SliceValue); !ok || len(sv.GetSlice()) > 0 {
+		return nil
+	}
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err == nil && len(f.Annotations[sharedOnlyAnnotation]) > 0 && flagSource(cmd, f.Name) == 3 {
+			err = withCommand(cmdName(cmd), usagef("--%s applies with --etcd (shared mode), and this command runs without etcd: it would ignore --%s; pass --etcd, or drop --%s", f.Name, f.Name, f.Name))
+		}
+	})
+	return err
 }
 
 func nonEmptyLines(s string) []string {

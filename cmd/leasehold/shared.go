@@ -45,6 +45,9 @@ func addEtcdFlags(cmd *cobra.Command, e *etcdFlags, withNamespace bool) {
 	f.StringVar(&e.user, "etcd-user", "", "etcd user name")
 	f.StringVar(&e.password, "etcd-password", "", "etcd password (prefer LEASEHOLD_ETCD_PASSWORD)")
 	f.Var(&e.maxRequest, "etcd-max-request-bytes", "the etcd servers' --max-request-bytes, if raised (default etcd's 1.5MiB); bounds the largest job")
+	for _, name := range []string{"etcd-ca", "etcd-cert", "etcd-key", "etcd-user", "etcd-password", "etcd-max-request-bytes"} {
+		sharedOnly(cmd, name)
+	}
 }
 
 func (e *etcdFlags) shared() bool { return len(e.endpoints) > 0 }
@@ -196,6 +199,7 @@ const sharedMaxPayloadHelp = "shared mode (--etcd): the payload limit to apply, 
 func addWriteTargetFlags(cmd *cobra.Command, t *target) {
 	addTargetFlags(cmd, t)
 	addMaxPayloadFlag(cmd, &t.maxPayload, sharedMaxPayloadHelp)
+	sharedOnly(cmd, "max-payload")
 }
 
 // useMaxPayload validates --max-payload of cmd (see addWriteTargetFlags)
