@@ -32,6 +32,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/leasehold/leasehold/internal/apiserver"
@@ -271,23 +272,24 @@ func applyConfigFile(cmd *cobra.Command) error {
 		if f == nil || f.Changed {
 			continue
 		}
-		if msg := setFromConfig(cmd.Flags(), f, s.values, path); msg != "" {
+		if msg := setFromConfig(cmd.Flags(), f, s.values, path, s.line); msg != "" {
 			return fail("line %d: %s: %s", s.line, s.key, msg)
 		}
 	}
 	return nil
 }
 
-// setFromConfig sets f from the config file at path, marked as set by it
-// (see flagSource); it returns what is wrong, or "".
-func setFromConfig(fs *pflag.FlagSet, f *pflag.Flag, values []string, path string) string {
+// setFromConfig sets f from line of the config file at path, marked as
+// set by it (see flagSource, relabelConfigFlag); it returns what is wrong,
+// or "".
+func setFromConfig(fs *pflag.FlagSet, f *pflag.Flag, values []string, path string, line int) string {
 	if msg := setFlag(fs, f, values); msg != "" {
 		return msg
 	}
 	if f.Annotations == nil {
 		f.Annotations = map[string][]string{}
 	}
-	f.Annotations[configAnnotation] = []string{path}
+	f.Annotations[configAnnotation] = []string{path, strconv.Itoa(line)}
 	return ""
 }
 
@@ -593,7 +595,7 @@ func (e *configEnv) set(s configSetting, path string) string {
 		sets = append(sets, e.client.Flags())
 	}
 	for _, fs := range sets {
-		if msg := setFromConfig(fs, fs.Lookup(s.key), s.values, path); msg != "" {
+		if msg := setFromConfig(fs, fs.Lookup(s.key), s.values, path, s.line); msg != "" {
 			return msg
 		}
 	}

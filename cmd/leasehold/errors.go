@@ -123,6 +123,29 @@ func relabelEnvFlags(cmd *cobra.Command, err error) {
 	})
 }
 
+// relabelConfigFlag names, in a usage error of cmd that starts with a flag
+// that only the config file set ("--concurrency 0: want 1 to 100000"),
+// the file and line of its value, as the error of a value that does not
+// parse does: "config file F: line 2: concurrency 0: want 1 to 100000".
+func relabelConfigFlag(cmd *cobra.Command, err error) {
+	var ce *cliError
+	if cmd == nil || !errors.As(err, &ce) || ce.code != exitUsage {
+		return
+	}
+	prefix := prefixed(cmdName(cmd))
+	rest, ok := strings.CutPrefix(ce.msg, prefix)
+	if !ok {
+		return
+	}
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		at := f.Annotations[configAnnotation]
+		if len(at) < 2 || flagSource(cmd, f.Name) != 1 || wordIndex(rest, "--"+f.Name) != 0 {
+			return
+		}
+		ce.msg = fmt.Sprintf("%sconfig file %s: line %s: %s", prefix, at[0], at[1], strings.TrimPrefix(rest, "--"))
+	})
+}
+
 // replaceFlag replaces each whole occurrence of flag (not a prefix of a
 // longer flag name) in msg by label.
 func replaceFlag(msg, flag, label string) string {

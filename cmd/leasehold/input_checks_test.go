@@ -164,7 +164,7 @@ func TestDaemonConfigFileBounds(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	for _, c := range []struct{ content, want string }{
-		{"concurrency: 2000000000\n", "--concurrency 2000000000: want 1 to 100000"},
+		{"concurrency: 2000000000\n", ": line 1: concurrency 2000000000: want 1 to 100000"},
 		{"listen: 127.0.0.1:99999\n", `bad port "99999"`},
 	} {
 		p := writeFile(t, t.TempDir(), "config.yaml", c.content)

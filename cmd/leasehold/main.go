@@ -27,6 +27,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return exitOK
 	}
 	relabelEnvFlags(cmd, err)
+	relabelConfigFlag(cmd, err)
 	reportError(stderr, err)
 	return exitCode(err)
 }
