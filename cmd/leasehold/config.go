@@ -627,6 +627,9 @@ func (e *configEnv) daemonRefusal() error {
 	if err := emptyToken(e.daemon); err != nil {
 		return err
 	}
+	if err := emptyFlag(e.daemon); err != nil {
+		return err
+	}
 	if err := o.validate(); err != nil {
 		return err
 	}

@@ -79,3 +79,39 @@ func TestWorkersListNoneRegistered(t *testing.T) {
 		t.Errorf("workers list --json: exit %d, stdout %q, stderr %q; want [] and nothing on stderr", code, out, errs)
 	}
 }
+
+// An empty --namespace (--namespace "$NS" with NS unset, or a config
+// file's namespace: "", which config check reports) is refused before
+// any request, as an empty --queue or --kind is: read as left out, it was
+// the default namespace, so that a team's bulk cancel, or its daemon,
+// acted on the jobs of a namespace it did not name. The job of the
+// default namespace is left alone. (The daemon is given an etcd that
+// refuses connections: one that took the empty namespace fails to reach
+// it, exit 1, instead of running.)
+func TestEmptyNamespaceRefused(t *testing.T) {
+	ep := strings.Join(etcdtest.Start(t).Endpoints(), ",")
+	code, out, errs := runInProcess("enqueue", "work", "--etcd", ep)
+	if code != 0 {
+		t.Fatalf("enqueue in the default namespace: exit %d, stderr %q", code, errs)
+	}
+	id := strings.TrimSpace(out)
+	conf := writeFile(t, t.TempDir(), "config.yaml", "namespace: \"\"\n")
+	for _, args := range [][]string{
+		{"jobs", "cancel", "--all", "--etcd", ep, "--namespace="},
+		{"jobs", "cancel", "--all", "--etcd", ep, "--config", conf},
+		{"jobs", "list", "--etcd", ep, "--namespace", ""},
+		{"enqueue", "work", "--etcd", ep, "--namespace="},
+		{"daemon", "--etcd", "http://" + closedPort(t), "--namespace=", "--listen", "127.0.0.1:0"},
+	} {
+		code, out, errs := runInProcess(args...)
+		checkOneLineError(t, strings.Join(args, " "), cliResult{code: code, stdout: out, stderr: errs}, exitUsage,
+			`--namespace is empty: leave it out for the "default" namespace, or name one`)
+	}
+	if code, out, _ := runInProcess("config", "check", conf); code != exitUsage || !strings.Contains(out, conf+`: line 1: namespace is empty: leave it out for the "default" namespace`) {
+		t.Errorf("config check of namespace: \"\": exit %d:\n%s", code, out)
+	}
+	code, out, errs = runInProcess("jobs", "get", id, "--etcd", ep, "--json")
+	if code != 0 || !strings.Contains(out, `"state": "available"`) {
+		t.Errorf("jobs get %s in the default namespace: exit %d, stdout %q, stderr %q; want it available", id, code, out, errs)
+	}
+}

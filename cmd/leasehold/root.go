@@ -308,6 +308,15 @@ func nonEmpty(cmd *cobra.Command, name, hint string) {
 
 // checkNonEmpty refuses a nonEmpty flag given empty.
 func checkNonEmpty(cmd *cobra.Command) error {
+	if err := emptyFlag(cmd); err != nil {
+		return withCommand(cmdName(cmd), err)
+	}
+	return nil
+}
+
+// emptyFlag is checkNonEmpty's check, whatever set the flags (the command
+// line, a config file: config check makes it of a file).
+func emptyFlag(cmd *cobra.Command) error {
 	var err error
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
 		hint := f.Annotations[nonEmptyAnnotation]
@@ -319,7 +328,7 @@ func checkNonEmpty(cmd *cobra.Command) error {
 			empty = len(sv.GetSlice()) == 0
 		}
 		if empty {
-			err = withCommand(cmdName(cmd), usagef("%s is empty: %s", flagLabel(cmd, f.Name), hint[0]))
+			err = usagef("%s is empty: %s", flagLabel(cmd, f.Name), hint[0])
 		}
 	})
 	return err

@@ -38,6 +38,10 @@ func addEtcdFlags(cmd *cobra.Command, e *etcdFlags, withNamespace bool) {
 	f.StringSliceVar(&e.endpoints, "etcd", nil, "etcd endpoints, comma-separated (shared mode), e.g. http://10.0.0.1:2379")
 	if withNamespace {
 		f.StringVar(&e.namespace, "namespace", coordinator.DefaultNamespace, "namespace of the queues in the store")
+		// Read as left out, an empty one would be the default
+		// namespace: another team's jobs, for --namespace "$NS" with
+		// NS unset.
+		nonEmpty(cmd, "namespace", `leave it out for the "`+coordinator.DefaultNamespace+`" namespace, or name one`)
 	}
 	f.StringVar(&e.ca, "etcd-ca", "", "CA certificate (PEM) that signed the etcd servers' certificates")
 	f.StringVar(&e.cert, "etcd-cert", "", "client certificate (PEM) for etcd")
