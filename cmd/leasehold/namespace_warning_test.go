@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -103,9 +104,13 @@ func TestEmptyNamespaceRefused(t *testing.T) {
 		{"enqueue", "work", "--etcd", ep, "--namespace="},
 		{"daemon", "--etcd", "http://" + closedPort(t), "--namespace=", "--listen", "127.0.0.1:0"},
 	} {
+		// A value from the config file is named by its file and line.
+		want := `--namespace is empty: leave it out for the "default" namespace, or name one`
+		if slices.Contains(args, "--config") {
+			want = conf + `: line 1: namespace is empty: leave it out for the "default" namespace, or name one`
+		}
 		code, out, errs := runInProcess(args...)
-		checkOneLineError(t, strings.Join(args, " "), cliResult{code: code, stdout: out, stderr: errs}, exitUsage,
-			`--namespace is empty: leave it out for the "default" namespace, or name one`)
+		checkOneLineError(t, strings.Join(args, " "), cliResult{code: code, stdout: out, stderr: errs}, exitUsage, want)
 	}
 	if code, out, _ := runInProcess("config", "check", conf); code != exitUsage || !strings.Contains(out, conf+`: line 1: namespace is empty: leave it out for the "default" namespace`) {
 		t.Errorf("config check of namespace: \"\": exit %d:\n%s", code, out)
