@@ -145,3 +145,65 @@ func TestUserCallbackPanicsAreRecovered(t *testing.T) {
 		t.Errorf("CallbackPanics = %d, want 7 (a policy, two starts, two outcomes, two claims)", n)
 	}
 }
+
+// TestKindRetryPolicyPanicWaitsByTheCoordinatorsPolicy: an attempt whose
+// kind's retry policy panicked is retried when the coordinator's policy
+// says (an hour here), not at once: the kind's policy gave no wait. With
+// the attempt's retry time taken from the policy that panicked (a wait of
+// zero), no test failed, and a job whose policy panics ran its attempts
+// back to back.
+func TestKindRetryPolicyPanicWaitsByTheCoordinatorsPolicy(t *testing.T) {
+	s, err := localstore.Open(t.TempDir(), localstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	logger := slog.New(slog.DiscardHandler)
+	c, err := coordinator.New(s, coordinator.Config{Logger: logger, RetryPolicy: func(int, *coordinator.Job) time.Duration { return time.Hour }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	outcomes := make(chan worker.Outcome, 1)
+	w, err := worker.New(c, worker.Config{Logger: logger, OnOutcome: func(o worker.Outcome) { outcomes <- o }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.HandleWith("poison", func(context.Context, *worker.Job) error {
+		return errors.New("fails")
+	}, worker.KindOptions{RetryPolicy: func(int, *coordinator.Job) time.Duration {
+		panic("RetryPolicy: index out of range")
+	}})
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
+	before := time.Now()
+	r, err := c.Enqueue(context.Background(), coordinator.EnqueueParams{Kind: "poison"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	select {
+	case o := <-outcomes:
+		if o.Op != "fail" || o.Err != nil || o.State != coordinator.StateRetryable {
+			t.Fatalf("outcome %s %v %s; want fail, retryable", o.Op, o.Err, o.State)
+		}
+	case <-ctx.Done():
+		t.Fatal("no outcome")
+	}
+	j, err := c.Get(ctx, r.Job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.State != coordinator.StateRetryable || j.ScheduledAt.Before(before.Add(time.Hour)) {
+		t.Fatalf("job %s, retry at %v (%v after the enqueue); want retryable in an hour, the coordinator's policy", j.State, j.ScheduledAt, j.ScheduledAt.Sub(before))
+	}
+	if n := c.CallbackPanics(); n != 1 {
+		t.Errorf("CallbackPanics = %d, want 1", n)
+	}
+}
