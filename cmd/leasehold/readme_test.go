@@ -242,14 +242,19 @@ func TestReadmeCitesTestsThatExist(t *testing.T) {
 		if i := strings.IndexAny(part, "`;|"); i >= 0 {
 			part = part[:i]
 		}
+		// A ')' that closes a parenthesis opened before `coordtest`
+		// ends the citation.
 		depth := 0
 		var outside strings.Builder
+	scan:
 		for _, r := range part {
 			switch {
 			case r == '(':
 				depth++
 			case r == ')':
-				depth--
+				if depth--; depth < 0 {
+					break scan
+				}
 			case depth == 0:
 				outside.WriteRune(r)
 			}
