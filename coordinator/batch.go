@@ -32,16 +32,25 @@ func txnOps(t kv.Txn) int {
 	return max(len(t.If), len(t.Then), len(t.Else)) + inner
 }
 
+// bytes is u's size as a store counts it (localstore exactly, etcd within
+// requestOverhead) when u is sent as one nested op of a transaction, as
+// runUnits sends it: every op and compare with its key and value and 16
+// bytes of encoding, the nested op itself and those inside it included.
+// Without the nested ops, a chunk of many small units, which a store
+// without an op limit takes, was refused as too large.
 func (u unit) bytes() int {
-	n := 0
-	for _, op := range u.txn.Then {
-		n += len(op.Key) + len(op.Value) + 16
+	n := 16 // the nested op u is sent as
+	for _, ops := range [][]kv.Op{u.txn.Then, u.txn.Else} {
+		for _, op := range ops {
+			if op.Type == kv.OpTxn {
+				n += unit{txn: *op.Txn}.bytes()
+				continue
+			}
+			n += len(op.Key) + len(op.Value) + 16
+		}
 	}
 	for _, c := range u.txn.If {
 		n += len(c.Key) + len(c.Bytes) + 16
-	}
-	for _, op := range u.txn.Else {
-		n += len(op.Key) + 16
 	}
 	return n
 }
