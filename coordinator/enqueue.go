@@ -33,7 +33,10 @@ func (c *Coordinator) Enqueue(ctx context.Context, p EnqueueParams) (EnqueueResu
 // that job's enqueue returned, and nothing is written for it. Batches
 // larger than one transaction of the store are applied in several
 // transactions, concurrently; if one fails, the error says how many jobs were
-// not acknowledged and none of them should be assumed inserted. A store
+// not acknowledged and none of them should be assumed inserted, nor left
+// out: one that the store refuses as too large (a limit lower than
+// kv.Store.Limits says) while others may have been applied is no refusal
+// of the batch, and its error does not wrap kv.ErrTxnTooLarge. A store
 // short of room ([kv.SpaceChecker]) refuses the batch whole, with an error
 // wrapping kv.ErrNoSpace, before writing anything, unless every job of it
 // has a unique key that a job holds: that batch writes nothing, and is
@@ -134,6 +137,14 @@ func (c *Coordinator) EnqueueBatch(ctx context.Context, ps []EnqueueParams) ([]E
 		})
 	}
 	if err := g.Wait(); err != nil {
+		if len(chunks) > 1 && errors.Is(err, kv.ErrTxnTooLarge) {
+			// The store refused one transaction (its limit lower than
+			// this process was told), not the batch: another may have
+			// been applied. Its sentinel would say nothing was written
+			// (a 413, ErrInvalid in the clients), and jobs sent again
+			// in smaller batches would be enqueued twice.
+			return nil, fmt.Errorf("coordinator: enqueue %s in %d transactions: the store refused one as too large (its request limit is lower than this process was told), and the others may have been applied: some of the jobs may have been enqueued: %v", jobCount(len(jobs)), len(chunks), err)
+		}
 		return nil, fmt.Errorf("coordinator: enqueue %s: %w", jobCount(len(jobs)), err)
 	}
 

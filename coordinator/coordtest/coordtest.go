@@ -90,6 +90,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, runOpsReviewTests...)
 	tests = append(tests, callbackReviewTests...)
 	tests = append(tests, namespaceReviewTests...)
+	tests = append(tests, enqueueReviewTests...)
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			store := open(t)
