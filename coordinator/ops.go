@@ -37,10 +37,22 @@ func (c *Coordinator) readJob(ctx context.Context, id string) (*Job, *kv.KeyValu
 // It returns the job as it is after the call (and, with ErrWrongState, as
 // it is now).
 func (c *Coordinator) Retry(ctx context.Context, id string) (*Job, error) {
+	return c.RetryFrom(ctx, id, "")
+}
+
+// RetryFrom is Retry if job id is in state from when it is retried ("":
+// any), and ErrWrongState naming its state otherwise, nothing written: a
+// caller that chose to retry the job as it saw it (the dashboard's button
+// of a scheduled job) does not revive it after it changed (cancelled or
+// discarded meanwhile).
+func (c *Coordinator) RetryFrom(ctx context.Context, id string, from State) (*Job, error) {
 	for range 16 {
 		j, rec, err := c.readJob(ctx, id)
 		if err != nil {
 			return nil, err
+		}
+		if from != "" && j.State != from {
+			return j, fmt.Errorf("%w: job %s is %s now, not %s: nothing done (look at it again before retrying it)", ErrWrongState, id, j.State, from)
 		}
 		switch j.State {
 		case StateRunning:

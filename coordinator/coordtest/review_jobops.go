@@ -2,6 +2,7 @@ package coordtest
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +18,7 @@ import (
 var jobOpsReviewTests = []suiteTest{
 	{"CancelManyMissesNoJobMovingBetweenIndexes", testCancelManyMovingJobs},
 	{"UniquePeriodIsTheScheduledTimes", testUniquePeriodOfScheduledTime},
+	{"RetryFromRefusesAJobThatChanged", testRetryFromChanged},
 }
 
 // beforeScan is a store that runs a hook, once, before the first range
@@ -123,4 +125,33 @@ func testUniquePeriodOfScheduledTime(t *testing.T, h *harness) {
 	// Tomorrow, the job enqueued ahead (still unfinished) holds the day.
 	h.clock.Advance(tomorrow.Add(time.Hour).Sub(h.clock.Now()))
 	want("now, tomorrow", enq(time.Time{}), ahead.Job)
+}
+
+// testRetryFromChanged: RetryFrom retries a job only in the state its
+// caller saw (the dashboard's "run now" of a scheduled job), also when the
+// job changes between the retry's read and its write: a scheduled job
+// cancelled by another user meanwhile stays cancelled, ErrWrongState
+// naming both states, where the retry revived it; in the state given, it
+// is retried.
+func testRetryFromChanged(t *testing.T, h *harness) {
+	j := h.enqueue(coordinator.EnqueueParams{Kind: "k", ScheduledAt: h.clock.Now().Add(time.Hour)})
+	store := &beforeWrite{Store: h.store, hook: func() {
+		if _, err := h.c.Cancel(h.ctx(), j.ID); err != nil {
+			t.Errorf("Cancel: %v", err)
+		}
+	}}
+	c := h.coordinator(store, coordinator.Config{})
+	got, err := c.RetryFrom(h.ctx(), j.ID, coordinator.StateScheduled)
+	if !errors.Is(err, coordinator.ErrWrongState) || !strings.Contains(err.Error(), "cancelled") || !strings.Contains(err.Error(), "scheduled") {
+		t.Fatalf("RetryFrom(scheduled) of a job cancelled during it = %+v, %v; want ErrWrongState naming both states", got, err)
+	}
+	h.wantState(j.ID, coordinator.StateCancelled)
+	if _, err := c.RetryFrom(h.ctx(), j.ID, coordinator.StateDiscarded); !errors.Is(err, coordinator.ErrWrongState) {
+		t.Fatalf("RetryFrom(discarded) of a cancelled job: %v", err)
+	}
+	h.wantState(j.ID, coordinator.StateCancelled)
+	if got, err := c.RetryFrom(h.ctx(), j.ID, coordinator.StateCancelled); err != nil || got.State != coordinator.StateAvailable {
+		t.Fatalf("RetryFrom(cancelled) of a cancelled job = %+v, %v; want it available", got, err)
+	}
+	h.wantState(j.ID, coordinator.StateAvailable)
 }

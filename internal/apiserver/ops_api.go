@@ -3,7 +3,8 @@ package apiserver
 // Operations of the HTTP API beyond enqueue and inspect (issue 6):
 //
 //	POST   /v1/jobs/{id}/retry      200 {"job":JOB}  discarded or cancelled
-//	                                (or scheduled/retryable) job available now
+//	                                (or scheduled/retryable) job available now;
+//	                                ?state=S: only if it is in state S (409)
 //	DELETE /v1/jobs/{id}            200 {"job":JOB}  the finished job deleted
 //	POST   /v1/jobs/cancel          body {"state":"","kind":"","queue":""}
 //	    200 {"cancelled":N,"cancel_requested":M}  bulk cancel by filter (at
@@ -126,7 +127,7 @@ type PeriodicResponse struct {
 }
 
 func (a *Handler) routeOps() {
-	a.mux.HandleFunc("POST /v1/jobs/{id}/retry", a.jobOp(a.cfg.Coord.Retry))
+	a.mux.HandleFunc("POST /v1/jobs/{id}/retry", a.retryJob)
 	a.mux.HandleFunc("DELETE /v1/jobs/{id}", a.jobOp(a.cfg.Coord.Delete))
 	a.mux.HandleFunc("POST /v1/jobs/cancel", a.cancelMany)
 	a.mux.HandleFunc("GET /v1/queues", a.listQueues)
@@ -161,6 +162,31 @@ func (a *Handler) jobOp(op func(context.Context, string) (*coordinator.Job, erro
 		}
 		WriteJSON(w, http.StatusOK, JobResponse{Job: j})
 	}
+}
+
+// retryJob serves POST /v1/jobs/{id}/retry[?state=S]: with state, only
+// if the job is in state S (what the caller saw: the dashboard's buttons
+// send it), 409 otherwise.
+func (a *Handler) retryJob(w http.ResponseWriter, r *http.Request) {
+	if err := cmp.Or(checkQuery(r, "state"), checkNoBody(r)); err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	var from coordinator.State
+	if s := r.URL.Query().Get("state"); s != "" {
+		st, err := coordinator.ParseState(s)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		from = st
+	}
+	j, err := a.cfg.Coord.RetryFrom(r.Context(), r.PathValue("id"), from)
+	if err != nil {
+		a.failOp(w, r, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, JobResponse{Job: j})
 }
 
 func (a *Handler) cancelMany(w http.ResponseWriter, r *http.Request) {
