@@ -157,6 +157,7 @@ a{color:var(--accent)}
 .s-running{color:var(--accent);background:#eff8ff}.s-retryable{color:var(--warn);background:#fffaeb}
 .mute,.note{color:var(--mute)}.note{font-size:.85em}
 .err{color:var(--bad)}
+.lines{white-space:pre-wrap;overflow-wrap:anywhere}
 .flash{padding:.5em 1em;border-radius:6px;margin:.8em 0}.flash.ok{background:#ecfdf3;color:var(--good)}.flash.err{background:#fef3f2;color:var(--bad)}
 button.danger{color:var(--bad);border:1px solid #fda29b;background:#fff;border-radius:4px;padding:.1em .6em;cursor:pointer;font:inherit;font-size:.85em}
 button.danger:hover{background:#fef3f2}button:disabled{opacity:.5}
@@ -294,7 +295,7 @@ const dashboardJobPage = `{{define "content"}}{{with .Job}}
 {{end}}</ol></section>
 {{with .Job}}<section><h2>Attempts and errors</h2>
 {{if .Errors}}<table id="errors"><tr><th class="n">attempt</th><th>at</th><th>error</th></tr>
-{{range .Errors}}<tr><td class="n">{{.Attempt}}</td><td>{{ts .At}}</td><td><span class="err">{{.Error}}</span>{{with .Trace}}<details><summary>stack</summary><pre>{{.}}</pre></details>{{end}}</td></tr>
+{{range .Errors}}<tr><td class="n">{{.Attempt}}</td><td>{{ts .At}}</td><td><span class="err lines">{{.Error}}</span>{{with .Trace}}<details><summary>stack</summary><pre>{{.}}</pre></details>{{end}}</td></tr>
 {{end}}</table>{{else}}<p class="mute">No errors.</p>{{end}}
 </section>
 <section><h2>Payload</h2>{{with pretty .Payload}}<pre id="payload">{{.}}</pre>{{else}}<p class="mute">Empty.</p>{{end}}
