@@ -214,18 +214,26 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("daemons table: %+v, want 1 daemon (this one) with 6 running jobs and their cancel buttons", daemon)
 	}
 
-	// Cancel a running job from the page: without the token the API
-	// refuses it, and the page says why.
+	// Cancel a running job from the page, auto-refresh on: without the
+	// token the API refuses it, the page says why, and auto-refresh
+	// pauses so that the reason stays (a reload took it away at once).
+	// Ticked and clicked in one script, so no reload comes between.
 	victim := sleepers[0].ID
 	button := chromedp.CSS(`table.running button[data-job="` + victim + `"]`)
-	run("click cancel without a token", chromedp.Click(button))
+	var clicked bool
+	eval("tick auto-refresh and click cancel without a token", `(() => { document.getElementById("auto").checked = true;
+		document.querySelector('table.running button[data-job="`+victim+`"]').click(); return true; })()`, &clicked)
 	var status string
 	var err error
 	if status, err = chromedp.Run(tctx, chromedp.Poll[string](`(s => !s.hidden && s.textContent)(document.getElementById("status"))`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
 		t.Fatalf("no status after a refused cancel: %v", err)
 	}
-	if !strings.Contains(status, "API token") {
-		t.Errorf("status after a cancel without the token: %q", status)
+	if !strings.Contains(status, "API token") || !strings.Contains(status, "auto-refresh paused") {
+		t.Errorf("status after a cancel without the token: %q, want the reason and that auto-refresh paused", status)
+	}
+	var autoOn bool
+	if eval("read auto-refresh", `document.getElementById("auto").checked`, &autoOn); autoOn {
+		t.Errorf("auto-refresh still on after a refused action: the next reload takes its reason away")
 	}
 	if j := e.get(t, victim); j.CancelRequested || j.State != coordinator.StateRunning {
 		t.Fatalf("a cancel without the token reached the job: %+v", j)

@@ -188,7 +188,13 @@ details summary{cursor:pointer;color:var(--mute)}
 (function(){
   var key = "leasehold-api-token", busy = false;
   function token(){ try { return sessionStorage.getItem(key) || ""; } catch (e) { return ""; } }
-  function status(msg, bad){ var s = document.getElementById("status"); s.textContent = msg; s.className = "flash " + (bad ? "err" : "ok"); s.hidden = false; }
+  function status(msg, bad){
+    // A refusal stays on the page: auto-refresh pauses, or the next
+    // reload would take it away before it is read.
+    var a = document.getElementById("auto");
+    if (bad && a && a.checked) { a.checked = false; msg += " (auto-refresh paused)"; }
+    var s = document.getElementById("status"); s.textContent = msg; s.className = "flash " + (bad ? "err" : "ok"); s.hidden = false;
+  }
   var tf = document.getElementById("token-form");
   function tokenState(){ var s = document.getElementById("token-state"); if (s) s.textContent = token() ? "(set for this tab)" : ""; }
   if (tf) {
