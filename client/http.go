@@ -173,6 +173,11 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 		}
 		return fmt.Errorf("leasehold daemon at %s: answer is not leasehold's JSON: %w", b.server, err)
 	}
+	if write && apicall.ForeignAnswer(data, out) {
+		// JSON, but none of the API's (a front answering for it): what
+		// was done is unknown.
+		return fmt.Errorf("leasehold daemon at %s answered %s with JSON that is not leasehold's answer (%s): %w: %s", b.server, resp.Status, firstLine(data, 200), ErrOutcomeUnknown, unknownAdvice(isInsert(path)))
+	}
 	return nil
 }
 

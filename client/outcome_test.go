@@ -29,6 +29,15 @@ var writeFailures = func() map[string]http.HandlerFunc {
 		_, _ = io.Copy(io.Discard, r.Body)
 		_, _ = io.WriteString(w, "<html>ok</html>\n")
 	}
+	// JSON, but not the API's answer: a front that answers for the
+	// daemon (a health shim, a gateway's default route).
+	for name, body := range map[string]string{"a proxy's 200 {}": "{}", "a proxy's 200 status ok": `{"status":"ok"}`} {
+		m[name] = func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, body+"\n")
+		}
+	}
 	return m
 }()
 

@@ -117,6 +117,11 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 		}
 		return failf("the server at %s sent an answer that is not leasehold's JSON (%v): is --server a leasehold daemon?", c.server, err)
 	}
+	if u := apiserver.UnknownOutcome(method, path); u != "" && apicall.ForeignAnswer(b, out) {
+		// JSON, but none of the API's (a front answering for it): what
+		// was done cannot be read.
+		return &cliError{code: exitFailure, outcomeUnknown: true, msg: fmt.Sprintf("the server at %s answered %s with JSON that is not leasehold's answer (%s): is --server a leasehold daemon? %s", c.server, resp.Status, apiserver.TruncateString(strings.TrimSpace(string(b)), 120), u)}
+	}
 	return nil
 }
 

@@ -152,3 +152,34 @@ func TestEnqueueCountLaterBatchFailure(t *testing.T) {
 		})
 	}
 }
+
+// A change answered 2xx with JSON that is not the API's answer ({} or
+// {"status":"ok"} from a front that answers for the daemon) says nothing
+// of what the daemon did, if it got the request: the outcome is unknown,
+// as for an answer that is not JSON. It printed "answered without a
+// job", a plain failure, or took {} for 0 jobs cancelled, "queue  was not
+// paused", with exit 0.
+func TestCLIChangeAnsweredWithForeignJSONIsOutcomeUnknown(t *testing.T) {
+	const id = "01ARZ3NDEKTSV4RRFFQ69G5FAV"
+	for _, body := range []string{`{}`, `{"status":"ok"}`} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, body+"\n")
+		}))
+		t.Cleanup(srv.Close)
+		for _, args := range [][]string{
+			{"enqueue", "echo"},
+			{"jobs", "cancel", id},
+			{"jobs", "retry", id},
+			{"jobs", "delete", id},
+			{"jobs", "cancel", "--all"},
+			{"queues", "pause", "q"},
+		} {
+			r := runCLI(t, nil, "", append(args, "--server", srv.URL)...)
+			if r.code != exitFailure || !strings.Contains(r.stderr, "outcome is unknown") || strings.Count(r.stderr, "\n") != 1 {
+				t.Errorf("%s answered %s: exit %d, stdout %q, stderr %q; want exit 1 and one line saying the outcome is unknown", strings.Join(args, " "), body, r.code, r.stdout, r.stderr)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -142,6 +143,59 @@ func ErrorMessage(body []byte) (string, bool) {
 		return "", false
 	}
 	return e.Error, true
+}
+
+// ForeignAnswer reports whether data, a successful answer already decoded
+// into out (a pointer to a struct of the API's answers), is a JSON object
+// that holds none of out's fields: {}, or {"status":"ok"}, from a front
+// that answers for the daemon (a health shim, a gateway's default route).
+// It is not the API's answer, and says nothing of what the daemon did:
+// after a change, its outcome is unknown. Every answer of the API to a
+// change holds a field of its own.
+func ForeignAnswer(data []byte, out any) bool {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(data, &obj) != nil {
+		return false // not an object: the decode into out said so
+	}
+	t := reflect.TypeOf(out)
+	if t == nil || t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return false
+	}
+	for key := range obj {
+		if holdsField(t.Elem(), key) {
+			return false
+		}
+	}
+	return true
+}
+
+// holdsField reports whether struct type t decodes the JSON key key into
+// one of its fields (or of the structs it embeds), as encoding/json
+// matches names: without regard to case.
+func holdsField(t reflect.Type, key string) bool {
+	for f := range t.Fields() {
+		tag := f.Tag.Get("json")
+		name, _, _ := strings.Cut(tag, ",")
+		if name == "-" && tag == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" && f.Type.Kind() == reflect.Struct {
+			if holdsField(f.Type, key) {
+				return true
+			}
+			continue
+		}
+		if !f.IsExported() {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if strings.EqualFold(name, key) {
+			return true
+		}
+	}
+	return false
 }
 
 // HTTPSURL returns the https URL to use instead of base when an answer
