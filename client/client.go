@@ -590,7 +590,7 @@ func unknownOutcome(err error, insert bool) error {
 		return fmt.Errorf("%w: the store refused the change as too large (its --max-request-bytes is below EtcdConfig.Limits.MaxRequestBytes?): pass the servers' value there, with a MaxPayloadBytes that fits it, or send less: %w", coordinator.ErrInvalid, err)
 	}
 	for _, answer := range []error{coordinator.ErrInvalid, coordinator.ErrNotFound, coordinator.ErrWrongState,
-		coordinator.ErrConflict, kv.ErrNoSpace, kv.ErrTxnTooLarge, kv.ErrClosed} {
+		coordinator.ErrConflict, coordinator.ErrEnqueueRefused, kv.ErrNoSpace, kv.ErrTxnTooLarge, kv.ErrClosed} {
 		if err == nil || errors.Is(err, answer) {
 			return err
 		}

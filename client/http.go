@@ -241,6 +241,10 @@ func (b *httpBackend) statusError(resp *http.Response, data []byte, attempts, fi
 		return wrapAPIError(coordinator.ErrConflict, msg)
 	case resp.StatusCode == http.StatusConflict:
 		return wrapAPIError(coordinator.ErrWrongState, msg)
+	case resp.StatusCode == http.StatusUnprocessableEntity:
+		// An enqueue hook of the daemon's program refused the job:
+		// nothing was written.
+		return wrapAPIError(coordinator.ErrEnqueueRefused, msg)
 	case resp.StatusCode == http.StatusInsufficientStorage:
 		// The store has no room for new jobs (etcd: the write that
 		// took it over its quota was applied all the same).
@@ -278,8 +282,9 @@ var conflictMsg = strings.TrimPrefix(coordinator.ErrConflict.Error(), "coordinat
 // coordinator's errors say it in shared mode.
 func wrapAPIError(sentinel error, msg string) error {
 	text := strings.TrimPrefix(sentinel.Error(), "coordinator: ")
-	if rest, ok := strings.CutPrefix(msg, text+": "); ok {
-		return fmt.Errorf("%w: %s", sentinel, rest)
+	if head, rest, ok := strings.Cut(msg, text+": "); ok {
+		// At the start, or after a batch's "job N: ".
+		return fmt.Errorf("%s%w: %s", head, sentinel, rest)
 	}
 	if head, ok := strings.CutSuffix(msg, ": "+text); ok {
 		return fmt.Errorf("%s: %w", head, sentinel)

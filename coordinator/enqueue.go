@@ -231,9 +231,12 @@ func (c *Coordinator) dueBytes(j *Job) int {
 
 // EnqueueHook runs before a job is validated and inserted (see
 // Config.EnqueueHooks). It may change p (set metadata, a queue, a unique
-// key); an error refuses the whole enqueue, and nothing is written. A
-// panic refuses it as an error does, an error wrapping
-// ErrCallbackPanicked, and is logged with its stack (Coordinator.CallUser).
+// key); an error refuses the whole enqueue, and nothing is written: the
+// enqueue's error wraps ErrEnqueueRefused and the hook's error. A panic
+// refuses it as an error does, an error wrapping ErrCallbackPanicked, and
+// is logged with its stack (Coordinator.CallUser). Through the daemon's
+// API a refusal is answered 422 with the hook's message (400 if its error
+// wraps ErrInvalid).
 type EnqueueHook func(ctx context.Context, p *EnqueueParams) error
 
 // checkSpace asks a store that can run short of room ([kv.SpaceChecker])
@@ -269,10 +272,10 @@ func (c *Coordinator) buildJob(ctx context.Context, p *EnqueueParams, now time.T
 	for i, h := range c.cfg.EnqueueHooks {
 		var err error
 		if perr := c.CallUser("coordinator.Config.EnqueueHooks", nil, func() { err = h(ctx, p) }); perr != nil {
-			return nil, fmt.Errorf("enqueue hook %d of %d: %w (the enqueue was refused: nothing written)", i+1, len(c.cfg.EnqueueHooks), perr)
+			err = perr
 		}
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%w: hook %d of %d: %w (nothing written)", ErrEnqueueRefused, i+1, len(c.cfg.EnqueueHooks), err)
 		}
 	}
 	if err := p.normalize(c.cfg.MaxPayloadBytes); err != nil {

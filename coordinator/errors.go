@@ -34,4 +34,9 @@ var (
 	// panicked: see Coordinator.CallUser. An enqueue refused with it wrote
 	// nothing.
 	ErrCallbackPanicked = errors.New("coordinator: callback panicked")
+	// ErrEnqueueRefused wraps the error of an enqueue that one of
+	// Config.EnqueueHooks refused, by its error (also wrapped) or its
+	// panic (ErrCallbackPanicked): nothing was written. The same enqueue
+	// is refused again unless what the hook checks has changed.
+	ErrEnqueueRefused = errors.New("coordinator: enqueue refused by a hook")
 )

@@ -544,6 +544,11 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		WriteError(w, http.StatusNotFound, CleanCoordError(err))
 	case errors.Is(err, coordinator.ErrWrongState), errors.Is(err, coordinator.ErrConflict):
 		WriteError(w, http.StatusConflict, CleanCoordError(err))
+	case errors.Is(err, coordinator.ErrEnqueueRefused):
+		// The program's enqueue hook refused the job (its error or its
+		// panic): nothing was written, and the same request is refused
+		// again. Not a 5xx, which the clients read as in doubt.
+		WriteError(w, http.StatusUnprocessableEntity, CleanCoordError(err))
 	case errors.Is(err, kv.ErrTxnTooLarge):
 		// The limits checked before sending said it fits: the store's
 		// own is lower than this process was told. Nothing was written.
