@@ -107,10 +107,12 @@ func (b *httpBackend) close() error {
 	return nil
 }
 
-// call sends one request and decodes the answer into out. The API's
-// errors come back wrapping the coordinator's sentinels (ErrInvalid,
-// ErrNotFound, ErrWrongState, ErrConflict) as the coordinator returns
-// them; an answer that is not the API's wraps none.
+// call sends one request and decodes the answer into out, the API's
+// error answers too (for what they carry beside the error: a bulk
+// cancel's counts so far). The API's errors come back wrapping the
+// coordinator's sentinels (ErrInvalid, ErrNotFound, ErrWrongState,
+// ErrConflict) as the coordinator returns them; an answer that is not the
+// API's wraps none.
 func (b *httpBackend) call(ctx context.Context, method, path string, q url.Values, body, out any, timeout time.Duration) error {
 	return b.callBatch(ctx, method, path, q, body, out, timeout, 0)
 }
@@ -152,6 +154,11 @@ func (b *httpBackend) callBatch(ctx context.Context, method, path string, q url.
 		return fmt.Errorf("leasehold daemon at %s: %w", b.server, err)
 	}
 	if resp.StatusCode >= 300 {
+		if _, ok := apicall.ErrorMessage(data); ok && out != nil {
+			// What the API answers beside its error (a bulk cancel's
+			// counts so far).
+			_ = json.Unmarshal(data, out)
+		}
 		err := b.statusError(resp, data, attempts, first)
 		if write && resp.StatusCode >= 500 && resp.StatusCode != http.StatusInsufficientStorage && !apicall.NotProcessed(resp) {
 			// The store's deadline (503 with Retry-After, which also

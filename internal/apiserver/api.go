@@ -533,22 +533,34 @@ func OneLine(s string) string {
 }
 
 // fail answers err with its status.
-func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) { a.failWith(w, r, err, nil) }
+
+// failWith answers err with its status, its message in the JSON that
+// answer returns (nil: ErrorResponse), for an endpoint whose error answer
+// says more (what a bulk cancel did before it failed).
+func (a *Handler) failWith(w http.ResponseWriter, r *http.Request, err error, answer func(msg string) any) {
+	write := func(status int, msg string) {
+		if answer == nil {
+			WriteError(w, status, msg)
+			return
+		}
+		WriteJSON(w, status, answer(OneLine(msg)))
+	}
 	var ae *apiError
 	switch {
 	case errors.As(err, &ae):
-		WriteError(w, ae.status, ae.msg)
+		write(ae.status, ae.msg)
 	case errors.Is(err, coordinator.ErrInvalid):
-		WriteError(w, http.StatusBadRequest, CleanCoordError(err))
+		write(http.StatusBadRequest, CleanCoordError(err))
 	case errors.Is(err, coordinator.ErrNotFound):
-		WriteError(w, http.StatusNotFound, CleanCoordError(err))
+		write(http.StatusNotFound, CleanCoordError(err))
 	case errors.Is(err, coordinator.ErrWrongState), errors.Is(err, coordinator.ErrConflict):
-		WriteError(w, http.StatusConflict, CleanCoordError(err))
+		write(http.StatusConflict, CleanCoordError(err))
 	case errors.Is(err, coordinator.ErrEnqueueRefused):
 		// The program's enqueue hook refused the job (its error or its
 		// panic): nothing was written, and the same request is refused
 		// again. Not a 5xx, which the clients read as in doubt.
-		WriteError(w, http.StatusUnprocessableEntity, CleanCoordError(err))
+		write(http.StatusUnprocessableEntity, CleanCoordError(err))
 	case errors.Is(err, kv.ErrTxnTooLarge):
 		// The limits checked before sending said it fits: the store's
 		// own is lower than this process was told. Nothing was written.
@@ -556,13 +568,13 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		if a.cfg.Shared {
 			hint = "the etcd servers' --max-request-bytes is below the --etcd-max-request-bytes given here: pass their value (and a --max-payload that fits it), or send less"
 		}
-		WriteError(w, http.StatusRequestEntityTooLarge, "the store refused the request as too large: "+hint)
+		write(http.StatusRequestEntityTooLarge, "the store refused the request as too large: "+hint)
 		a.log.Warn("the store refused a request as too large", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
 	case errors.Is(err, kv.ErrNoSpace):
 		// Nothing was written: say why, and what frees room. Not logged
 		// per request: the store logs the change (localstore), or the
 		// daemon's own writes fail and log (etcd's NOSPACE alarm).
-		WriteError(w, http.StatusInsufficientStorage, a.noSpaceMessage(err))
+		write(http.StatusInsufficientStorage, a.noSpaceMessage(err))
 	case errors.Is(err, etcdkv.ErrNoAnswer):
 		// A write that an etcd member did not answer (it may hang): it
 		// may have been applied, and the next request goes elsewhere.
@@ -573,7 +585,7 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		} else {
 			msg += ": retry"
 		}
-		WriteError(w, http.StatusServiceUnavailable, msg)
+		write(http.StatusServiceUnavailable, msg)
 		if !a.cfg.CLI {
 			a.log.Warn("request got no answer from an etcd member", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
 		}
@@ -582,20 +594,20 @@ func (a *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		if u := UnknownOutcome(r.Method, r.URL.Path); u != "" {
 			msg = "etcd did not answer in time (check the etcd endpoints, --etcd, and that the cluster is healthy): " + u
 		}
-		WriteError(w, http.StatusServiceUnavailable, msg)
+		write(http.StatusServiceUnavailable, msg)
 	case a.cfg.CLI && r.Context().Err() != nil:
-		WriteError(w, http.StatusServiceUnavailable, "interrupted")
+		write(http.StatusServiceUnavailable, "interrupted")
 	case storeTimedOut(r):
 		w.Header().Set("Retry-After", retryAfter)
-		WriteError(w, http.StatusServiceUnavailable, a.timeoutMessage(r))
+		write(http.StatusServiceUnavailable, a.timeoutMessage(r))
 	case r.Context().Err() != nil:
 		// The client went away or the daemon is stopping.
-		WriteError(w, http.StatusServiceUnavailable, "request cancelled: the client disconnected or the daemon is stopping")
+		write(http.StatusServiceUnavailable, "request cancelled: the client disconnected or the daemon is stopping")
 	case a.cfg.CLI:
-		WriteError(w, http.StatusInternalServerError, CleanCoordError(err)+": "+checkEtcd)
+		write(http.StatusInternalServerError, CleanCoordError(err)+": "+checkEtcd)
 	default:
 		a.log.Error("request failed", slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("err", err))
-		WriteError(w, http.StatusInternalServerError, CleanCoordError(err)+": see the daemon's log")
+		write(http.StatusInternalServerError, CleanCoordError(err)+": see the daemon's log")
 	}
 }
 

@@ -79,6 +79,14 @@ type CancelManyRequest struct {
 	All   bool   `json:"all,omitempty"`
 }
 
+// CancelManyErrorResponse is the error answer of POST /v1/jobs/cancel
+// once the cancel has begun: beside the error, the jobs it cancelled (and
+// asked to stop) before it failed, as the coordinator returns them.
+type CancelManyErrorResponse struct {
+	Error string `json:"error"`
+	coordinator.CancelManyResult
+}
+
 // cancelManyBody is the body of POST /v1/jobs/cancel.
 var cancelManyBody = bodySpec{
 	limit:   64 << 10,
@@ -212,7 +220,7 @@ func (a *Handler) cancelMany(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := a.cfg.Coord.CancelMany(r.Context(), coordinator.CancelFilter{State: coordinator.State(req.State), Kind: req.Kind, Queue: req.Queue})
 	if err != nil {
-		a.fail(w, r, err)
+		a.failWith(w, r, err, func(msg string) any { return CancelManyErrorResponse{Error: msg, CancelManyResult: res} })
 		return
 	}
 	WriteJSON(w, http.StatusOK, res)
