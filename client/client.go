@@ -50,6 +50,11 @@
 // a daemon (its 507). A disk's reserve writes nothing; etcd applied the
 // writes that took it over its quota, answering them so too, so insert
 // with a unique key to retry without a duplicate.
+// An insert that an enqueue hook refused (coordinator.Config.EnqueueHooks
+// of the coordinator, or of the daemon's program: its 422) wrote nothing:
+// its error wraps coordinator.ErrEnqueueRefused, not ErrOutcomeUnknown.
+// CancelMany returns, beside its error, the jobs it cancelled before it
+// failed, on each route.
 //
 // Job arguments are typed, as in River: a type with a Kind method is a
 // job's arguments, its JSON encoding the job's payload, and it may give its
