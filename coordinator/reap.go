@@ -287,8 +287,9 @@ func (c *Coordinator) ownerless(ctx context.Context) ([]string, error) {
 // registration vanishes (its lease expired or was revoked: the same
 // revision deleted its ownership keys), and every interval as a backstop for
 // what a watch can miss (compaction, reconnects). Jobs for which mine
-// returns true are never reaped. It returns ctx's error.
-func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) bool, interval time.Duration) error {
+// returns true are never reaped. self, if not nil, returns the caller's
+// worker id (its session's). It returns ctx's error.
+func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) bool, interval time.Duration, self func() string) error {
 	// A watch that ends at once every time must not turn the loop into
 	// a spin of full reap passes.
 	retry := newWatchRetry(c)
@@ -299,7 +300,11 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 		// The revision to watch from is read before the pass: a daemon
 		// that dies during the pass is then seen by the watch, if the
 		// pass missed it.
-		rr, err := c.store.Range(ctx, kv.RangeRequest{Start: c.keys.workers(), End: kv.PrefixEnd(c.keys.workers()), Limit: 1, KeysOnly: true})
+		// The live daemons too, keys only: a death's reap is ranked
+		// among them (reapRank).
+		live := map[string]struct{}{}
+		var rev int64
+		err := c.scanAt(ctx, c.keys.workers(), func(x kv.KeyValue) { live[idFromIndex(x.Key)] = struct{}{} }, &rev)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -317,7 +322,7 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 		} else if n > 0 {
 			c.log.Info("reaper scan: reaped jobs whose owner lost its lease", slog.Int("reaped", n))
 		}
-		ended, werr := c.reapOnDeaths(ctx, mine, rr.Revision+1, interval, retry, &replaced)
+		ended, werr := c.reapOnDeaths(ctx, mine, rev+1, interval, retry, &replaced, live, self)
 		if ended {
 			// The next pass is a full scan: it reaps whoever died
 			// during the pause.
@@ -341,7 +346,13 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 // when such a lease has ended at the latest (its TTL after the new
 // registration, and a second for the store's expiry checks): the reaper
 // scans again then, as if it had seen that daemon go (ADR 0040).
-func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) bool, rev int64, interval time.Duration, retry *watchRetry, replaced *time.Time) (ended bool, err error) {
+//
+// live holds the registrations read at rev-1, and follows the watch. The
+// reap after a death is made at once by the daemon that rendezvous
+// hashing of the dead daemon's worker id over the live ones ranks first,
+// and as a backup by those ranked next (reapRank); the others leave it to
+// them and to their periodic scan.
+func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) bool, rev int64, interval time.Duration, retry *watchRetry, replaced *time.Time, live map[string]struct{}, self func() string) (ended bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	retry.begin()
@@ -361,6 +372,8 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 		}
 	}
 	arm()
+	var backup <-chan time.Time // a backup's reap after a death (reapRank)
+	var backupAt time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -383,6 +396,17 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 			}
 			c.log.Log(ctx, level, "a replaced daemon session's lease has ended; reaped its jobs", slog.Int("reaped", n))
 			arm()
+		case <-backup:
+			backup = nil
+			n, err := c.Reap(ctx, nil, mine)
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("backup reap after daemon loss failed", slog.Any("err", err))
+			}
+			level := slog.LevelInfo
+			if n == 0 {
+				level = slog.LevelDebug
+			}
+			c.log.Log(ctx, level, "backup reap after a daemon's session ended", slog.Int("reaped", n))
 		case resp, ok := <-ch:
 			if ctx.Err() != nil {
 				return false, ctx.Err()
@@ -398,9 +422,15 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 			// this response (their leases may have ended together).
 			var gone []string
 			for _, ev := range resp.Events {
+				id := idFromIndex(ev.KV.Key)
+				if ev.Type == kv.EventDelete {
+					delete(live, id)
+				} else {
+					live[id] = struct{}{}
+				}
 				switch {
 				case ev.Type == kv.EventDelete:
-					gone = append(gone, idFromIndex(ev.KV.Key))
+					gone = append(gone, id)
 				case ev.KV.Version > 1:
 					// A registration replaced while it was there.
 					if due := c.clock.Now().Add(registeredTTL(ev.KV.Value) + time.Second); due.After(*replaced) {
@@ -411,7 +441,27 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 					arm()
 				}
 			}
-			if len(gone) > 0 {
+			me := ""
+			if self != nil {
+				me = self()
+			}
+			if rank := reapRank(me, gone, live); rank > 0 {
+				// Another daemon reaps first: reading the same records
+				// and sending the same moves, all but one refused, on
+				// every daemon would cost the store N times what one
+				// reap does, the moment it is under stress.
+				wait := time.Duration(rank) * reapStagger
+				if rank < reapBackups {
+					if due := c.clock.Now().Add(wait); backup == nil || due.Before(backupAt) {
+						backup, backupAt = c.clock.After(wait), due
+					}
+				} else {
+					wait = interval
+				}
+				c.log.Debug("daemon session ended; another daemon reaps its jobs first", slog.String("daemon", strings.Join(gone, ",")),
+					slog.Int("rank", rank), slog.Duration("backup_in", wait))
+			} else if len(gone) > 0 {
+				backup = nil // this reap covers the deaths seen before
 				n, err := c.Reap(ctx, nil, mine)
 				if err != nil && ctx.Err() == nil {
 					c.log.Warn("reap after daemon loss failed", slog.Any("err", err))
@@ -427,6 +477,38 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 			}
 		}
 	}
+}
+
+// A daemon's death is reaped at once by the daemon ranked first for it
+// (reapRank), and by the next reapBackups-1, reapStagger apart, as
+// backups, should the first be unable to (hung, or dying too); the others
+// leave it to their periodic scan.
+const (
+	reapBackups = 3
+	reapStagger = 500 * time.Millisecond
+)
+
+// reapRank returns me's place, from 0, among the live daemons in the
+// order rendezvous hashing of a gone daemon's worker id gives them, the
+// best over gone; 0 when me is unknown or not among them (its session is
+// being replaced), so that it reaps at once.
+func reapRank(me string, gone []string, live map[string]struct{}) int {
+	if _, ok := live[me]; !ok || me == "" || len(gone) == 0 {
+		return 0
+	}
+	best := len(live)
+	for _, g := range gone {
+		hg := hash64(g)
+		mw := mix64(hash64(me) ^ hg)
+		r := 0
+		for p := range live {
+			if w := mix64(hash64(p) ^ hg); p != me && (w > mw || w == mw && p < me) {
+				r++
+			}
+		}
+		best = min(best, r)
+	}
+	return best
 }
 
 // registeredTTL is the lease TTL a worker registration states, or

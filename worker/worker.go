@@ -466,7 +466,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		})
 	}
 	if w.cfg.Reap {
-		w.goLoop(func() { _ = w.c.RunReaper(w.loopCtx, w.isRunning, w.cfg.ReapInterval) })
+		w.goLoop(func() {
+			_ = w.c.RunReaper(w.loopCtx, w.isRunning, w.cfg.ReapInterval, func() string { return w.Session().WorkerID() })
+		})
 	}
 	w.log.Info("worker started", slog.Int("concurrency", w.cfg.Concurrency), slog.Any("queues", w.cfg.Queues), slog.Any("kinds", w.Kinds()))
 	if !w.c.Store().Limits().LeasesExpire {

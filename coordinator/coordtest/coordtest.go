@@ -80,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) kv.Store) {
 	tests = append(tests, watchResumeReviewTests...)
 	tests = append(tests, reapLogReviewTests...)
 	tests = append(tests, reapReplacedReviewTests...)
+	tests = append(tests, reapersReviewTests...)
 	tests = append(tests, chaosTests...)
 	tests = append(tests, spaceTests...)
 	tests = append(tests, clockStepTests...)

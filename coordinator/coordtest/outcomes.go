@@ -136,7 +136,7 @@ func (s *deathStore) Range(ctx context.Context, r kv.RangeRequest) (kv.RangeResu
 // reaped at once, not at the next periodic scan.
 func testReaperSeesDeathDuringPass(t *testing.T, h *harness) {
 	workers := h.keysRoot() + "w/"
-	reaperSeesDeath(t, h, &deathStore{before: true, at: func(r kv.RangeRequest) bool { return r.Start == workers && r.Limit == 1 }},
+	reaperSeesDeath(t, h, &deathStore{before: true, at: func(r kv.RangeRequest) bool { return r.Start == workers }},
 		"the job of a daemon that died as the reaper started was not reaped (it waits for the next periodic scan)")
 }
 
@@ -170,7 +170,7 @@ func reaperSeesDeath(t *testing.T, h *harness, ds *deathStore, failure string) {
 	reaper := h.coordinator(ds, coordinator.Config{OnReap: func(j *coordinator.Job) { reaped <- j.ID }})
 	ctx, cancel := context.WithCancel(h.ctx())
 	stopped := make(chan error, 1)
-	go func() { stopped <- reaper.RunReaper(ctx, nil, time.Hour) }()
+	go func() { stopped <- reaper.RunReaper(ctx, nil, time.Hour, nil) }()
 	select {
 	case id := <-reaped:
 		if id != j.ID {

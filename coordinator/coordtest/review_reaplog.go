@@ -110,7 +110,7 @@ func testReaperQuietOnEmptyDeath(t *testing.T, h *harness) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = reaper.RunReaper(ctx, nil, time.Hour)
+		_ = reaper.RunReaper(ctx, nil, time.Hour, nil)
 	}()
 	defer func() { cancel(); <-done }()
 	clock.next(t) // it watches registrations: it sees the Close below

@@ -97,7 +97,7 @@ func watchLoops() []watchLoop {
 			}
 		}},
 		{name: "RunReaper", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
-			return c.RunReaper(ctx, nil, watchLoopInterval)
+			return c.RunReaper(ctx, nil, watchLoopInterval, nil)
 		}, ignore: watchLoopInterval, poke: func(t *testing.T, h *harness) { h.session(h.c) }},
 		{name: "ElectionCandidate", start: func(h *harness, ctx context.Context, c *coordinator.Coordinator) error {
 			// Another daemon leads: the candidate watches its key.

@@ -329,7 +329,7 @@ func (h *harness) reaperOn(store kv.Store, interval time.Duration) *signalClock 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = reaper.RunReaper(ctx, nil, interval)
+		_ = reaper.RunReaper(ctx, nil, interval, nil)
 	}()
 	h.t.Cleanup(func() { cancel(); <-done })
 	clock.next(h.t)
