@@ -16,7 +16,7 @@ import (
 // there ran on a goroutine of the worker or of the coordinator, where it
 // would end the process, and with it every run of the daemon: a job whose
 // retry policy panicked would do that on every daemon that ran it (ADR
-// 0065).
+// 0057).
 func (c *Coordinator) CallUser(what string, log func() *slog.Logger, fn func()) (err error) {
 	defer func() {
 		p := recover()

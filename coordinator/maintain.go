@@ -195,7 +195,7 @@ func (c *Coordinator) RunMaintenance(ctx context.Context, cfg MaintainConfig) er
 	// A purge of the finished jobs past retention deletes one batch per
 	// pass, from purgeNext on ("": none under way), so that a backlog (a
 	// lowered retention, a daemon down for days) holds back no promotion
-	// by more than one batch (ADR 0062). purged counts its deletes.
+	// by more than one batch (ADR 0055). purged counts its deletes.
 	var (
 		purgeNext string
 		purged    int

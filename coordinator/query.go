@@ -486,7 +486,7 @@ func (c *Coordinator) Cancel(ctx context.Context, id string) (*Job, error) {
 // at its token), not on the record: the run's checkpoints must not make
 // a cancel lose races. A request that lands once that run has ended (its
 // reply was lost, and it waited on a hung etcd member) is refused, not
-// taken for a later run's: the job may have been retried since (ADR 0058).
+// taken for a later run's: the job may have been retried since (ADR 0053).
 func (c *Coordinator) cancelRequest(j *Job, at time.Time) kv.Txn {
 	req, _ := json.Marshal(map[string]any{"requested_at": at})
 	return kv.Txn{

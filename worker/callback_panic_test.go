@@ -35,7 +35,7 @@ func (l *lockedBuffer) String() string {
 }
 
 // TestUserCallbackPanicsAreRecovered: a kind's retry policy, OnStart,
-// OnClaim and OnOutcome that panic do not end the process (ADR 0065):
+// OnClaim and OnOutcome that panic do not end the process (ADR 0057):
 // the attempt whose retry policy panicked fails all the same and is
 // retried by the coordinator's policy, every hook's event completes, and
 // each panic is logged once with its stack (the policy's with the job's

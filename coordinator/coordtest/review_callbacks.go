@@ -15,7 +15,7 @@ import (
 )
 
 // Tests from a review of the program's callbacks other than handlers
-// (ADR 0065). Run adds them to the suite.
+// (ADR 0057). Run adds them to the suite.
 var callbackReviewTests = []suiteTest{
 	{"EnqueueHookPanicRefusesTheEnqueue", testEnqueueHookPanic},
 	{"RetryPolicyPanicRetriesByTheDefault", testRetryPolicyPanic},

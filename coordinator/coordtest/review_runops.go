@@ -14,7 +14,7 @@ var runOpsReviewTests = []suiteTest{
 	{"LateCancelRequestSparesALaterRun", testLateCancelRequest},
 }
 
-// testLateCancelRequest (ADR 0058): a cancel request whose reply was lost
+// testLateCancelRequest (ADR 0053): a cancel request whose reply was lost
 // may still land (etcd: a request that waited on a hung member), after the
 // run it was made during ended and an operator ran the job again (jobs
 // retry). It was conditional only on the job running, so it became a
