@@ -300,11 +300,17 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 		// The revision to watch from is read before the pass: a daemon
 		// that dies during the pass is then seen by the watch, if the
 		// pass missed it.
-		// The live daemons too, keys only: a death's reap is ranked
-		// among them (reapRank).
+		// The live daemons that reap too: a death's reap is ranked
+		// among them (reapRank). Their registrations say so, which a
+		// worker without Reap's does not: ranked first, it would leave
+		// the death to the backups or the periodic scan.
 		live := map[string]struct{}{}
-		var rev int64
-		err := c.scanAt(ctx, c.keys.workers(), func(x kv.KeyValue) { live[idFromIndex(x.Key)] = struct{}{} }, &rev)
+		rev, _, err := c.scanRevs(ctx, c.keys.workers(), false, func(x kv.KeyValue) error {
+			if registeredReaper(x.Value) {
+				live[idFromIndex(x.Key)] = struct{}{}
+			}
+			return nil
+		})
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
@@ -347,7 +353,8 @@ func (c *Coordinator) RunReaper(ctx context.Context, mine func(jobID string) boo
 // registration, and a second for the store's expiry checks): the reaper
 // scans again then, as if it had seen that daemon go (ADR 0040).
 //
-// live holds the registrations read at rev-1, and follows the watch. The
+// live holds the registrations of reapers read at rev-1, and follows the
+// watch. The
 // reap after a death is made at once by the daemon that rendezvous
 // hashing of the dead daemon's worker id over the live ones ranks first,
 // and as a backup by those ranked next (reapRank); the others leave it to
@@ -423,10 +430,10 @@ func (c *Coordinator) reapOnDeaths(ctx context.Context, mine func(jobID string) 
 			var gone []string
 			for _, ev := range resp.Events {
 				id := idFromIndex(ev.KV.Key)
-				if ev.Type == kv.EventDelete {
-					delete(live, id)
-				} else {
+				if ev.Type == kv.EventPut && registeredReaper(ev.KV.Value) {
 					live[id] = struct{}{}
+				} else {
+					delete(live, id)
 				}
 				switch {
 				case ev.Type == kv.EventDelete:
@@ -509,6 +516,15 @@ func reapRank(me string, gone []string, live map[string]struct{}) int {
 		best = min(best, r)
 	}
 	return best
+}
+
+// registeredReaper reports whether a worker registration says its daemon
+// runs a reaper (WorkerInfo.Reaps).
+func registeredReaper(value []byte) bool {
+	var info struct {
+		Reaps bool `json:"reaps"`
+	}
+	return json.Unmarshal(value, &info) == nil && info.Reaps
 }
 
 // registeredTTL is the lease TTL a worker registration states, or

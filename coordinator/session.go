@@ -122,6 +122,10 @@ type WorkerInfo struct {
 	// does (periodic list says so). Empty in registrations of versions
 	// before it.
 	Periodic []string `json:"periodic,omitempty"`
+	// Reaps says the daemon runs a reaper (worker Config.Reap): a death's
+	// reap is ranked among those that do (ADR 0062). False in
+	// registrations of versions before it.
+	Reaps bool `json:"reaps,omitempty"`
 	// Running is filled in by Workers from the ownership keys.
 	Running int `json:"running"`
 	// Lease is the worker's current session lease.

@@ -539,7 +539,7 @@ func (w *Worker) newSession(ctx context.Context) (*coordinator.Session, error) {
 		Worker: coordinator.WorkerInfo{
 			ID: w.cfg.WorkerID, Host: host, PID: os.Getpid(), StartedAt: w.startedAt,
 			Queues: w.cfg.Queues, Kinds: w.Kinds(), Concurrency: w.cfg.Concurrency,
-			Periodic: w.periodicNames(),
+			Periodic: w.periodicNames(), Reaps: w.cfg.Reap,
 		},
 	})
 }

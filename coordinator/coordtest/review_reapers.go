@@ -19,6 +19,7 @@ import (
 var reapersReviewTests = []suiteTest{
 	{"ADeathIsReapedByOneDaemonNotAll", testADeathIsReapedByOne},
 	{"ABackupReapsADeathTheFirstLeaves", testABackupReapsADeath},
+	{"WorkersThatDoNotReapAreNotRankedForADeath", testWorkersThatDoNotReapAreNotRanked},
 }
 
 // storeCounts counts the requests made through a requestCounter.
@@ -95,9 +96,26 @@ func (l deathLines) Handle(_ context.Context, r slog.Record) error {
 func (l deathLines) WithAttrs([]slog.Attr) slog.Handler { return l }
 func (l deathLines) WithGroup(string) slog.Handler      { return l }
 
+// reaperSession opens a session whose registration says its daemon runs
+// a reaper (as a worker with Config.Reap registers).
+func reaperSession(h *harness) *coordinator.Session {
+	h.t.Helper()
+	id := fmt.Sprintf("w%d-%s", workerSeq.Add(1), coordinator.NewWorkerID())
+	s, err := h.c.NewSession(h.ctx(), coordinator.SessionConfig{TTL: 60 * time.Second, Worker: coordinator.WorkerInfo{ID: id, Reaps: true}})
+	if err != nil {
+		h.t.Fatalf("NewSession: %v", err)
+	}
+	h.t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	return s
+}
+
 // reaperSet is n daemons' reapers, each a coordinator of its own (its
 // clock signals its timers) over one counting store, its self a session
-// of its own.
+// of its own that registers as a reaper's.
 type reaperSet struct {
 	counts storeCounts
 	lines  deathLines
@@ -115,7 +133,7 @@ func startReapers(t *testing.T, h *harness, n int, silent map[int]bool) *reaperS
 	ctx, cancel := context.WithCancel(context.Background())
 	var done []chan struct{}
 	for i := range n {
-		s := h.session(h.c)
+		s := reaperSession(h)
 		rs.sess = append(rs.sess, s)
 		if silent[i] {
 			continue
@@ -241,5 +259,39 @@ func testABackupReapsADeath(t *testing.T, h *harness) {
 			t.Fatalf("job %s is %s after the backup's reap, want available", ids[0], j.State)
 		}
 		return
+	}
+}
+
+// testWorkersThatDoNotReapAreNotRanked: workers without Config.Reap (the
+// default) register too, and run no reaper. A death whose rendezvous
+// ranking put three of them before the one daemon that reaps was left to
+// its periodic scan (--reap-interval, 10 s), past the TTL + 1 s promised
+// for a killed daemon's jobs, and one of them ranked first delayed it by a
+// backup's 0.5 or 1 s: only the registrations of reapers are ranked.
+func testWorkersThatDoNotReapAreNotRanked(t *testing.T, h *harness) {
+	for range 3 {
+		h.session(h.c) // a worker that does not reap
+	}
+	rs := startReapers(t, h, 1, nil)
+	defer rs.stop()
+	// Each death ranks the reaper anew among the four registrations;
+	// it is to reap every one at once.
+	for range 12 {
+		s, ids := dying(t, h, 1)
+		if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
+			t.Fatal(err)
+		}
+		if r := rs.next(t); r.Message != "daemon session ended; reaped its jobs" {
+			r.Attrs(func(a slog.Attr) bool {
+				t.Logf("%s=%v", a.Key, a.Value)
+				return true
+			})
+			t.Fatalf("the only daemon that reaps logged %q: it left the death to workers that run no reaper", r.Message)
+		}
+		// Available, or discarded: a job reaped before is claimed
+		// again, and one that loses more than 5 runs is discarded.
+		if j := h.get(ids[0]); j.State == coordinator.StateRunning {
+			t.Fatalf("job %s is still running after the reaper saw its daemon die", ids[0])
+		}
 	}
 }
