@@ -105,6 +105,11 @@ func (c *client) call(ctx context.Context, method, path string, query url.Values
 				continue
 			}
 		}
+		if _, ok := apicall.ErrorMessage(b); ok && out != nil {
+			// What the API answers beside its error (a bulk cancel's
+			// counts so far).
+			_ = json.Unmarshal(b, out)
+		}
 		return c.statusError(method, path, resp, b, attempt)
 	}
 	if out == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -176,6 +177,11 @@ func runCancelMany(cmd *cobra.Command, tgt *target, o *cancelManyOpts, asJSON bo
 	ctx, cancel := context.WithTimeout(cmd.Context(), bulkCancelTimeout)
 	defer cancel()
 	if err := c.call(ctx, http.MethodPost, "/v1/jobs/cancel", nil, req, &res); err != nil {
+		var ce *cliError
+		if errors.As(err, &ce) && (res.Cancelled > 0 || res.CancelRequested > 0) {
+			// The daemon's error answer says what it did before.
+			ce.msg = fmt.Sprintf("cancelled %s and requested the cancel of %s before it failed: %s", nJobs(res.Cancelled, ""), nJobs(res.CancelRequested, "running "), ce.msg)
+		}
 		return err
 	}
 	if asJSON {
