@@ -287,7 +287,7 @@ func TestDashboardInBrowser(t *testing.T) {
 			qc, err := e.coord.QueueConfig(context.Background(), "default")
 			return err == nil && qc.Paused == want
 		})
-		next := map[bool]string{true: "resume", false: "pause"}[want]
+		next := map[bool]string{true: "resume", false: "pause?force=true"}[want]
 		// The page reloads itself 600 ms after an action, which aborts a
 		// navigation begun while that reload is under way (on a loaded
 		// machine, a sleep does not keep them apart): navigate again then.
