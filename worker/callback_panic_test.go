@@ -1,38 +1,19 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/fence"
+	"github.com/leasehold/leasehold/internal/testutil"
 	"github.com/leasehold/leasehold/localstore"
 	"github.com/leasehold/leasehold/worker"
 )
-
-// lockedBuffer is a log's text, written from any goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestUserCallbackPanicsAreRecovered: a kind's retry policy, OnStart,
 // OnClaim and OnOutcome that panic do not end the process (ADR 0057):
@@ -49,7 +30,7 @@ func TestUserCallbackPanicsAreRecovered(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Close() })
-	var log lockedBuffer
+	var log testutil.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
 	// The coordinator's policy retries at once: what a kind's policy
 	// that panicked leaves the retry to.

@@ -1,17 +1,16 @@
 package coordtest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/coordinator"
 	"github.com/leasehold/leasehold/coordinator/kv"
+	"github.com/leasehold/leasehold/internal/testutil"
 )
 
 // Tests from a review of the program's callbacks other than handlers
@@ -20,24 +19,6 @@ var callbackReviewTests = []suiteTest{
 	{"EnqueueHookPanicRefusesTheEnqueue", testEnqueueHookPanic},
 	{"RetryPolicyPanicRetriesByTheDefault", testRetryPolicyPanic},
 	{"OnReapPanicStillReaps", testOnReapPanic},
-}
-
-// syncBuffer is a log's text, written from any goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // revision is the store's revision now.
@@ -56,7 +37,7 @@ func (h *harness) revision() int64 {
 // stack. It ran on the caller's goroutine: on the periodic leader's, the
 // panic ended the daemon, and then every daemon elected after it.
 func testEnqueueHookPanic(t *testing.T, h *harness) {
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	c := h.coordinator(h.store, coordinator.Config{
 		Logger: slog.New(slog.NewTextHandler(&log, nil)),
 		EnqueueHooks: []coordinator.EnqueueHook{
@@ -109,7 +90,7 @@ func testEnqueueHookPanic(t *testing.T, h *harness) {
 // the worker's goroutine that records outcomes: the process ended, and
 // every daemon that ran the job ended the same way.
 func testRetryPolicyPanic(t *testing.T, h *harness) {
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	c := h.coordinator(h.store, coordinator.Config{
 		Logger:      slog.New(slog.NewTextHandler(&log, nil)),
 		RetryPolicy: func(attempt int, j *coordinator.Job) time.Duration { panic("policy: index out of range") },
