@@ -22,17 +22,7 @@ import (
 func TestEmbeddedStartRequeuesJobsLeftRunning(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	open := func() (*localstore.Store, *coordinator.Coordinator) {
-		s, err := localstore.Open(dir, localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := coordinator.New(s, coordinator.Config{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, c
-	}
+	open := func() (*localstore.Store, *coordinator.Coordinator) { return openEmbedded(t, dir) }
 
 	s1, c1 := open()
 	started := make(chan struct{})
@@ -97,17 +87,7 @@ func TestEmbeddedStartRequeuesJobsLeftRunning(t *testing.T) {
 func TestEmbeddedStartChecksClusterVersionBeforeRequeue(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	open := func() (*localstore.Store, *coordinator.Coordinator) {
-		s, err := localstore.Open(dir, localstore.Options{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := coordinator.New(s, coordinator.Config{Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s, c
-	}
+	open := func() (*localstore.Store, *coordinator.Coordinator) { return openEmbedded(t, dir) }
 
 	// A job left running by a process that ended without a word, in a
 	// namespace raised to cluster version 2 since.
@@ -163,4 +143,19 @@ func TestEmbeddedStartChecksClusterVersionBeforeRequeue(t *testing.T) {
 	if j, err := c2.Get(ctx, r.Job.ID); err != nil || j.State != coordinator.StateRunning || j.Rescues != 0 {
 		t.Fatalf("the job left running: %+v, %v; want it running still, not re-queued", j, err)
 	}
+}
+
+// openEmbedded opens the Pebble store in dir and a coordinator over it,
+// as a program that embeds leasehold does at each start.
+func openEmbedded(t *testing.T, dir string) (*localstore.Store, *coordinator.Coordinator) {
+	t.Helper()
+	s, err := localstore.Open(dir, localstore.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := coordinator.New(s, coordinator.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, c
 }
