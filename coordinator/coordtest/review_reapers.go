@@ -20,6 +20,7 @@ var reapersReviewTests = []suiteTest{
 	{"ADeathIsReapedByOneDaemonNotAll", testADeathIsReapedByOne},
 	{"ABackupReapsADeathTheFirstLeaves", testABackupReapsADeath},
 	{"WorkersThatDoNotReapAreNotRankedForADeath", testWorkersThatDoNotReapAreNotRanked},
+	{"WorkersThatRegisterWithoutReapingLaterAreNotRanked", testWorkersRegisteredLaterAreNotRanked},
 }
 
 // storeCounts counts the requests made through a requestCounter.
@@ -274,8 +275,28 @@ func testWorkersThatDoNotReapAreNotRanked(t *testing.T, h *harness) {
 	}
 	rs := startReapers(t, h, 1, nil)
 	defer rs.stop()
-	// Each death ranks the reaper anew among the four registrations;
-	// it is to reap every one at once.
+	reapsEveryDeathAtOnce(t, h, rs)
+}
+
+// testWorkersRegisteredLaterAreNotRanked: the workers that do not reap
+// and register once the reaper has read the registrations (a deployment
+// of Go workers started after the daemons) are seen by its watch, whose
+// events carry their registrations: they are not ranked either, where a
+// reaper that took every registration it watched for one's left the
+// deaths to them until its next scan.
+func testWorkersRegisteredLaterAreNotRanked(t *testing.T, h *harness) {
+	rs := startReapers(t, h, 1, nil)
+	defer rs.stop()
+	for range 3 {
+		h.session(h.c) // a worker that does not reap, seen by the watch
+	}
+	reapsEveryDeathAtOnce(t, h, rs)
+}
+
+// reapsEveryDeathAtOnce checks that the one running reaper of rs reaps at
+// once each of 12 deaths: each ranks it anew among the registrations.
+func reapsEveryDeathAtOnce(t *testing.T, h *harness, rs *reaperSet) {
+	t.Helper()
 	for range 12 {
 		s, ids := dying(t, h, 1)
 		if err := h.store.Revoke(h.ctx(), s.Lease()); err != nil {
