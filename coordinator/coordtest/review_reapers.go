@@ -177,18 +177,24 @@ func (rs *reaperSet) next(t *testing.T) slog.Record {
 	}
 }
 
-// dying opens a session that claims jobs jobs and returns it.
+// dyingQueues names a queue of its own for each dying session.
+var dyingQueues atomic.Int64
+
+// dying opens a session that claims jobs new jobs, on a queue of their
+// own, and returns it. Not a job reaped before: each reap counts a
+// rescue, and a job reaped more than five times ends discarded.
 func dying(t *testing.T, h *harness, jobs int) (*coordinator.Session, []string) {
 	t.Helper()
+	q := fmt.Sprintf("dying-%d", dyingQueues.Add(1))
 	for range jobs {
-		h.enqueue(coordinator.EnqueueParams{Kind: "k"})
+		h.enqueue(coordinator.EnqueueParams{Kind: "k", Queue: q})
 	}
 	s := h.session(h.c)
-	runs, _, err := h.c.Claim(h.ctx(), s, coordinator.DefaultQueue, jobs, false)
+	runs, _, err := h.c.Claim(h.ctx(), s, q, jobs, false)
 	if err != nil || len(runs) != jobs {
 		t.Fatalf("Claim = %d runs, %v; want %d", len(runs), err, jobs)
 	}
-	var ids []string // those claimed: a job reaped before may be one
+	var ids []string
 	for _, r := range runs {
 		ids = append(ids, r.Job().ID)
 	}
